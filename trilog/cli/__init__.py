@@ -1,1 +1,5 @@
-"""(work in progress)"""
+"""The ``trilog`` command."""
+
+from trilog.cli._main import main
+
+__all__ = ["main"]

@@ -1,0 +1,40 @@
+# trilog: `make run` starts a broker on the embedded default; `make test` runs the whole suite.
+# Both create .venv, install trilog with its extras, and make sure a ZooKeeper is installed.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install zookeeper run test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+
+# The stamp is rebuilt whenever pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -e '.[spark,test]'
+	touch $@
+
+install: $(VENV)/.installed zookeeper
+
+# ZooKeeper comes from ZOOKEEPER_HOME, Debian's package, or the jars in the pyspark wheel;
+# install Debian's package only when none of those is there.
+zookeeper: $(VENV)/.installed
+	@$(BIN)/trilog zookeeper --check || { \
+	  echo "installing Debian's zookeeper package"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y zookeeper; \
+	  $(BIN)/trilog zookeeper --check; }
+
+run: install
+	$(BIN)/python -m pytest -q -m smoke
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python benchmarks/storage_append.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis trilog.egg-info

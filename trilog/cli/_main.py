@@ -1,0 +1,34 @@
+"""``trilog``: one command, a subcommand per job (``trilog SUBCOMMAND --help`` for each)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trilog import __version__
+from trilog.cli import _zookeeper
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trilog",
+        description="trilog: a Kafka-style commit log on Trio. "
+        "Run `trilog SUBCOMMAND --help` for the options of each subcommand.",
+    )
+    parser.add_argument("--version", action="version", version=f"trilog {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    _zookeeper.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return args.run(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
