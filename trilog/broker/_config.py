@@ -1,0 +1,303 @@
+"""The broker's configuration: Kafka's property names, types, defaults and documentation.
+
+A ``.properties`` file (Java's format: ``key=value`` or ``key: value``, ``#``/``!``
+comments, backslash line continuations) plus ``--override key=value`` pairs become one
+``BrokerConfig``.  Unknown keys are an error that names the nearest known key.  The table
+``PROPERTIES`` is the single source for parsing, defaults, ``trilog broker --help`` and
+``docs/broker-config.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from trilog.errors import TrilogError
+
+
+class ConfigError(TrilogError):
+    """A configuration file or value is wrong; the message says which and why."""
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("true", "yes", "1"):
+        return True
+    if low in ("false", "no", "0"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _int(text: str) -> int:
+    return int(text.strip().replace("_", ""))
+
+
+def _str(text: str) -> str:
+    return text.strip()
+
+
+def _list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@dataclass(frozen=True)
+class Property:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    low: int | None = None  # for ints: the smallest legal value
+
+
+_MB = 1 << 20
+
+PROPERTIES: tuple[Property, ...] = (
+    Property("broker.id", _int, 0, "This broker's id, unique in the cluster.", low=0),
+    Property("listeners", _str, "PLAINTEXT://127.0.0.1:9092",
+             "Where to listen: PLAINTEXT://host:port (one listener). Port 0 picks a free port."),
+    Property("host.name", _str, None, "Old-style listener host (used with port when listeners is not set)."),
+    Property("port", _int, None, "Old-style listener port (used with host.name when listeners is not set).", low=0),
+    Property("advertised.listeners", _str, None,
+             "The address clients are told to use, if not the listener's (e.g. behind NAT)."),
+    Property("log.dirs", _list, ["./trilog-data"], "Comma-separated directories holding the partition logs."),
+    Property("log.dir", _list, None, "A single log directory (used when log.dirs is not set)."),
+    Property("num.partitions", _int, 1, "Partitions of an auto-created topic.", low=1),
+    Property("default.replication.factor", _int, 1, "Replicas of an auto-created topic (1: no replication yet).", low=1),
+    Property("auto.create.topics.enable", _bool, True,
+             "Create a topic when a client asks for metadata of, or produces to, an unknown topic."),
+    Property("delete.topic.enable", _bool, True, "Allow DeleteTopics."),
+    Property("num.network.threads", _int, 3,
+             "Processors: trio tasks the acceptor hands connections to, round robin.", low=1),
+    Property("num.io.threads", _int, 8,
+             "Worker threads for blocking work (fsync, sendfile, ZooKeeper calls).", low=1),
+    Property("socket.request.max.bytes", _int, 100 * _MB,
+             "Largest request frame; a larger one closes its connection.", low=1024),
+    Property("socket.send.buffer.bytes", _int, 1 << 20, "SO_SNDBUF of client sockets (-1: the OS default)."),
+    Property("socket.receive.buffer.bytes", _int, 1 << 20, "SO_RCVBUF of client sockets (-1: the OS default)."),
+    Property("message.max.bytes", _int, 1048588,
+             "Largest record batch the broker accepts (MESSAGE_TOO_LARGE above it).", low=64),
+    Property("log.segment.bytes", _int, 1 << 30, "Roll a new segment when the active one reaches this size.", low=1024),
+    Property("log.roll.ms", _int, None, "Roll a new segment when the active one is this old (ms)."),
+    Property("log.roll.hours", _int, 168, "Like log.roll.ms, in hours (log.roll.ms wins).", low=1),
+    Property("log.index.interval.bytes", _int, 4096, "Bytes between offset-index entries.", low=0),
+    Property("log.index.size.max.bytes", _int, 10 * _MB, "Largest offset index; the segment rolls when full.", low=4096),
+    Property("log.flush.interval.messages", _int, None,
+             "Fsync a partition after this many messages (at most this many at risk). Unset: rely on the OS.", low=1),
+    Property("log.flush.interval.ms", _int, None,
+             "Fsync a partition when its oldest unflushed message is this old (ms). Unset: rely on the OS.", low=0),
+    Property("log.flush.scheduler.interval.ms", _int, 1000,
+             "How often the flush timer looks for partitions due a time-based flush.", low=1),
+    Property("log.retention.hours", _int, 168, "Delete segments older than this (hours).", low=-1),
+    Property("log.retention.minutes", _int, None, "Like log.retention.hours, in minutes (wins over hours)."),
+    Property("log.retention.ms", _int, None, "Like log.retention.hours, in ms (wins over minutes and hours; -1: forever)."),
+    Property("log.retention.bytes", _int, -1, "Delete oldest segments while a partition is larger than this (-1: no limit)."),
+    Property("log.retention.check.interval.ms", _int, 300_000,
+             "How often the retention task looks for segments to delete.", low=1),
+    Property("zookeeper.connect", _str, None,
+             "host:port[,host:port...][/chroot] of ZooKeeper. Unset: standalone (no ZooKeeper)."),
+    Property("zookeeper.session.timeout.ms", _int, 6000, "ZooKeeper session timeout.", low=1000),
+    Property("zookeeper.connection.timeout.ms", _int, 10_000,
+             "How long to wait for ZooKeeper at start before giving up.", low=100),
+    Property("shutdown.timeout.ms", _int, 5000,
+             "On SIGINT/SIGTERM, how long in-flight requests get before connections are cut.", low=0),
+)
+
+PROPERTIES_BY_NAME: dict[str, Property] = {p.name: p for p in PROPERTIES}
+
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """Java ``.properties`` syntax to a dict of raw strings (last one wins)."""
+    result: dict[str, str] = {}
+    logical: list[str] = []
+    lines = text.splitlines()
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        # A line ending in an odd number of backslashes continues on the next line.
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        entry, logical = "".join(logical), []
+        key, value = _split_entry(entry)
+        if not key:
+            raise ConfigError(f"{source}:{lineno}: a line with no key: {raw!r}")
+        result[key] = value
+    if logical:
+        key, value = _split_entry("".join(logical))
+        result[key] = value
+    return result
+
+
+def _split_entry(entry: str) -> tuple[str, str]:
+    """Java's rule: the key ends at the first ``=``, ``:`` or blank; one separator follows."""
+    i = 0
+    while i < len(entry) and entry[i] not in "=:" and not entry[i].isspace():
+        i += 1
+    rest = entry[i:].lstrip()
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:]
+    return entry[:i], rest.strip()
+
+
+def suggest(name: str) -> str:
+    close = difflib.get_close_matches(name, PROPERTIES_BY_NAME, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _coerce(raw: Mapping[str, str], source: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, text in raw.items():
+        prop = PROPERTIES_BY_NAME.get(key)
+        if prop is None:
+            raise ConfigError(f"{source}: unknown property {key!r}{suggest(key)}")
+        try:
+            value = prop.parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {key}={text!r} is not valid: {exc}") from None
+        if prop.low is not None and value is not None and value < prop.low:
+            raise ConfigError(f"{source}: {key}={value} is below its minimum {prop.low}")
+        values[key] = value
+    return values
+
+
+def _split_listener(listener: str) -> tuple[str, int]:
+    scheme, sep, address = listener.partition("://")
+    if not sep:
+        address, scheme = scheme, "PLAINTEXT"
+    if scheme.upper() != "PLAINTEXT":
+        raise ConfigError(f"listener {listener!r}: only PLAINTEXT is supported")
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit():
+        raise ConfigError(f"listener {listener!r} is not PLAINTEXT://host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+@dataclass
+class BrokerConfig:
+    """A validated broker configuration.  ``values`` holds every property by Kafka name."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_sources(
+        cls,
+        properties_file: str | os.PathLike | None = None,
+        overrides: Iterable[str] | Mapping[str, str] = (),
+    ) -> "BrokerConfig":
+        """Defaults, then the file, then ``overrides`` (``key=value`` strings or a mapping)."""
+        values = {p.name: p.default for p in PROPERTIES}
+        if properties_file is not None:
+            try:
+                with open(properties_file, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                raise ConfigError(f"cannot read {properties_file}: {exc.strerror}") from None
+            values.update(_coerce(parse_properties(text, str(properties_file)), str(properties_file)))
+        if isinstance(overrides, Mapping):
+            raw = {str(k): str(v) for k, v in overrides.items()}
+        else:
+            raw = {}
+            for item in overrides:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ConfigError(f"override {item!r} is not key=value")
+                raw[key.strip()] = value
+        values.update(_coerce(raw, "override"))
+        config = cls(values)
+        config._check()
+        return config
+
+    @classmethod
+    def from_dict(cls, mapping: Mapping[str, Any] | None = None) -> "BrokerConfig":
+        """For Python callers and tests: ``{"log.dirs": "/tmp/x", "port": 0}``."""
+        return cls.from_sources(overrides={k: _to_text(v) for k, v in (mapping or {}).items()})
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise ConfigError(f"unknown property {name!r}{suggest(name)}") from None
+
+    def _check(self) -> None:
+        self.listener  # parses and validates
+        if not self.log_dirs:
+            raise ConfigError("log.dirs is empty")
+
+    # -- derived settings -----------------------------------------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        return self.values["broker.id"]
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        """``(host, port)`` to bind.  host.name/port win when set explicitly."""
+        host, port = _split_listener(self.values["listeners"])
+        if self.values["host.name"] is not None:
+            host = self.values["host.name"]
+        if self.values["port"] is not None:
+            port = self.values["port"]
+        return host, port
+
+    @property
+    def advertised(self) -> tuple[str, int] | None:
+        adv = self.values["advertised.listeners"]
+        return _split_listener(adv) if adv else None
+
+    @property
+    def log_dirs(self) -> list[str]:
+        dirs = self.values["log.dirs"]
+        if self.values["log.dir"] and dirs == PROPERTIES_BY_NAME["log.dirs"].default:
+            dirs = self.values["log.dir"]
+        return list(dirs)
+
+    @property
+    def log_roll_ms(self) -> int:
+        ms = self.values["log.roll.ms"]
+        return ms if ms is not None else self.values["log.roll.hours"] * 3_600_000
+
+    @property
+    def log_retention_ms(self) -> int:
+        for key, scale in (("log.retention.ms", 1), ("log.retention.minutes", 60_000)):
+            if self.values[key] is not None:
+                v = self.values[key]
+                return -1 if v < 0 else v * scale
+        hours = self.values["log.retention.hours"]
+        return -1 if hours < 0 else hours * 3_600_000
+
+    @property
+    def zookeeper_connect(self) -> str | None:
+        return self.values["zookeeper.connect"] or None
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def properties_help() -> str:
+    """The property table as text, for ``trilog broker --help``."""
+    width = max(len(p.name) for p in PROPERTIES)
+    lines = []
+    for p in PROPERTIES:
+        default = "unset" if p.default is None else _to_text(p.default)
+        lines.append(f"  {p.name:<{width}}  {p.doc} (default: {default})")
+    return "\n".join(lines)
+
+
+def properties_markdown() -> str:
+    """The property table as Markdown, for ``docs/broker-config.md``."""
+    rows = ["| property | default | meaning |", "| --- | --- | --- |"]
+    for p in PROPERTIES:
+        default = "unset" if p.default is None else f"`{_to_text(p.default)}`"
+        rows.append(f"| `{p.name}` | {default} | {p.doc} |")
+    return "\n".join(rows)

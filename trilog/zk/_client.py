@@ -1,0 +1,261 @@
+"""kazoo under trio: blocking calls in worker threads, watches delivered into trio.
+
+``async with open_zookeeper("host:port/chroot") as zk:`` gives a ``ZooKeeper`` whose
+methods are async (each runs one kazoo call in a worker thread, bounded by a capacity
+limiter) and whose watches are ``trio_util.AsyncValue`` objects holding the latest
+children or data.  A watch burst therefore coalesces: a task that is busy when three
+brokers join sees the latest list once, not three stale ones.
+
+kazoo's threads reach trio only through ``trio.from_thread.run_sync`` with the loop's
+token; once the ``async with`` exits, watch callbacks stop themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable
+
+import trio
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError as _KazooNodeExists,
+    NoNodeError as _KazooNoNode,
+    NotEmptyError as _KazooNotEmpty,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from trio_util import AsyncValue
+
+from trilog.errors import TrilogError
+
+log = logging.getLogger("trilog.zk")
+
+
+class ZooKeeperError(TrilogError):
+    """A ZooKeeper operation failed."""
+
+
+class ZooKeeperUnavailableError(ZooKeeperError):
+    """ZooKeeper cannot be reached (not running, connection lost, session expired)."""
+
+
+class NoNodeError(ZooKeeperError):
+    """The znode does not exist."""
+
+
+class NodeExistsError(ZooKeeperError):
+    """The znode already exists."""
+
+
+class NotEmptyError(ZooKeeperError):
+    """The znode has children."""
+
+
+def _translate(exc: BaseException) -> BaseException:
+    if isinstance(exc, _KazooNoNode):
+        return NoNodeError(str(exc) or "no such znode")
+    if isinstance(exc, _KazooNodeExists):
+        return NodeExistsError(str(exc) or "znode exists")
+    if isinstance(exc, _KazooNotEmpty):
+        return NotEmptyError(str(exc) or "znode has children")
+    if isinstance(exc, (ConnectionLoss, SessionExpiredError, KazooTimeoutError)):
+        return ZooKeeperUnavailableError(f"ZooKeeper unavailable: {type(exc).__name__}")
+    if isinstance(exc, KazooException):
+        return ZooKeeperError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+class ZooKeeper:
+    """An open ZooKeeper session, used from trio.  Every method may be called concurrently.
+
+    ``state`` holds "CONNECTED", "SUSPENDED" or "LOST"; ``session_generation`` counts the
+    sessions this client has had, so an owner of ephemeral nodes can re-create them after
+    an expiry (a new generation).
+    """
+
+    def __init__(self, client: KazooClient, limiter: trio.CapacityLimiter) -> None:
+        self._client = client
+        self._limiter = limiter
+        self._token = trio.lowlevel.current_trio_token()
+        self._closed = False
+        self.state: AsyncValue[str] = AsyncValue("CONNECTED")
+        self.session_generation: AsyncValue[int] = AsyncValue(1)
+        self._lost = False
+        client.add_listener(self._on_state)
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def _call(self, fn: Callable, *args, **kwargs):
+        try:
+            return await trio.to_thread.run_sync(
+                functools.partial(fn, *args, **kwargs),
+                limiter=self._limiter,
+                abandon_on_cancel=True,  # a call blocked on a dead ZooKeeper must not pin us
+            )
+        except Exception as exc:
+            translated = _translate(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    async def get(self, path: str) -> bytes:
+        data, _stat = await self._call(self._client.get, path)
+        return data
+
+    async def get_children(self, path: str) -> list[str]:
+        return await self._call(self._client.get_children, path)
+
+    async def exists(self, path: str) -> bool:
+        return await self._call(self._client.exists, path) is not None
+
+    async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False,
+                     makepath: bool = False) -> str:
+        return await self._call(self._client.create, path, value, ephemeral=ephemeral,
+                                makepath=makepath)
+
+    async def set(self, path: str, value: bytes) -> None:
+        await self._call(self._client.set, path, value)
+
+    async def ensure_path(self, path: str) -> None:
+        await self._call(self._client.ensure_path, path)
+
+    async def delete(self, path: str, *, recursive: bool = False) -> None:
+        await self._call(self._client.delete, path, recursive=recursive)
+
+    async def put(self, path: str, value: bytes) -> None:
+        """Set a persistent node's value, creating it (and its parents) if needed."""
+        try:
+            await self.set(path, value)
+        except NoNodeError:
+            try:
+                await self.create(path, value, makepath=True)
+            except NodeExistsError:
+                await self.set(path, value)
+
+    # -- watches -------------------------------------------------------------------------
+
+    def _deliver(self, target: AsyncValue, value) -> bool:
+        """Called in a kazoo thread; returns False to stop the watch."""
+        if self._closed:
+            return False
+        try:
+            self._token.run_sync_soon(setattr, target, "value", value)
+        except trio.RunFinishedError:
+            return False
+        return True
+
+    async def watch_children(self, path: str) -> AsyncValue:
+        """An ``AsyncValue`` holding ``path``'s sorted children, kept current by a watch.
+
+        The path is created if missing, so the watch survives until the session ends.
+        """
+        await self.ensure_path(path)
+        value: AsyncValue = AsyncValue(None)
+        await self._call(
+            ChildrenWatch, self._client, path,
+            lambda children: self._deliver(value, sorted(children)),
+        )
+        return value
+
+    async def watch_data(self, path: str) -> AsyncValue:
+        """An ``AsyncValue`` holding ``path``'s data (``None`` while the node is missing)."""
+        value: AsyncValue = AsyncValue(None)
+        await self._call(
+            DataWatch, self._client, path,
+            lambda data, _stat: self._deliver(value, data),
+        )
+        return value
+
+    # -- session ---------------------------------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's connection listener, in a kazoo thread; must not block."""
+        if self._closed:
+            return
+        if state == KazooState.LOST:
+            self._lost = True
+            self._forward(state, None)
+        elif state == KazooState.CONNECTED and self._lost:
+            self._lost = False
+            self._forward(state, 1)
+        else:
+            self._forward(state, None)
+
+    def _forward(self, state: str, bump: int | None) -> None:
+        def update() -> None:
+            self.state.value = state
+            if bump:
+                self.session_generation.value += bump
+
+        try:
+            self._token.run_sync_soon(update)
+        except trio.RunFinishedError:
+            pass
+
+
+@asynccontextmanager
+async def open_zookeeper(
+    connect: str,
+    *,
+    session_timeout_ms: int = 6000,
+    connection_timeout_ms: int = 10_000,
+    max_threads: int = 4,
+) -> AsyncIterator[ZooKeeper]:
+    """Connect to ZooKeeper (``host:port[,host:port][/chroot]``), creating the chroot.
+
+    Raises ``ZooKeeperUnavailableError`` if no session is established within
+    ``connection_timeout_ms``.
+    """
+    hosts, slash, chroot = connect.partition("/")
+    if slash and chroot:
+        await _ensure_chroot(hosts, "/" + chroot, connection_timeout_ms)
+    client = KazooClient(
+        hosts=connect,
+        timeout=session_timeout_ms / 1000,
+        connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
+        command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0},
+        logger=log,
+    )
+    await _start(client, connect, connection_timeout_ms)
+    zk = ZooKeeper(client, trio.CapacityLimiter(max_threads))
+    try:
+        yield zk
+    finally:
+        zk._closed = True
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_stop, client)
+
+
+async def _start(client: KazooClient, connect: str, timeout_ms: int) -> None:
+    try:
+        await trio.to_thread.run_sync(
+            functools.partial(client.start, timeout=timeout_ms / 1000), abandon_on_cancel=True
+        )
+    except KazooTimeoutError:
+        await trio.to_thread.run_sync(_stop, client)
+        raise ZooKeeperUnavailableError(
+            f"cannot connect to ZooKeeper at {connect} within {timeout_ms} ms; is it running? "
+            "(`trilog zookeeper` starts one for development)"
+        ) from None
+
+
+async def _ensure_chroot(hosts: str, chroot: str, timeout_ms: int) -> None:
+    client = KazooClient(hosts=hosts, timeout=10, logger=log,
+                         connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0})
+    await _start(client, hosts, timeout_ms)
+    try:
+        await trio.to_thread.run_sync(client.ensure_path, chroot)
+    finally:
+        await trio.to_thread.run_sync(_stop, client)
+
+
+def _stop(client: KazooClient) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()

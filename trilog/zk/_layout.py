@@ -1,0 +1,166 @@
+"""The ZooKeeper layout of the seeds (001 "ZooKeeper Directories", 004), paths and JSON.
+
+    /cluster/id                                   {"version":"1","id":"<cluster id>"}
+    /brokers/ids/<id>                  ephemeral  {"version":4,"host":..,"port":..,"endpoints":[..],
+                                                   "listener_security_protocol_map":{..},
+                                                   "jmx_port":-1,"timestamp":"<ms>"}
+    /brokers/topics/<topic>                       {"version":1,"partitions":{"0":[<broker>],..}}
+    /brokers/topics/<topic>/partitions/<n>/state  ephemeral, written by the partition's leader:
+                                                  {"controller_epoch":..,"leader":..,"version":1,
+                                                   "leader_epoch":..,"isr":[..]}
+    /consumers/<group>/ids/<consumer id>  ephemeral  {"version":1,"subscription":{topic: streams},
+                                                      "pattern":"static|white_list|black_list",
+                                                      "timestamp":"<ms>"}
+    /consumers/<group>/owners/<topic>/<partition>  ephemeral  <consumer thread id>
+    /consumers/<group>/offsets/<topic>/<partition>            <offset as decimal text>
+
+Pure: no kazoo here, so the layout is tested without a server.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from trilog.errors import RemoteProtocolError
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CLUSTER_ID = "/cluster/id"
+CONSUMERS = "/consumers"
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def consumer_ids_path(group: str) -> str:
+    return f"{CONSUMERS}/{group}/ids"
+
+
+def consumer_owner_path(group: str, topic: str, partition: int | None = None) -> str:
+    base = f"{CONSUMERS}/{group}/owners/{topic}"
+    return base if partition is None else f"{base}/{partition}"
+
+
+def consumer_offset_path(group: str, topic: str, partition: int | None = None) -> str:
+    base = f"{CONSUMERS}/{group}/offsets/{topic}"
+    return base if partition is None else f"{base}/{partition}"
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def _loads(data: bytes, what: str) -> dict:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RemoteProtocolError(f"{what}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise RemoteProtocolError(f"{what}: expected a JSON object")
+    return value
+
+
+def _dumps(value: dict) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    timestamp: str = ""
+
+    def encode(self) -> bytes:
+        return _dumps(
+            {
+                "version": 4,
+                "host": self.host,
+                "port": self.port,
+                "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
+                "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                "jmx_port": -1,
+                "timestamp": self.timestamp or _now_ms(),
+            }
+        )
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes) -> "BrokerRegistration":
+        value = _loads(data, f"broker {broker_id} registration")
+        host, port = value.get("host"), value.get("port")
+        # Newer registrations may leave host/port empty and list only endpoints.
+        for endpoint in value.get("endpoints") or ():
+            scheme, _, address = str(endpoint).partition("://")
+            if scheme == "PLAINTEXT" and ":" in address:
+                h, _, p = address.rpartition(":")
+                host, port = host or h, port if port not in (None, -1) else int(p)
+                break
+        if not host or not isinstance(port, int) or port < 0:
+            raise RemoteProtocolError(f"broker {broker_id} registration has no usable endpoint")
+        return cls(broker_id, host, port, str(value.get("timestamp", "")))
+
+
+def encode_topic_assignment(assignment: dict[int, list[int]]) -> bytes:
+    return _dumps(
+        {"version": 1, "partitions": {str(p): list(r) for p, r in sorted(assignment.items())}}
+    )
+
+
+def decode_topic_assignment(topic: str, data: bytes) -> dict[int, list[int]]:
+    value = _loads(data, f"topic {topic} assignment")
+    partitions = value.get("partitions")
+    if not isinstance(partitions, dict):
+        raise RemoteProtocolError(f"topic {topic} assignment has no partitions map")
+    try:
+        return {int(p): [int(b) for b in replicas] for p, replicas in partitions.items()}
+    except (TypeError, ValueError):
+        raise RemoteProtocolError(f"topic {topic} assignment is malformed") from None
+
+
+def encode_partition_state(leader: int, leader_epoch: int = 0, isr: list[int] | None = None) -> bytes:
+    return _dumps(
+        {
+            "controller_epoch": 1,
+            "leader": leader,
+            "version": 1,
+            "leader_epoch": leader_epoch,
+            "isr": isr if isr is not None else [leader],
+        }
+    )
+
+
+def decode_partition_state(data: bytes) -> dict:
+    value = _loads(data, "partition state")
+    if not isinstance(value.get("leader"), int):
+        raise RemoteProtocolError("partition state has no leader")
+    return value
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    value = _loads(data, "cluster id")
+    if not isinstance(value.get("id"), str):
+        raise RemoteProtocolError("/cluster/id has no id")
+    return value["id"]
+
+
+def assign_replicas(num_partitions: int, brokers: list[int], start: int = 0) -> dict[int, list[int]]:
+    """Spread partitions round-robin over the live brokers (one replica each)."""
+    if not brokers:
+        raise ValueError("no live brokers to assign partitions to")
+    ordered = sorted(brokers)
+    return {p: [ordered[(start + p) % len(ordered)]] for p in range(num_partitions)}
