@@ -1,0 +1,364 @@
+"""Frames, headers, and whole requests/responses (seed 003, "Common Request and Response
+Structure").
+
+Byte layouts::
+
+    frame            = size:int32  payload:size bytes          (size excludes itself)
+    request payload  = request header, then the request body
+    request header   v0: api_key:int16 api_version:int16 correlation_id:int32
+                     v1: v0 + client_id:nullable string        (what every API here uses)
+    response payload = correlation_id:int32, then the response body
+
+A response does not say which API it answers: the caller decodes it with the api key and
+version of the request it sent (matched by correlation id). All of this is sans-I/O: the
+functions take and return bytes; :class:`FrameSplitter` is fed whatever the socket gave and
+hands back complete frames.
+
+Zero-copy fetch: :func:`encode_fetch_response_parts` returns the framed response as a list of
+``bytes`` and the caller's own records objects (e.g. a file slice), in wire order; the size
+prefix and each records length already count those objects' sizes, so the broker writes the
+``bytes`` and ``sendfile``s the rest.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trilog.errors import RemoteProtocolError, UnsupportedVersionError
+from trilog.protocol._messages import (
+    API_VERSIONS,
+    REQUEST_CLASSES,
+    RESPONSE_CLASSES,
+    ApiKey,
+    ApiVersionsResponse,
+    FetchResponse,
+)
+from trilog.protocol._primitives import (
+    DEFAULT_MAX_LENGTH,
+    INT16,
+    INT32,
+    NULLABLE_STRING,
+    Reader,
+    Writer,
+)
+from trilog.protocol._schema import Message
+
+#: Kafka's ``socket.request.max.bytes`` default; a larger frame closes the connection.
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hhi")
+_UNSUPPORTED_VERSION = UnsupportedVersionError.code
+
+
+class RecordsRef(Protocol):
+    """What a ``records`` field may hold in a ``*_parts`` encoding instead of bytes.
+
+    Anything with an int ``size`` or ``length`` attribute (or ``__len__``) giving its byte
+    length; the encoder writes that length and passes the object through untouched.
+    """
+
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """A request header; ``client_id`` is absent (None) in header v0."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None = None
+
+    def write(self, w: Writer, header_version: int = 1) -> None:
+        INT16.write(w, self.api_key)
+        INT16.write(w, self.api_version)
+        INT32.write(w, self.correlation_id)
+        if header_version >= 1:
+            NULLABLE_STRING.write(w, self.client_id)
+
+    def encode(self, header_version: int = 1) -> bytes:
+        w = Writer()
+        self.write(w, header_version)
+        return w.getvalue()
+
+    @classmethod
+    def read(cls, r: Reader, header_version: int = 1) -> RequestHeader:
+        api_key, api_version, correlation_id = r.int16(), r.int16(), r.int32()
+        client_id = r.nullable_string() if header_version >= 1 else None
+        return cls(api_key, api_version, correlation_id, client_id)
+
+    @property
+    def api_name(self) -> str:
+        try:
+            return ApiKey(self.api_key).name
+        except ValueError:
+            return f"UNKNOWN_API_{self.api_key}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHeader:
+    """A response header (v0): just the correlation id."""
+
+    correlation_id: int
+
+    def encode(self) -> bytes:
+        return _SIZE.pack(self.correlation_id)
+
+
+# -- Frames -----------------------------------------------------------------------------------
+
+
+class FrameSplitter:
+    """Turns a byte stream into frames (payloads without their size prefix).
+
+    ``feed(data)`` returns the frames completed by ``data``, in order. A declared size that is
+    negative or above ``max_frame_size`` raises :class:`RemoteProtocolError` as soon as the
+    4-byte prefix arrives (before buffering the body), and every later ``feed`` raises again:
+    the stream cannot be resynchronised, so the connection must be closed. Not thread-safe.
+    """
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._need: int | None = None  # payload size of the frame being assembled
+        self._error: RemoteProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received that do not yet form a complete frame (size prefix included)."""
+        return len(self._buf) + (4 if self._need is not None else 0)
+
+    @property
+    def at_frame_boundary(self) -> bool:
+        """True when no partial frame is held (a clean place for the peer to hang up)."""
+        return not self._buf and self._need is None
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        buf += data
+        frames: list[bytes] = []
+        pos = 0
+        with memoryview(buf) as view:
+            while True:
+                need = self._need
+                if need is None:
+                    if len(buf) - pos < 4:
+                        break
+                    need = _SIZE.unpack_from(buf, pos)[0]
+                    if need < 0 or need > self.max_frame_size:
+                        self._error = RemoteProtocolError(
+                            f"frame size {need} is outside 0..{self.max_frame_size}"
+                        )
+                        raise self._error
+                    pos += 4
+                    self._need = need
+                if len(buf) - pos < need:
+                    break
+                frames.append(bytes(view[pos : pos + need]))
+                pos += need
+                self._need = None
+        del buf[:pos]
+        return frames
+
+
+#: The same class under the name the broker's network layer uses.
+FrameDecoder = FrameSplitter
+
+
+def frame(payload: bytes | bytearray | memoryview) -> bytes:
+    """Prefix ``payload`` with its int32 size."""
+    return _SIZE.pack(len(payload)) + payload
+
+
+def _framed(w: Writer) -> bytes:
+    # The writer started with a 4-byte placeholder; patch in the size of what follows.
+    _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
+    return w.getvalue()
+
+
+# -- Requests ---------------------------------------------------------------------------------
+
+
+def encode_request(
+    request: Message,
+    api_version: int,
+    correlation_id: int,
+    client_id: str | None = "trilog",
+    *,
+    header_version: int = 1,
+    framed: bool = True,
+) -> bytes:
+    """Header + body of ``request`` at ``api_version``, size-prefixed unless ``framed=False``."""
+    w = Writer()
+    if framed:
+        w.buf += b"\0\0\0\0"
+    RequestHeader(request.API_KEY, api_version, correlation_id, client_id).write(w, header_version)
+    request.write_to(w, api_version)
+    return _framed(w) if framed else w.getvalue()
+
+
+def decode_request(
+    payload: bytes | bytearray | memoryview, *, max_length: int = DEFAULT_MAX_LENGTH
+) -> tuple[RequestHeader, Message]:
+    """Decode a request frame's payload (no size prefix) into its header and body.
+
+    Raises :class:`UnsupportedVersionError` for a known API at a version trilog does not
+    implement (the broker answers ApiVersions with :func:`encode_api_versions_fallback` and
+    closes the connection otherwise), and :class:`RemoteProtocolError` for an unknown API key
+    or bytes that do not decode. :func:`peek_request_header` still works on such payloads.
+    The body's ``records`` are memoryviews into ``payload``.
+    """
+    r = Reader(payload, max_length=max_length)
+    header = RequestHeader.read(r)
+    cls = REQUEST_CLASSES.get(header.api_key)
+    if cls is None:
+        raise RemoteProtocolError(f"unknown or unsupported api key {header.api_key}")
+    if not cls.MIN_VERSION <= header.api_version <= cls.MAX_VERSION:
+        raise UnsupportedVersionError(
+            f"{cls.API_NAME} v{header.api_version} is not supported "
+            f"(supported: {cls.MIN_VERSION}..{cls.MAX_VERSION})"
+        )
+    body = cls.decode(r, header.api_version)
+    r.expect_end(f"{cls.__name__} v{header.api_version}")
+    return header, body
+
+
+def peek_request_header(payload: bytes | bytearray | memoryview) -> RequestHeader:
+    """The header of a request payload whose body may be garbage or of an unknown version.
+
+    Needs only the 8 fixed bytes (api_key, api_version, correlation_id); ``client_id`` is
+    read when it is well-formed and is None otherwise. Raises :class:`RemoteProtocolError`
+    only when fewer than 8 bytes are given.
+    """
+    view = memoryview(payload).cast("B")
+    if view.nbytes < _HEADER_FIXED.size:
+        raise RemoteProtocolError(
+            f"request of {view.nbytes} bytes is too short for a request header"
+        )
+    api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(view, 0)
+    client_id = None
+    r = Reader(view)
+    r.pos = _HEADER_FIXED.size
+    try:
+        client_id = r.nullable_string()
+    except RemoteProtocolError:
+        pass
+    return RequestHeader(api_key, api_version, correlation_id, client_id)
+
+
+# -- Responses --------------------------------------------------------------------------------
+
+
+def encode_response(
+    response: Message, api_version: int, correlation_id: int, *, framed: bool = True
+) -> bytes:
+    """Correlation id + body of ``response`` at ``api_version``, size-prefixed by default."""
+    w = Writer()
+    if framed:
+        w.buf += b"\0\0\0\0"
+    INT32.write(w, correlation_id)
+    response.write_to(w, api_version)
+    return _framed(w) if framed else w.getvalue()
+
+
+def encode_response_parts(
+    response: Message, api_version: int, correlation_id: int
+) -> list[bytes | Any]:
+    """Like :func:`encode_response` (framed), but ``records`` may be size-known references.
+
+    Returns ``bytes`` pieces and the reference objects themselves, in wire order; joining
+    them with each reference's bytes gives exactly ``encode_response`` of the same data.
+    """
+    w = Writer()
+    w.buf += b"\0\0\0\0"
+    INT32.write(w, correlation_id)
+    response.write_to(w, api_version)
+    size = w.size() - 4
+    parts = w.parts()
+    first = bytearray(parts[0])
+    _SIZE.pack_into(first, 0, size)
+    parts[0] = bytes(first)
+    return parts
+
+
+def encode_fetch_response_parts(
+    version: int, correlation_id: int, response: Message
+) -> list[bytes | Any]:
+    """A Fetch response for ``sendfile``: see :func:`encode_response_parts`.
+
+    Each partition's ``records`` may be bytes, None, or an object with ``size``, ``length``
+    or ``__len__``; such objects come back in the list where their bytes belong.
+    """
+    if not isinstance(response, FetchResponse):
+        raise TypeError(f"expected a FetchResponse, got {type(response).__name__}")
+    return encode_response_parts(response, version, correlation_id)
+
+
+def read_correlation_id(payload: bytes | bytearray | memoryview) -> int:
+    """The correlation id of a response payload (to find which request it answers)."""
+    view = memoryview(payload).cast("B")
+    if view.nbytes < 4:
+        raise RemoteProtocolError(f"response of {view.nbytes} bytes has no correlation id")
+    return _SIZE.unpack_from(view, 0)[0]
+
+
+def decode_response(
+    payload: bytes | bytearray | memoryview,
+    api_key: int,
+    api_version: int,
+    *,
+    max_length: int = DEFAULT_MAX_LENGTH,
+) -> tuple[ResponseHeader, Message]:
+    """Decode a response payload (no size prefix) for a request of ``api_key``/``api_version``.
+
+    An ApiVersions response that does not decode at ``api_version`` is decoded as v0, as
+    Kafka's clients do: that is how a broker answers a version it does not know.
+    """
+    cls = RESPONSE_CLASSES.get(api_key)
+    if cls is None:
+        raise RemoteProtocolError(f"unknown or unsupported api key {api_key}")
+    r = Reader(payload, max_length=max_length)
+    header = ResponseHeader(r.int32())
+    start = r.pos
+    try:
+        body = cls.decode(r, api_version)
+        r.expect_end(f"{cls.__name__} v{api_version}")
+    except RemoteProtocolError:
+        # Kafka's clients retry an undecodable ApiVersions response as v0: a broker that does
+        # not know the version we asked for answers UNSUPPORTED_VERSION in v0 format.
+        if api_key != ApiKey.API_VERSIONS or api_version == 0:
+            raise
+        r.pos = start
+        body = cls.decode(r, 0)
+        r.expect_end(f"{cls.__name__} v0")
+    return header, body
+
+
+# -- ApiVersions ------------------------------------------------------------------------------
+
+
+def api_versions_response(error_code: int = 0, throttle_time_ms: int = 0) -> Message:
+    """An ApiVersionsResponse listing ``API_VERSIONS``."""
+    keys = [
+        ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
+        for k, (lo, hi) in sorted(API_VERSIONS.items())
+    ]
+    return ApiVersionsResponse(
+        error_code=error_code, api_keys=keys, throttle_time_ms=throttle_time_ms
+    )
+
+
+def encode_api_versions_fallback(correlation_id: int) -> bytes:
+    """The framed answer to an ApiVersions request of an unsupported version.
+
+    Kafka's rule: UNSUPPORTED_VERSION (35) plus the supported ranges, always encoded as v0 so
+    any client can read it and retry with a version from the list.
+    """
+    return encode_response(
+        api_versions_response(error_code=_UNSUPPORTED_VERSION), 0, correlation_id
+    )

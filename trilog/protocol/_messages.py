@@ -1,0 +1,526 @@
+"""The messages trilog speaks: every supported API's request and response, as data.
+
+All versions here are Kafka's non-flexible ones (no tagged fields, no compact encodings).
+Field and struct names are Kafka's JSON message specs
+(``clients/src/main/resources/common/message/*.json``) with field names in snake_case, so
+``TopicData`` is ``topic_data``, ``PartitionIndex`` is ``partition_index`` and
+``ThrottleTimeMs`` is ``throttle_time_ms``; struct classes keep Kafka's names and hang off
+their parent (``ProduceRequest.TopicProduceData.PartitionProduceData``). Where Kafka renamed
+a field its current name is used (OffsetCommit's ``generation_id_or_member_epoch``).
+
+Supported (``API_VERSIONS``)::
+
+    Produce(0) 0-7      Fetch(1) 0-10        ListOffsets(2) 0-4    Metadata(3) 0-7
+    OffsetCommit(8) 0-6 OffsetFetch(9) 0-5   FindCoordinator(10) 0-2
+    JoinGroup(11) 0-3   Heartbeat(12) 0-2    LeaveGroup(13) 0-2    SyncGroup(14) 0-2
+    ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3
+
+``records`` fields (Produce request, Fetch response) are opaque: decoded as a memoryview into
+the frame, encoded from bytes or, for zero-copy, from a size-known reference (see
+``encode_fetch_response_parts``). Defaults follow Kafka's JSON ``default`` values, except
+``replica_id`` which defaults to -1 (what every consumer sends).
+
+Adding an API is adding a ``message(...)`` pair below and nothing else.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from trilog.protocol._primitives import (
+    BOOLEAN,
+    BYTES,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    RECORDS,
+    STRING,
+    Array,
+)
+from trilog.protocol._schema import Field, Message, Struct, message
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka's API keys (all of them, for naming; ``API_VERSIONS`` says what trilog serves)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
+    DESCRIBE_QUORUM = 55
+    ALTER_PARTITION = 56
+    UPDATE_FEATURES = 57
+    ENVELOPE = 58
+    FETCH_SNAPSHOT = 59
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
+    CONTROLLER_REGISTRATION = 70
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
+    ASSIGN_REPLICAS_TO_DIRS = 73
+    LIST_CONFIG_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
+    UPDATE_RAFT_VOTER = 82
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
+    STREAMS_GROUP_HEARTBEAT = 88
+    STREAMS_GROUP_DESCRIBE = 89
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
+
+
+# fmt: off
+F = Field
+K = ApiKey
+
+# -- Produce (0) --------------------------------------------------------------------------
+# v1: throttle_time_ms; v2: log_append_time_ms; v3: transactional_id (and RecordBatch v2);
+# v5: log_start_offset; v4, v6, v7 change only semantics.
+
+ProduceRequest = message(K.PRODUCE, "ProduceRequest", (0, 7), [
+    F("transactional_id", STRING, "3+", nullable="3+", default=None),
+    F("acks", INT16),
+    F("timeout_ms", INT32),
+    F("topic_data", Array(Struct("TopicProduceData", [
+        F("name", STRING),
+        F("partition_data", Array(Struct("PartitionProduceData", [
+            F("index", INT32),
+            F("records", RECORDS),
+        ]))),
+    ]))),
+])
+
+ProduceResponse = message(K.PRODUCE, "ProduceResponse", (0, 7), [
+    F("responses", Array(Struct("TopicProduceResponse", [
+        F("name", STRING),
+        F("partition_responses", Array(Struct("PartitionProduceResponse", [
+            F("index", INT32),
+            F("error_code", INT16),
+            F("base_offset", INT64),
+            F("log_append_time_ms", INT64, "2+", default=-1),
+            F("log_start_offset", INT64, "5+", default=-1),
+        ]))),
+    ]))),
+    F("throttle_time_ms", INT32, "1+"),
+])
+
+# -- Fetch (1) ----------------------------------------------------------------------------
+# v1: throttle; v3: max_bytes; v4: isolation_level, last_stable_offset, aborted_transactions;
+# v5: log_start_offset; v7: fetch sessions; v9: current_leader_epoch; v10 = v9.
+
+FetchRequest = message(K.FETCH, "FetchRequest", (0, 10), [
+    F("replica_id", INT32, default=-1),
+    F("max_wait_ms", INT32),
+    F("min_bytes", INT32),
+    F("max_bytes", INT32, "3+", default=0x7FFFFFFF),
+    F("isolation_level", INT8, "4+"),
+    F("session_id", INT32, "7+"),
+    F("session_epoch", INT32, "7+", default=-1),
+    F("topics", Array(Struct("FetchTopic", [
+        F("topic", STRING),
+        F("partitions", Array(Struct("FetchPartition", [
+            F("partition", INT32),
+            F("current_leader_epoch", INT32, "9+", default=-1),
+            F("fetch_offset", INT64),
+            F("log_start_offset", INT64, "5+", default=-1),
+            F("partition_max_bytes", INT32),
+        ]))),
+    ]))),
+    F("forgotten_topics_data", Array(Struct("ForgottenTopic", [
+        F("topic", STRING),
+        F("partitions", Array(INT32)),
+    ])), "7+"),
+])
+
+FetchResponse = message(K.FETCH, "FetchResponse", (0, 10), [
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16, "7+"),
+    F("session_id", INT32, "7+"),
+    F("responses", Array(Struct("FetchableTopicResponse", [
+        F("topic", STRING),
+        F("partitions", Array(Struct("PartitionData", [
+            F("partition_index", INT32),
+            F("error_code", INT16),
+            F("high_watermark", INT64),
+            F("last_stable_offset", INT64, "4+", default=-1),
+            F("log_start_offset", INT64, "5+", default=-1),
+            F("aborted_transactions", Array(Struct("AbortedTransaction", [
+                F("producer_id", INT64),
+                F("first_offset", INT64),
+            ])), "4+", nullable="4+"),
+            F("records", RECORDS),
+        ]))),
+    ]))),
+])
+
+# -- ListOffsets (2) ----------------------------------------------------------------------
+# v0 returns several offsets per partition; v1 one offset with its timestamp; v2: isolation
+# level and throttle; v4: leader epochs.
+
+ListOffsetsRequest = message(K.LIST_OFFSETS, "ListOffsetsRequest", (0, 4), [
+    F("replica_id", INT32, default=-1),
+    F("isolation_level", INT8, "2+"),
+    F("topics", Array(Struct("ListOffsetsTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("ListOffsetsPartition", [
+            F("partition_index", INT32),
+            F("current_leader_epoch", INT32, "4+", default=-1),
+            F("timestamp", INT64),
+            F("max_num_offsets", INT32, "0", default=1),
+        ]))),
+    ]))),
+])
+
+ListOffsetsResponse = message(K.LIST_OFFSETS, "ListOffsetsResponse", (0, 4), [
+    F("throttle_time_ms", INT32, "2+"),
+    F("topics", Array(Struct("ListOffsetsTopicResponse", [
+        F("name", STRING),
+        F("partitions", Array(Struct("ListOffsetsPartitionResponse", [
+            F("partition_index", INT32),
+            F("error_code", INT16),
+            F("old_style_offsets", Array(INT64), "0"),
+            F("timestamp", INT64, "1+", default=-1),
+            F("offset", INT64, "1+", default=-1),
+            F("leader_epoch", INT32, "4+", default=-1),
+        ]))),
+    ]))),
+])
+
+# -- Metadata (3) -------------------------------------------------------------------------
+# v0: an empty topic list means all topics; v1+: null means all, empty means none.
+
+MetadataRequest = message(K.METADATA, "MetadataRequest", (0, 7), [
+    F("topics", Array(Struct("MetadataRequestTopic", [
+        F("name", STRING),
+    ])), nullable="1+"),
+    F("allow_auto_topic_creation", BOOLEAN, "4+", default=True),
+])
+
+MetadataResponse = message(K.METADATA, "MetadataResponse", (0, 7), [
+    F("throttle_time_ms", INT32, "3+"),
+    F("brokers", Array(Struct("MetadataResponseBroker", [
+        F("node_id", INT32),
+        F("host", STRING),
+        F("port", INT32),
+        F("rack", STRING, "1+", nullable="1+", default=None),
+    ]))),
+    F("cluster_id", STRING, "2+", nullable="2+", default=None),
+    F("controller_id", INT32, "1+", default=-1),
+    F("topics", Array(Struct("MetadataResponseTopic", [
+        F("error_code", INT16),
+        F("name", STRING),
+        F("is_internal", BOOLEAN, "1+"),
+        F("partitions", Array(Struct("MetadataResponsePartition", [
+            F("error_code", INT16),
+            F("partition_index", INT32),
+            F("leader_id", INT32),
+            F("leader_epoch", INT32, "7+", default=-1),
+            F("replica_nodes", Array(INT32)),
+            F("isr_nodes", Array(INT32)),
+            F("offline_replicas", Array(INT32), "5+"),
+        ]))),
+    ]))),
+])
+
+# -- OffsetCommit (8) ---------------------------------------------------------------------
+# v1: generation/member and a per-partition commit_timestamp (v1 only); v2-4: retention;
+# v3: throttle; v6: committed_leader_epoch.
+
+OffsetCommitRequest = message(K.OFFSET_COMMIT, "OffsetCommitRequest", (0, 6), [
+    F("group_id", STRING),
+    F("generation_id_or_member_epoch", INT32, "1+", default=-1),
+    F("member_id", STRING, "1+"),
+    F("retention_time_ms", INT64, "2-4", default=-1),
+    F("topics", Array(Struct("OffsetCommitRequestTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("OffsetCommitRequestPartition", [
+            F("partition_index", INT32),
+            F("committed_offset", INT64),
+            F("committed_leader_epoch", INT32, "6+", default=-1),
+            F("commit_timestamp", INT64, "1", default=-1),
+            F("committed_metadata", STRING, nullable="0+"),
+        ]))),
+    ]))),
+])
+
+OffsetCommitResponse = message(K.OFFSET_COMMIT, "OffsetCommitResponse", (0, 6), [
+    F("throttle_time_ms", INT32, "3+"),
+    F("topics", Array(Struct("OffsetCommitResponseTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("OffsetCommitResponsePartition", [
+            F("partition_index", INT32),
+            F("error_code", INT16),
+        ]))),
+    ]))),
+])
+
+# -- OffsetFetch (9) ----------------------------------------------------------------------
+# v2: null topics means all, top-level error_code; v3: throttle; v5: committed_leader_epoch.
+
+OffsetFetchRequest = message(K.OFFSET_FETCH, "OffsetFetchRequest", (0, 5), [
+    F("group_id", STRING),
+    F("topics", Array(Struct("OffsetFetchRequestTopic", [
+        F("name", STRING),
+        F("partition_indexes", Array(INT32)),
+    ])), nullable="2+"),
+])
+
+OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 5), [
+    F("throttle_time_ms", INT32, "3+"),
+    F("topics", Array(Struct("OffsetFetchResponseTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("OffsetFetchResponsePartition", [
+            F("partition_index", INT32),
+            F("committed_offset", INT64),
+            F("committed_leader_epoch", INT32, "5+", default=-1),
+            F("metadata", STRING, nullable="0+"),
+            F("error_code", INT16),
+        ]))),
+    ]))),
+    F("error_code", INT16, "2+"),
+])
+
+# -- FindCoordinator (10) -----------------------------------------------------------------
+# v1: key_type (0 = group, 1 = transaction), throttle, error_message.
+
+FindCoordinatorRequest = message(K.FIND_COORDINATOR, "FindCoordinatorRequest", (0, 2), [
+    F("key", STRING),
+    F("key_type", INT8, "1+"),
+])
+
+FindCoordinatorResponse = message(K.FIND_COORDINATOR, "FindCoordinatorResponse", (0, 2), [
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+    F("error_message", STRING, "1+", nullable="1+", default=None),
+    F("node_id", INT32),
+    F("host", STRING),
+    F("port", INT32),
+])
+
+# -- Group membership (11-14) -------------------------------------------------------------
+
+JoinGroupRequest = message(K.JOIN_GROUP, "JoinGroupRequest", (0, 3), [
+    F("group_id", STRING),
+    F("session_timeout_ms", INT32),
+    F("rebalance_timeout_ms", INT32, "1+", default=-1),
+    F("member_id", STRING),
+    F("protocol_type", STRING),
+    F("protocols", Array(Struct("JoinGroupRequestProtocol", [
+        F("name", STRING),
+        F("metadata", BYTES),
+    ]))),
+])
+
+JoinGroupResponse = message(K.JOIN_GROUP, "JoinGroupResponse", (0, 3), [
+    F("throttle_time_ms", INT32, "2+"),
+    F("error_code", INT16),
+    F("generation_id", INT32, default=-1),
+    F("protocol_name", STRING),
+    F("leader", STRING),
+    F("member_id", STRING),
+    F("members", Array(Struct("JoinGroupResponseMember", [
+        F("member_id", STRING),
+        F("metadata", BYTES),
+    ]))),
+])
+
+HeartbeatRequest = message(K.HEARTBEAT, "HeartbeatRequest", (0, 2), [
+    F("group_id", STRING),
+    F("generation_id", INT32),
+    F("member_id", STRING),
+])
+
+HeartbeatResponse = message(K.HEARTBEAT, "HeartbeatResponse", (0, 2), [
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+])
+
+LeaveGroupRequest = message(K.LEAVE_GROUP, "LeaveGroupRequest", (0, 2), [
+    F("group_id", STRING),
+    F("member_id", STRING),
+])
+
+LeaveGroupResponse = message(K.LEAVE_GROUP, "LeaveGroupResponse", (0, 2), [
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+])
+
+SyncGroupRequest = message(K.SYNC_GROUP, "SyncGroupRequest", (0, 2), [
+    F("group_id", STRING),
+    F("generation_id", INT32),
+    F("member_id", STRING),
+    F("assignments", Array(Struct("SyncGroupRequestAssignment", [
+        F("member_id", STRING),
+        F("assignment", BYTES),
+    ]))),
+])
+
+SyncGroupResponse = message(K.SYNC_GROUP, "SyncGroupResponse", (0, 2), [
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+    F("assignment", BYTES),
+])
+
+# -- ApiVersions (18) ---------------------------------------------------------------------
+# The request is empty before v3. The response puts throttle_time_ms *after* the array, so a
+# v0 response is a prefix of v1/v2: that is what makes the UNSUPPORTED_VERSION fallback work.
+
+ApiVersionsRequest = message(K.API_VERSIONS, "ApiVersionsRequest", (0, 2), [])
+
+ApiVersionsResponse = message(K.API_VERSIONS, "ApiVersionsResponse", (0, 2), [
+    F("error_code", INT16),
+    F("api_keys", Array(Struct("ApiVersion", [
+        F("api_key", INT16),
+        F("min_version", INT16),
+        F("max_version", INT16),
+    ]))),
+    F("throttle_time_ms", INT32, "1+"),
+])
+
+# -- CreateTopics (19) / DeleteTopics (20) ------------------------------------------------
+
+CreateTopicsRequest = message(K.CREATE_TOPICS, "CreateTopicsRequest", (0, 3), [
+    F("topics", Array(Struct("CreatableTopic", [
+        F("name", STRING),
+        F("num_partitions", INT32),
+        F("replication_factor", INT16),
+        F("assignments", Array(Struct("CreatableReplicaAssignment", [
+            F("partition_index", INT32),
+            F("broker_ids", Array(INT32)),
+        ]))),
+        F("configs", Array(Struct("CreatableTopicConfig", [
+            F("name", STRING),
+            F("value", STRING, nullable="0+"),
+        ]))),
+    ]))),
+    F("timeout_ms", INT32, default=60000),
+    F("validate_only", BOOLEAN, "1+"),
+])
+
+CreateTopicsResponse = message(K.CREATE_TOPICS, "CreateTopicsResponse", (0, 3), [
+    F("throttle_time_ms", INT32, "2+"),
+    F("topics", Array(Struct("CreatableTopicResult", [
+        F("name", STRING),
+        F("error_code", INT16),
+        F("error_message", STRING, "1+", nullable="0+", default=None),
+    ]))),
+])
+
+DeleteTopicsRequest = message(K.DELETE_TOPICS, "DeleteTopicsRequest", (0, 3), [
+    F("topic_names", Array(STRING)),
+    F("timeout_ms", INT32),
+])
+
+DeleteTopicsResponse = message(K.DELETE_TOPICS, "DeleteTopicsResponse", (0, 3), [
+    F("throttle_time_ms", INT32, "1+"),
+    F("responses", Array(Struct("DeletableTopicResult", [
+        F("name", STRING),
+        F("error_code", INT16),
+    ]))),
+])
+
+del F, K
+# fmt: on
+
+# -- Registries ---------------------------------------------------------------------------
+
+_ALL: list[type[Message]] = [
+    v
+    for v in list(globals().values())
+    if isinstance(v, type) and issubclass(v, Message) and v is not Message
+]
+
+#: api key -> request class / response class
+REQUEST_CLASSES: dict[int, type[Message]] = {c.API_KEY: c for c in _ALL if c.IS_REQUEST}
+RESPONSE_CLASSES: dict[int, type[Message]] = {c.API_KEY: c for c in _ALL if not c.IS_REQUEST}
+
+#: What trilog implements: api key -> (min version, max version), both inclusive.
+API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey(key): (cls.MIN_VERSION, cls.MAX_VERSION) for key, cls in sorted(REQUEST_CLASSES.items())
+}
+
+for _key, _req in REQUEST_CLASSES.items():
+    _resp = RESPONSE_CLASSES[_key]
+    if (_req.MIN_VERSION, _req.MAX_VERSION) != (_resp.MIN_VERSION, _resp.MAX_VERSION):
+        raise AssertionError(f"{_req.__name__} and {_resp.__name__} disagree on versions")
+del _key, _req, _resp
+
+
+def request_class(api_key: int) -> type[Message]:
+    """The request class of ``api_key``; ``KeyError`` if trilog does not implement it."""
+    return REQUEST_CLASSES[api_key]
+
+
+def response_class(api_key: int) -> type[Message]:
+    """The response class of ``api_key``; ``KeyError`` if trilog does not implement it."""
+    return RESPONSE_CLASSES[api_key]
