@@ -75,3 +75,10 @@ def test_every_property_is_documented():
     for prop in PROPERTIES:
         assert prop.name in text and f"`{prop.name}`" in md
         assert prop.doc.endswith((".", ")"))
+
+
+def test_docs_reference_matches_the_table():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "broker-config.md").read_text()
+    assert properties_markdown() in doc, "regenerate docs/broker-config.md from PROPERTIES"

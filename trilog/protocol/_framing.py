@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from trilog.errors import RemoteProtocolError, UnsupportedVersionError
 from trilog.protocol._messages import (
@@ -342,23 +342,27 @@ def decode_response(
 # -- ApiVersions ------------------------------------------------------------------------------
 
 
-def api_versions_response(error_code: int = 0, throttle_time_ms: int = 0) -> Message:
-    """An ApiVersionsResponse listing ``API_VERSIONS``."""
+def api_versions_response(
+    error_code: int = 0, throttle_time_ms: int = 0, versions: Mapping[int, tuple[int, int]] | None = None
+) -> Message:
+    """An ApiVersionsResponse listing ``versions`` (default: all of ``API_VERSIONS``)."""
     keys = [
         ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
-        for k, (lo, hi) in sorted(API_VERSIONS.items())
+        for k, (lo, hi) in sorted((API_VERSIONS if versions is None else versions).items())
     ]
     return ApiVersionsResponse(
         error_code=error_code, api_keys=keys, throttle_time_ms=throttle_time_ms
     )
 
 
-def encode_api_versions_fallback(correlation_id: int) -> bytes:
+def encode_api_versions_fallback(
+    correlation_id: int, versions: Mapping[int, tuple[int, int]] | None = None
+) -> bytes:
     """The framed answer to an ApiVersions request of an unsupported version.
 
     Kafka's rule: UNSUPPORTED_VERSION (35) plus the supported ranges, always encoded as v0 so
     any client can read it and retry with a version from the list.
     """
     return encode_response(
-        api_versions_response(error_code=_UNSUPPORTED_VERSION), 0, correlation_id
+        api_versions_response(error_code=_UNSUPPORTED_VERSION, versions=versions), 0, correlation_id
     )

@@ -1,0 +1,216 @@
+"""What the broker knows of its cluster: brokers, topics, partitions and their leaders.
+
+Two implementations answer the same questions:
+
+- ``StandaloneCluster``: one broker, no ZooKeeper; the partition directories under
+  ``log.dirs`` are the list of topics.
+- ``ZooKeeperCluster`` (``_zkcluster.py``): brokers and topics from ZooKeeper (the seeds'
+  layout), kept current by watches.
+
+The request handlers read the cached view synchronously (a Metadata request costs no I/O)
+and call the async ``create_topic`` / ``delete_topic``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+
+import trio
+
+from trilog._topic import validate_topic_name
+from trilog.errors import (
+    InvalidPartitionsError,
+    InvalidRequestError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from trilog.storage import LogManager
+
+log = logging.getLogger("trilog.broker")
+
+#: Internal topics: readable, not writable by clients, listed with ``is_internal``.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+
+
+def new_cluster_id() -> str:
+    """Kafka's form: a random UUID in URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def check_new_topic(name: str, num_partitions: int, replication_factor: int,
+                    live_brokers: int, assignment: dict[int, list[int]] | None) -> None:
+    """Validate a CreateTopics entry; raise the ``ApiError`` Kafka would answer with."""
+    validate_topic_name(name)
+    if assignment:
+        if num_partitions not in (-1, len(assignment)) or replication_factor != -1:
+            raise InvalidRequestError(
+                "give either num_partitions/replication_factor or a replica assignment"
+            )
+        if sorted(assignment) != list(range(len(assignment))):
+            raise InvalidReplicaAssignmentError("partitions must be numbered 0..n-1")
+        for replicas in assignment.values():
+            if len(replicas) != 1:
+                raise InvalidReplicationFactorError(
+                    "trilog has no replication yet: each partition has exactly one replica"
+                )
+        return
+    if num_partitions == 0 or num_partitions < -1:
+        raise InvalidPartitionsError(f"number of partitions must be at least 1, not {num_partitions}")
+    if replication_factor not in (-1, 1):
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor}: trilog has no replication yet, use 1"
+        )
+    if live_brokers < 1:
+        raise InvalidReplicationFactorError("no live brokers")
+
+
+class Cluster:
+    """The interface the handlers use; see the module docstring."""
+
+    broker: BrokerInfo
+    cluster_id: str
+
+    def brokers(self) -> list[BrokerInfo]:
+        raise NotImplementedError
+
+    @property
+    def controller_id(self) -> int:
+        return min((b.node_id for b in self.brokers()), default=-1)
+
+    def topics(self) -> dict[str, dict[int, int]]:
+        """``{topic: {partition: leader id (-1: no leader now)}}``."""
+        raise NotImplementedError
+
+    def partitions(self, topic: str) -> dict[int, int] | None:
+        return self.topics().get(topic)
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        """The leader's id, -1 if the partition has none now, None if it does not exist."""
+        parts = self.topics().get(topic)
+        if parts is None:
+            return None
+        return parts.get(partition)
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int = -1,
+                           assignment: dict[int, list[int]] | None = None,
+                           validate_only: bool = False) -> None:
+        raise NotImplementedError
+
+    async def delete_topic(self, name: str) -> None:
+        raise NotImplementedError
+
+
+class StandaloneCluster(Cluster):
+    """One broker and its log dirs.  Runs in the trio thread; logs are created in threads."""
+
+    def __init__(self, broker: BrokerInfo, log_manager: LogManager, cluster_id: str,
+                 default_partitions: int, limiter: trio.CapacityLimiter) -> None:
+        self.broker = broker
+        self.cluster_id = cluster_id
+        self._logs = log_manager
+        self._default_partitions = default_partitions
+        self._limiter = limiter
+        self._topics: dict[str, dict[int, int]] = {}
+        for lg in log_manager.logs():
+            self._topics.setdefault(lg.topic, {})[lg.partition] = broker.node_id
+        self._lock = trio.Lock()
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [self.broker]
+
+    def topics(self) -> dict[str, dict[int, int]]:
+        return self._topics
+
+    async def create_topic(self, name, num_partitions, replication_factor=-1, assignment=None,
+                           validate_only=False) -> None:
+        check_new_topic(name, num_partitions, replication_factor, 1, assignment)
+        if assignment:
+            for replicas in assignment.values():
+                if replicas != [self.broker.node_id]:
+                    raise InvalidReplicaAssignmentError(
+                        f"broker {replicas[0]} does not exist; this broker is {self.broker.node_id}"
+                    )
+            num_partitions = len(assignment)
+        if num_partitions == -1:
+            num_partitions = self._default_partitions
+        async with self._lock:
+            if name in self._topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            if validate_only:
+                return
+            await trio.to_thread.run_sync(self._create_logs, name, num_partitions,
+                                          limiter=self._limiter)
+            self._topics[name] = {p: self.broker.node_id for p in range(num_partitions)}
+        log.info("created topic %s with %d partitions", name, num_partitions)
+
+    def _create_logs(self, name: str, num_partitions: int) -> None:
+        for p in range(num_partitions):
+            self._logs.get_or_create_log(name, p)
+
+    async def delete_topic(self, name: str) -> None:
+        async with self._lock:
+            parts = self._topics.pop(name, None)
+            if parts is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            await trio.to_thread.run_sync(self._delete_logs, name, list(parts),
+                                          limiter=self._limiter)
+        log.info("deleted topic %s", name)
+
+    def _delete_logs(self, name: str, partitions: list[int]) -> None:
+        for p in partitions:
+            self._logs.delete_log(name, p)
+
+
+def load_or_create_meta(log_dirs: list[str], broker_id: int, cluster_id: str | None) -> str:
+    """Kafka's ``meta.properties`` in every log dir: the cluster id this data belongs to.
+
+    Returns the cluster id (the one on disk, or ``cluster_id``, or a new one).  A log dir
+    that belongs to another broker id or cluster is refused, as Kafka does.
+    """
+    from trilog.broker._config import ConfigError, parse_properties
+
+    found: str | None = None
+    for d in log_dirs:
+        path = os.path.join(d, "meta.properties")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            props = parse_properties(f.read(), path)
+        if props.get("broker.id") not in (None, str(broker_id)):
+            raise ConfigError(
+                f"{path} says this data belongs to broker {props.get('broker.id')}, "
+                f"but broker.id is {broker_id}"
+            )
+        disk_id = props.get("cluster.id")
+        if disk_id and found and disk_id != found:
+            raise ConfigError(f"log dirs belong to different clusters ({found}, {disk_id})")
+        found = disk_id or found
+    if cluster_id and found and cluster_id != found:
+        raise ConfigError(
+            f"the log dirs belong to cluster {found}, but ZooKeeper's /cluster/id is {cluster_id}"
+        )
+    result = found or cluster_id or new_cluster_id()
+    for d in log_dirs:
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "meta.properties")
+        if not os.path.exists(path):
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(f"version=0\nbroker.id={broker_id}\ncluster.id={result}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    return result

@@ -1,0 +1,462 @@
+"""Request dispatch: one method per API, Kafka's answers and error codes.
+
+``RequestHandler.handle(frame, peer)`` decodes a request frame, runs the API's handler and
+returns the response as parts for the network layer (``bytes`` and ``FetchSlice`` objects
+that go out with ``sendfile``), or ``None`` when no response is due (Produce with acks=0).
+
+Error policy, as Kafka's broker:
+- a request that decodes gets a response; per-partition problems are per-partition error
+  codes (``UNKNOWN_TOPIC_OR_PARTITION``, ``NOT_LEADER_OR_FOLLOWER``, ``CORRUPT_MESSAGE`` ...);
+- ApiVersions of an unsupported version gets the v0 fallback with error 35;
+- any other unsupported version, unknown API key or undecodable body closes the connection
+  (there is no way to answer in a format the client will parse).
+
+Storage calls are blocking; each request makes at most one hop to a worker thread for all
+its partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+import trio
+
+from trilog._topic import validate_topic_name
+from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
+from trilog.broker._config import BrokerConfig
+from trilog.broker._purgatory import FetchPurgatory
+from trilog.errors import (
+    ApiError,
+    CorruptMessageError,
+    InvalidRequiredAcksError,
+    InvalidTopicError,
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    ProtocolError,
+    RemoteProtocolError,
+    TopicAuthorizationFailedError,
+    TopicDeletionDisabledError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
+from trilog.protocol import (
+    API_VERSIONS,
+    ApiKey,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    FetchResponse,
+    ListOffsetsResponse,
+    MetadataResponse,
+    ProduceResponse,
+    api_versions_response,
+    decode_request,
+    encode_api_versions_fallback,
+    encode_response_parts,
+    peek_request_header,
+)
+from trilog.records import legacy_to_v2, v2_to_legacy
+from trilog.storage import LogManager
+
+log = logging.getLogger("trilog.broker.requests")
+
+_MAGIC_OFFSET = 16  # where every record format keeps its magic byte
+
+
+def _code(exc: BaseException) -> int:
+    return exc.code if isinstance(exc, ApiError) else UnknownServerError.code
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RequestHandler:
+    """Turns request frames into responses.  Runs in the trio thread."""
+
+    def __init__(self, config: BrokerConfig, cluster: Cluster, logs: LogManager,
+                 purgatory: FetchPurgatory, limiter: trio.CapacityLimiter) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.logs = logs
+        self.purgatory = purgatory
+        self.limiter = limiter
+        self._max_request = config["socket.request.max.bytes"]
+        self._handlers: dict[int, Callable[[Any, Any], Any]] = {
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+        }
+        self.supported = {k: v for k, v in API_VERSIONS.items() if k in self._handlers}
+
+    def register(self, api_key: int, handler: Callable[[Any, Any], Any]) -> None:
+        """Serve another API (the group coordinator adds its own)."""
+        self._handlers[api_key] = handler
+        self.supported[api_key] = API_VERSIONS[api_key]
+
+    async def handle(self, frame: memoryview, peer: str):
+        try:
+            header, request = decode_request(frame, max_length=self._max_request)
+        except UnsupportedVersionError:
+            header = peek_request_header(frame)
+            if header.api_key == ApiKey.API_VERSIONS:
+                return [encode_api_versions_fallback(header.correlation_id, self.supported)]
+            raise RemoteProtocolError(
+                f"{_api_name(header.api_key)} v{header.api_version} is not supported"
+            ) from None
+        handler = self._handlers.get(header.api_key)
+        if handler is None:
+            raise RemoteProtocolError(f"{_api_name(header.api_key)} is not served by this broker")
+        try:
+            response = await handler(request, header)
+        except ProtocolError:
+            raise
+        except ApiError as exc:  # a request-level error a handler did not map
+            log.warning("%s from %s failed: %s", _api_name(header.api_key), peer, exc)
+            raise RemoteProtocolError(f"request failed: {exc}") from exc
+        if response is None:
+            return None
+        return encode_response_parts(response, header.api_version, header.correlation_id)
+
+    # -- ApiVersions -------------------------------------------------------------------------
+
+    async def api_versions(self, request, header):
+        return api_versions_response(versions=self.supported)
+
+    # -- Metadata ----------------------------------------------------------------------------
+
+    async def metadata(self, request, header):
+        R = MetadataResponse
+        cluster = self.cluster
+        topics_all = cluster.topics()
+        if request.topics is None or (header.api_version == 0 and not request.topics):
+            wanted = sorted(topics_all)
+        else:
+            wanted = [t.name for t in request.topics]
+        auto_create = (
+            self.config["auto.create.topics.enable"]
+            and (header.api_version < 4 or request.allow_auto_topic_creation)
+        )
+        topics = []
+        for name in wanted:
+            error = 0
+            if name not in topics_all:
+                try:
+                    validate_topic_name(name)
+                    if not auto_create or name in INTERNAL_TOPICS:
+                        raise UnknownTopicOrPartitionError()
+                    await cluster.create_topic(name, -1)
+                    error = LeaderNotAvailableError.code  # Kafka's answer: ask again shortly
+                except ApiError as exc:
+                    if exc.code != 36:  # TOPIC_ALREADY_EXISTS: someone else won the race
+                        topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name,
+                                                              partitions=[]))
+                        continue
+            partitions = cluster.partitions(name) or {}
+            if partitions and error:
+                error = 0 if all(l >= 0 for l in partitions.values()) else error
+            topics.append(
+                R.MetadataResponseTopic(
+                    error_code=error,
+                    name=name,
+                    is_internal=name in INTERNAL_TOPICS,
+                    partitions=[
+                        R.MetadataResponseTopic.MetadataResponsePartition(
+                            error_code=0 if leader >= 0 else LeaderNotAvailableError.code,
+                            partition_index=p,
+                            leader_id=leader,
+                            replica_nodes=[leader] if leader >= 0 else [],
+                            isr_nodes=[leader] if leader >= 0 else [],
+                            offline_replicas=[],
+                        )
+                        for p, leader in sorted(partitions.items())
+                    ],
+                )
+            )
+        return R(
+            brokers=[
+                R.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port)
+                for b in cluster.brokers()
+            ],
+            cluster_id=cluster.cluster_id,
+            controller_id=cluster.controller_id,
+            topics=topics,
+        )
+
+    def _check_partition(self, topic: str, partition: int, *, write: bool = False) -> None:
+        """Raise the ApiError a request for this partition gets, if any."""
+        leader = self.cluster.leader(topic, partition)
+        if leader is None:
+            try:
+                validate_topic_name(topic)
+            except InvalidTopicError:
+                raise
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+        if leader != self.cluster.broker.node_id:
+            raise NotLeaderOrFollowerError(f"broker {self.cluster.broker.node_id} does not lead "
+                                           f"{topic}-{partition}")
+        if write and topic in INTERNAL_TOPICS:
+            raise TopicAuthorizationFailedError(f"{topic} is internal")
+
+    # -- Produce -----------------------------------------------------------------------------
+
+    async def produce(self, request, header):
+        acks = request.acks
+        work: list[tuple[str, int, Any]] = []
+        results: dict[tuple[str, int], tuple[int, int, int]] = {}
+        for topic in request.topic_data:
+            for part in topic.partition_data:
+                key = (topic.name, part.index)
+                if acks not in (-1, 0, 1):
+                    results[key] = (InvalidRequiredAcksError.code, -1, -1)
+                    continue
+                try:
+                    self._check_partition(topic.name, part.index, write=True)
+                    if part.records is None or len(part.records) == 0:
+                        raise CorruptMessageError("empty record set")
+                except ApiError as exc:
+                    results[key] = (exc.code, -1, -1)
+                    continue
+                work.append((topic.name, part.index, part.records))
+        if work:
+            appended = await trio.to_thread.run_sync(self._append_all, work, limiter=self.limiter)
+            for key, outcome in appended.items():
+                results[key] = outcome
+                if outcome[0] == 0:
+                    self.purgatory.data_appended(key, outcome[3])
+        if acks == 0:
+            return None
+        R = ProduceResponse
+        by_topic: dict[str, list] = {}
+        for (name, index), outcome in results.items():
+            error, base_offset, log_start = outcome[:3]
+            by_topic.setdefault(name, []).append(
+                R.TopicProduceResponse.PartitionProduceResponse(
+                    index=index, error_code=error, base_offset=base_offset,
+                    log_append_time_ms=-1, log_start_offset=log_start,
+                )
+            )
+        return R(
+            responses=[R.TopicProduceResponse(name=n, partition_responses=p)
+                       for n, p in by_topic.items()],
+            throttle_time_ms=0,
+        )
+
+    def _append_all(self, work):
+        """In a worker thread: append each partition's records; never raises."""
+        out = {}
+        for topic, partition, records in work:
+            try:
+                lg = self.logs.get_log(topic, partition)
+                if lg is None:
+                    raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no log here")
+                if len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] < 2:
+                    # An old client's message set: the log keeps only v2.
+                    records = b"".join(legacy_to_v2(
+                        records, max_batch_bytes=self.config["message.max.bytes"]
+                    ))
+                info = lg.append(records)
+                out[(topic, partition)] = (0, info.first_offset, info.log_start_offset,
+                                           info.size_in_bytes)
+            except ApiError as exc:
+                out[(topic, partition)] = (exc.code, -1, -1, 0)
+            except Exception:
+                log.exception("append to %s-%d failed", topic, partition)
+                out[(topic, partition)] = (UnknownServerError.code, -1, -1, 0)
+        return out
+
+    # -- Fetch -------------------------------------------------------------------------------
+
+    async def fetch(self, request, header):
+        version = header.api_version
+        wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+                  for t in request.topics for p in t.partitions]
+        max_bytes = request.max_bytes if version >= 3 else 0x7FFFFFFF
+        results = await self._read_all(wanted, max_bytes)
+        total = sum(r[1].length for r in results if r[1] is not None)
+        errors = any(r[0] for r in results)
+        if request.max_wait_ms > 0 and total < request.min_bytes and not errors and wanted:
+            _close_slices(results)
+            await self.purgatory.wait([(t, p) for t, p, _, _ in wanted],
+                                      request.min_bytes - total, request.max_wait_ms / 1000)
+            results = await self._read_all(wanted, max_bytes)
+        try:
+            return self._fetch_response(version, wanted, results)
+        except BaseException:
+            _close_slices(results)
+            raise
+
+    async def _read_all(self, wanted, max_bytes):
+        checked = []
+        for topic, partition, offset, part_max in wanted:
+            try:
+                self._check_partition(topic, partition)
+                checked.append(None)
+            except ApiError as exc:
+                checked.append(exc.code)
+        if all(c is not None for c in checked):
+            await trio.lowlevel.checkpoint()
+            return [(c, None, None) for c in checked]
+        return await trio.to_thread.run_sync(self._read_in_thread, wanted, checked, max_bytes,
+                                             limiter=self.limiter)
+
+    def _read_in_thread(self, wanted, checked, max_bytes):
+        """In a worker thread: ``[(error, slice or None, (hw, log start) or None)]``."""
+        out = []
+        budget = max_bytes
+        for (topic, partition, offset, part_max), error in zip(wanted, checked):
+            if error is not None:
+                out.append((error, None, None))
+                continue
+            lg = self.logs.get_log(topic, partition)
+            if lg is None:
+                out.append((UnknownTopicOrPartitionError.code, None, None))
+                continue
+            if budget <= 0:
+                # The response is full; this partition reports its marks and no data.
+                out.append((0, None, (lg.high_watermark, lg.log_start_offset)))
+                continue
+            try:
+                # Log.read returns the first batch whole even above the limit (KIP-74), so a
+                # consumer is never stuck behind a large batch.
+                slc = lg.read(offset, max(1, min(part_max, budget)))
+            except OffsetOutOfRangeError as exc:
+                out.append((exc.code, None, (exc.log_end_offset, exc.log_start_offset)))
+                continue
+            except ApiError as exc:
+                out.append((exc.code, None, None))
+                continue
+            budget -= slc.length
+            out.append((0, slc, None))
+        return out
+
+    def _fetch_response(self, version, wanted, results):
+        R = FetchResponse
+        PD = R.FetchableTopicResponse.PartitionData
+        by_topic: dict[str, list] = {}
+        convert = None if version >= 4 else (0 if version < 2 else 1)
+        for (topic, partition, _offset, part_max), result in zip(wanted, results):
+            error, slc, marks = result
+            hw = ls = -1
+            records: Any = b""
+            if slc is not None:
+                hw, ls = slc.high_watermark, slc.log_start_offset
+                if slc.length == 0:
+                    slc.close()
+                elif convert is not None:
+                    try:
+                        records = v2_to_legacy(slc.read(), convert, max_bytes=part_max)
+                    finally:
+                        slc.close()
+                else:
+                    records = slc
+            elif marks is not None:
+                hw, ls = marks
+            by_topic.setdefault(topic, []).append(
+                PD(partition_index=partition, error_code=error or 0, high_watermark=hw,
+                   last_stable_offset=hw, log_start_offset=ls, aborted_transactions=None,
+                   records=records)
+            )
+        return R(throttle_time_ms=0, error_code=0, session_id=0,
+                 responses=[R.FetchableTopicResponse(topic=t, partitions=p)
+                            for t, p in by_topic.items()])
+
+    # -- ListOffsets -------------------------------------------------------------------------
+
+    async def list_offsets(self, request, header):
+        version = header.api_version
+        wanted = [(t.name, p.partition_index, p.timestamp, p.max_num_offsets)
+                  for t in request.topics for p in t.partitions]
+        checked = []
+        for topic, partition, _ts, _n in wanted:
+            try:
+                self._check_partition(topic, partition)
+                checked.append(0)
+            except ApiError as exc:
+                checked.append(exc.code)
+        answers = await trio.to_thread.run_sync(self._offsets_in_thread, version, wanted,
+                                                checked, limiter=self.limiter)
+        R = ListOffsetsResponse
+        PR = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+        by_topic: dict[str, list] = {}
+        for (topic, partition, _ts, _n), (error, old, ts, off) in zip(wanted, answers):
+            by_topic.setdefault(topic, []).append(
+                PR(partition_index=partition, error_code=error, old_style_offsets=old,
+                   timestamp=ts, offset=off)
+            )
+        return R(throttle_time_ms=0,
+                 topics=[R.ListOffsetsTopicResponse(name=t, partitions=p)
+                         for t, p in by_topic.items()])
+
+    def _offsets_in_thread(self, version, wanted, checked):
+        out = []
+        for (topic, partition, ts, max_n), error in zip(wanted, checked):
+            if error:
+                out.append((error, [], -1, -1))
+                continue
+            lg = self.logs.get_log(topic, partition)
+            if lg is None:
+                out.append((UnknownTopicOrPartitionError.code, [], -1, -1))
+                continue
+            if version == 0:
+                out.append((0, list(lg.offsets_before(ts, max_n)), -1, -1))
+            else:
+                found = lg.offset_for_timestamp(ts)
+                if found is None:
+                    out.append((0, [], -1, -1))
+                else:
+                    out.append((0, [], found.timestamp, found.offset))
+        return out
+
+    # -- CreateTopics / DeleteTopics -----------------------------------------------------------
+
+    async def create_topics(self, request, header):
+        R = CreateTopicsResponse
+        results = []
+        for t in request.topics:
+            assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+            try:
+                await self.cluster.create_topic(
+                    t.name, t.num_partitions, t.replication_factor, assignment or None,
+                    validate_only=getattr(request, "validate_only", False),
+                )
+                results.append(R.CreatableTopicResult(name=t.name, error_code=0))
+            except ApiError as exc:
+                results.append(R.CreatableTopicResult(name=t.name, error_code=exc.code,
+                                                      error_message=str(exc)))
+        return R(throttle_time_ms=0, topics=results)
+
+    async def delete_topics(self, request, header):
+        R = DeleteTopicsResponse
+        results = []
+        for name in request.topic_names:
+            try:
+                if not self.config["delete.topic.enable"]:
+                    raise TopicDeletionDisabledError()
+                if name in INTERNAL_TOPICS:
+                    raise TopicAuthorizationFailedError(f"{name} is internal")
+                await self.cluster.delete_topic(name)
+                results.append(R.DeletableTopicResult(name=name, error_code=0))
+            except ApiError as exc:
+                results.append(R.DeletableTopicResult(name=name, error_code=_code(exc)))
+        return R(throttle_time_ms=0, responses=results)
+
+
+def _close_slices(results) -> None:
+    for _error, slc, _marks in results:
+        if slc is not None:
+            slc.close()
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API key {api_key}"
