@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Mapping
 
 import trio
 
+from trilog._concurrency import unwrap_exception_group
 from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
 from trilog.broker._config import BrokerConfig
 from trilog.broker._handlers import RequestHandler
@@ -132,8 +133,10 @@ async def _serve(broker: Broker, limiter: trio.CapacityLimiter, cluster_id: str 
         limiter=limiter,
     )
     broker.network = network
-    async with trio.open_nursery() as nursery:
-        await nursery.start(network.serve)
+    await network.listen()
+    try:
+        # Registration happens before the nursery so that its errors (a broker id in use)
+        # reach the caller as themselves, not wrapped in an exception group.
         adv = config.advertised
         info = BrokerInfo(config.broker_id, *(adv or (_advertised_host(host), network.port)))
         if make_cluster is None:
@@ -141,14 +144,20 @@ async def _serve(broker: Broker, limiter: trio.CapacityLimiter, cluster_id: str 
                                                  config["num.partitions"], limiter)
         else:
             cluster = await make_cluster(info)
-        broker.cluster = cluster
-        handler_box.append(RequestHandler(config, cluster, broker.logs, broker.purgatory, limiter))
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await network.aclose_listeners()
+        raise
+    broker.cluster = cluster
+    handler_box.append(RequestHandler(config, cluster, broker.logs, broker.purgatory, limiter))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(network.serve)
         nursery.start_soon(_flush_scheduler, broker, limiter)
         nursery.start_soon(_retention_checker, broker, limiter)
         if on_started is not None:
             await on_started(nursery)
-        print_start_line = f"trilog broker {config.broker_id} listening on {host}:{network.port}"
-        log.info("%s, data in %s", print_start_line, ", ".join(config.log_dirs))
+        log.info("broker %d listening on %s:%d, data in %s", config.broker_id, host,
+                 network.port, ", ".join(config.log_dirs))
         task_status.started(broker)
         await broker._shutdown_requested.wait()
         await _drain(broker, config["shutdown.timeout.ms"] / 1000)
@@ -206,9 +215,10 @@ async def _retention_checker(broker: Broker, limiter: trio.CapacityLimiter) -> N
 async def open_broker(config: BrokerConfig | Mapping[str, Any] | None = None
                       ) -> AsyncIterator[Broker]:
     """Run a broker for the body of the ``async with``; shut it down cleanly on exit."""
-    async with trio.open_nursery() as nursery:
-        broker = await nursery.start(serve_broker, config)
-        try:
-            yield broker
-        finally:
-            broker.shutdown()
+    with unwrap_exception_group():
+        async with trio.open_nursery() as nursery:
+            broker = await nursery.start(serve_broker, config)
+            try:
+                yield broker
+            finally:
+                broker.shutdown()

@@ -82,12 +82,22 @@ class Network:
         self._accept_scope = trio.CancelScope()
         self._reader_scopes: set[trio.CancelScope] = set()
         self._connections: set[Any] = set()
+        self._listeners: list[trio.SocketListener] = []
         self.connection_count = 0
 
+    async def listen(self) -> int:
+        """Bind the listening socket (``port`` 0 picks one); return the bound port."""
+        self._listeners = await trio.open_tcp_listeners(self.port, host=self.host, backlog=1024)
+        self.port = self._listeners[0].socket.getsockname()[1]
+        return self.port
+
+    async def aclose_listeners(self) -> None:
+        for listener in self._listeners:
+            await listener.aclose()
+
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Listen, report the bound port through ``task_status``, serve until cancelled."""
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host, backlog=1024)
-        self.port = listeners[0].socket.getsockname()[1]
+        """Serve on the bound listeners until cancelled; ``listen()`` first."""
+        listeners = self._listeners
         async with trio.open_nursery() as nursery:
             channels = []
             for i in range(self._num_processors):
@@ -99,8 +109,7 @@ class Network:
                 with self._accept_scope:
                     await self._acceptor(listeners, cycle(channels))
             finally:
-                for listener in listeners:
-                    await listener.aclose()
+                await self.aclose_listeners()
                 for send in channels:
                     await send.aclose()
 

@@ -1,25 +1,55 @@
 """Kafka's record formats: RecordBatch v2, legacy message sets (magic 0/1), codecs, CRCs.
 
-Pure: no I/O, no trio.  See ``_v2.py`` for the v2 byte layout.
+Pure: no I/O, no trio.  Each format module starts with its byte layout:
+
+* ``_v2.py``      RecordBatch v2 (what trilog stores), ``RecordBatchBuilder``
+* ``_legacy.py``  message sets of magic 0 and 1, wrappers, ``LegacyMessageSetBuilder``
+* ``_memory.py``  ``MemoryRecords``: walk a buffer of any magic without decoding records
+* ``_convert.py`` up-conversion (legacy -> v2) and down-conversion (v2 -> legacy)
+* ``_codecs.py``  none / gzip / snappy / lz4 / zstd, with a decompressed-size cap
+* ``_crc.py``     CRC32 and CRC-32C (crcmod the reference, hardware when installed)
+
+Every decoding failure raises ``CorruptRecordsError``, which is both a
+``trilog.errors.CorruptMessageError`` and a ``trilog.errors.RemoteProtocolError``.
 """
 
 from trilog.records._codecs import (
     CODEC_NAMES,
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
     GZIP,
     LZ4,
     NONE,
     SNAPPY,
     ZSTD,
+    available_codecs,
     codec_for_name,
     compress,
     decompress,
+    is_available,
 )
-from trilog.records._crc import CRC32C_IMPLEMENTATION, crc32, crc32c
+from trilog.records._convert import legacy_to_v2, v2_to_legacy
+from trilog.records._crc import (
+    CRC32C_IMPLEMENTATION,
+    crc32,
+    crc32_reference,
+    crc32c,
+    crc32c_reference,
+)
+from trilog.records._errors import CorruptRecordsError
+from trilog.records._legacy import (
+    NO_TIMESTAMP_TYPE,
+    LegacyMessageSetBuilder,
+    LegacyRecordBatch,
+    build_message_set,
+    iter_legacy_batches,
+)
+from trilog.records._memory import MemoryRecords
 from trilog.records._v2 import (
     CREATE_TIME,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
+    NO_TIMESTAMP,
     Header,
     Record,
     RecordBatch,
@@ -33,24 +63,39 @@ __all__ = [
     "CODEC_NAMES",
     "CRC32C_IMPLEMENTATION",
     "CREATE_TIME",
+    "DEFAULT_MAX_DECOMPRESSED_SIZE",
     "GZIP",
     "HEADER_SIZE",
-    "Header",
     "LOG_APPEND_TIME",
     "LOG_OVERHEAD",
     "LZ4",
     "NONE",
+    "NO_TIMESTAMP",
+    "NO_TIMESTAMP_TYPE",
+    "SNAPPY",
+    "ZSTD",
+    "CorruptRecordsError",
+    "Header",
+    "LegacyMessageSetBuilder",
+    "LegacyRecordBatch",
+    "MemoryRecords",
     "Record",
     "RecordBatch",
     "RecordBatchBuilder",
-    "SNAPPY",
-    "ZSTD",
+    "available_codecs",
     "build_batch",
+    "build_message_set",
     "codec_for_name",
     "compress",
     "crc32",
+    "crc32_reference",
     "crc32c",
+    "crc32c_reference",
     "decompress",
+    "is_available",
     "iter_batches",
+    "iter_legacy_batches",
+    "legacy_to_v2",
     "patch_base_offset",
+    "v2_to_legacy",
 ]

@@ -2,20 +2,59 @@
 
     0 none   1 gzip   2 snappy   3 lz4   4 zstd
 
-gzip (zlib) and lz4 are always present; snappy and zstd work when their library is
-installed and raise ``UnsupportedCodecError`` naming the library otherwise.
+gzip (zlib) and lz4 are always present.  snappy (``python-snappy`` or ``cramjam``) and zstd
+(``zstandard`` or ``cramjam``) work when a library is installed and raise
+``UnsupportedCodecError`` naming the library and its pip package otherwise.
+
+Framing follows the Java client: gzip streams (any number of members), LZ4 frames with
+independent blocks (``_lz4``; magic 0 uses the broken KAFKA-3160 header checksum), snappy in
+xerial-java's block framing (``_snappy``), zstd frames.
+
+Decompression bombs: every decompression stops at ``max_size`` bytes of output
+(``DEFAULT_MAX_DECOMPRESSED_SIZE``, 64 MiB, unless the caller passes another cap) and
+raises ``CorruptRecordsError``.  64 MiB is 64 times Kafka's default ``message.max.bytes``
+(1 MiB): real batches compress two to ten times, so only hostile or broken input hits it,
+while one batch can never make the process allocate more than that.  A broker that raises
+``message.max.bytes`` should pass a proportionally larger cap.
+
+Every failure inside a library (corrupt or truncated payload, oversize output) surfaces as
+``CorruptRecordsError``, which is both a ``CorruptMessageError`` and a ``RemoteProtocolError``.
 """
 
 from __future__ import annotations
 
-import gzip
 import zlib
 
-from trilog.errors import RemoteProtocolError, UnsupportedCodecError
+from trilog.errors import UnsupportedCodecError
+from trilog.records import _lz4, _snappy
+from trilog.records._errors import CorruptRecordsError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 CODEC_BY_NAME = {name: code for code, name in CODEC_NAMES.items()}
+
+#: Default cap on the output of one decompression (see the module docstring).
+DEFAULT_MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024
+
+#: gzip level: the JVM's ``Deflater.DEFAULT_COMPRESSION`` (6), which Kafka's producer uses.
+GZIP_LEVEL = 6
+#: zstd level: Kafka's default (3).
+ZSTD_LEVEL = 3
+
+try:
+    import zstandard as _zstandard
+except ImportError:  # pragma: no cover - depends on the environment
+    _zstandard = None
+try:
+    import cramjam as _cramjam
+except ImportError:  # pragma: no cover - depends on the environment
+    _cramjam = None
+
+_MISSING = {
+    SNAPPY: "snappy compression needs the python-snappy or cramjam library "
+    "(pip install python-snappy)",
+    ZSTD: "zstd compression needs the zstandard or cramjam library (pip install zstandard)",
+}
 
 
 def codec_for_name(name: str | None) -> int:
@@ -30,29 +69,132 @@ def codec_for_name(name: str | None) -> int:
         ) from None
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    if codec == GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
-    if codec == LZ4:
-        import lz4.frame
+def is_available(codec: int) -> bool:
+    """Whether this process can compress and decompress with ``codec``."""
+    if codec in (NONE, GZIP, LZ4):
+        return True
+    if codec == SNAPPY:
+        return _snappy.BACKEND is not None
+    if codec == ZSTD:
+        return _zstandard is not None or _cramjam is not None
+    return False
 
-        return lz4.frame.compress(data)
+
+def available_codecs() -> tuple[int, ...]:
+    """The codec ids usable here, ascending."""
+    return tuple(c for c in CODEC_NAMES if is_available(c))
+
+
+def _check_available(codec: int) -> None:
+    if codec not in CODEC_NAMES:
+        raise UnsupportedCodecError(f"unknown compression codec id {codec}")
+    if not is_available(codec):
+        raise UnsupportedCodecError(_MISSING[codec])
+
+
+def compress(codec: int, data, *, magic: int = 2) -> bytes:
+    """``data`` compressed as Kafka's Java producer would for a batch of ``magic``."""
     if codec == NONE:
         return bytes(data)
-    raise UnsupportedCodecError(f"compression codec {CODEC_NAMES.get(codec, codec)} is not supported")
+    if codec == GZIP:
+        # wbits 31: a gzip member with mtime 0, as ``gzip.compress(..., mtime=0)`` writes.
+        co = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+        return co.compress(data) + co.flush()
+    if codec == LZ4:
+        return _lz4.compress(data, kafka_3160=magic == 0)
+    _check_available(codec)
+    if codec == SNAPPY:
+        return _snappy.compress(data)
+    if _zstandard is not None:  # codec == ZSTD
+        return _zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(bytes(data))
+    return bytes(_cramjam.zstd.compress(bytes(data), ZSTD_LEVEL))  # pragma: no cover
 
 
-def decompress(codec: int, data) -> bytes:
+def decompress(codec: int, data, *, magic: int = 2, max_size: int | None = None) -> bytes:
+    """Inverse of ``compress`` for any of the framings Kafka producers write.
+
+    Raises ``CorruptRecordsError`` when ``data`` does not decode, its output would exceed
+    ``max_size`` (default ``DEFAULT_MAX_DECOMPRESSED_SIZE``) or ``codec`` is no codec id;
+    ``UnsupportedCodecError`` when the codec's library is missing.  ``magic`` is accepted for symmetry with ``compress``:
+    readers accept either LZ4 header checksum (see ``_lz4``).
+    """
+    if codec == NONE:
+        return bytes(data)
+    if codec not in CODEC_NAMES:  # attributes bits 0-2 hold 5, 6 or 7: the bytes are bad
+        raise CorruptRecordsError(f"unknown compression codec id {codec}")
+    _check_available(codec)
+    if max_size is None:
+        max_size = DEFAULT_MAX_DECOMPRESSED_SIZE
     try:
         if codec == GZIP:
-            # wbits 47: accept gzip or zlib headers, as the JVM client's readers do.
-            return zlib.decompress(bytes(data), 47)
+            return _gunzip(data, max_size)
         if codec == LZ4:
-            import lz4.frame
+            return _lz4.decompress(data, max_size)
+        if codec == SNAPPY:
+            return _snappy.decompress(data, max_size)
+        return _unzstd(data, max_size)
+    except OverflowError as exc:
+        raise CorruptRecordsError(
+            f"{CODEC_NAMES[codec]} payload decompresses to more than {max_size} bytes "
+            "(the decompressed-size cap; raise max_decompressed_size if this is legitimate)"
+        ) from exc
+    except CorruptRecordsError:
+        raise
+    except Exception as exc:
+        raise CorruptRecordsError(
+            f"cannot decompress {CODEC_NAMES[codec]} payload: {type(exc).__name__}: {exc}"
+        ) from exc
 
-            return lz4.frame.decompress(bytes(data))
-        if codec == NONE:
-            return bytes(data)
-    except (zlib.error, RuntimeError, EOFError, ValueError) as exc:
-        raise RemoteProtocolError(f"cannot decompress {CODEC_NAMES[codec]} data: {exc}") from exc
-    raise UnsupportedCodecError(f"compression codec {CODEC_NAMES.get(codec, codec)} is not supported")
+
+def _gunzip(data, max_size: int) -> bytes:
+    """gzip (or zlib) streams, concatenated members included, stopping at ``max_size``."""
+    out = []
+    total = 0
+    data = bytes(data)
+    while True:
+        # wbits 47: a gzip or zlib header, as the JVM readers accept.
+        d = zlib.decompressobj(47)
+        chunk = d.decompress(data, max_size - total + 1)
+        total += len(chunk)
+        if total > max_size:
+            raise OverflowError
+        out.append(chunk)
+        if not d.eof:
+            raise ValueError("gzip stream is truncated")
+        data = d.unused_data
+        if not data.strip(b"\x00"):  # trailing padding is tolerated, as GZIPInputStream does
+            return b"".join(out)
+
+
+def _unzstd(data, max_size: int) -> bytes:  # pragma: no cover - zstandard not installed in CI
+    if _zstandard is not None:
+        # zstandard's decompressobj has no output cap and its stream_reader does not report a
+        # truncated frame, so feed the decompressobj 1 KiB of input at a time and check the
+        # total as we go: the overshoot is bounded by zstd's maximum ratio (~32768:1).
+        view = memoryview(bytes(data))
+        out = []
+        total = 0
+        pos = 0
+        d = _zstandard.ZstdDecompressor().decompressobj()
+        while pos < len(view):
+            step = view[pos : pos + 1024]
+            chunk = d.decompress(step)
+            pos += len(step)
+            total += len(chunk)
+            if total > max_size:
+                raise OverflowError
+            out.append(chunk)
+            if d.eof:  # the frame ended: more frames may follow, each with its own object
+                rest = d.unused_data
+                pos -= len(rest)
+                d = _zstandard.ZstdDecompressor().decompressobj()
+                if not bytes(view[pos:]).strip(b"\x00"):
+                    return b"".join(out)
+        if not d.eof:
+            raise ValueError("zstd frame is truncated")
+        return b"".join(out)
+    # cramjam has no output cap: check after the fact (the allocation has happened).
+    result = bytes(_cramjam.zstd.decompress(bytes(data)))
+    if len(result) > max_size:
+        raise OverflowError
+    return result

@@ -28,7 +28,9 @@ except ImportError:  # pragma: no cover - depends on the environment
     CRC32C_IMPLEMENTATION = "crcmod"
 else:
     crc32c = _crc32c_hw.crc32c
-    CRC32C_IMPLEMENTATION = "crc32c (hardware)" if _crc32c_hw.hardware_based else "crc32c (software)"
+    CRC32C_IMPLEMENTATION = (
+        "crc32c (hardware)" if _crc32c_hw.hardware_based else "crc32c (software)"
+    )
 
 
 def crc32(data) -> int:

@@ -39,6 +39,10 @@ def _rotl(x: int, r: int) -> int:
     return ((x << r) | (x >> (32 - r))) & _M
 
 
+def _round(acc: int, lane: int) -> int:
+    return _rotl((acc + lane * _P2) & _M, 13) * _P1 & _M
+
+
 def xxh32(data, seed: int = 0) -> int:
     """xxHash32 in pure Python: only ever run over an LZ4 frame descriptor (a few bytes)."""
     data = bytes(data)
@@ -50,10 +54,10 @@ def xxh32(data, seed: int = 0) -> int:
         v3 = seed & _M
         v4 = (seed - _P1) & _M
         while i <= n - 16:
-            v1 = _rotl((v1 + int.from_bytes(data[i : i + 4], "little") * _P2) & _M, 13) * _P1 & _M
-            v2 = _rotl((v2 + int.from_bytes(data[i + 4 : i + 8], "little") * _P2) & _M, 13) * _P1 & _M
-            v3 = _rotl((v3 + int.from_bytes(data[i + 8 : i + 12], "little") * _P2) & _M, 13) * _P1 & _M
-            v4 = _rotl((v4 + int.from_bytes(data[i + 12 : i + 16], "little") * _P2) & _M, 13) * _P1 & _M
+            v1 = _round(v1, int.from_bytes(data[i : i + 4], "little"))
+            v2 = _round(v2, int.from_bytes(data[i + 4 : i + 8], "little"))
+            v3 = _round(v3, int.from_bytes(data[i + 8 : i + 12], "little"))
+            v4 = _round(v4, int.from_bytes(data[i + 12 : i + 16], "little"))
             i += 16
         h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M
     else:

@@ -31,12 +31,14 @@ that is what lets the broker validate and store a batch without touching its rec
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Iterator, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
-from trilog.errors import CorruptMessageError, RemoteProtocolError
+from trilog.errors import LocalProtocolError, RemoteProtocolError
 from trilog.records import _codecs
 from trilog.records._crc import crc32c
-from trilog.records._varint import decode_varint, encode_varint
+from trilog.records._errors import CorruptRecordsError
+from trilog.records._varint import _TABLE, _TABLE_LIMIT, decode_varint, encode_varint
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -84,26 +86,26 @@ class RecordBatch:
     """
 
     __slots__ = (
-        "buffer",
-        "position",
-        "base_offset",
-        "batch_length",
-        "partition_leader_epoch",
-        "magic",
-        "crc",
         "attributes",
-        "last_offset_delta",
-        "first_timestamp",
-        "max_timestamp",
-        "producer_id",
-        "producer_epoch",
+        "base_offset",
         "base_sequence",
+        "batch_length",
+        "buffer",
+        "crc",
+        "first_timestamp",
+        "last_offset_delta",
+        "magic",
+        "max_timestamp",
+        "partition_leader_epoch",
+        "position",
+        "producer_epoch",
+        "producer_id",
         "record_count",
     )
 
     def __init__(self, buffer, position: int = 0) -> None:
         if len(buffer) - position < HEADER_SIZE:
-            raise CorruptMessageError("record batch shorter than its 61-byte header")
+            raise CorruptRecordsError("record batch shorter than its 61-byte header")
         (
             self.base_offset,
             self.batch_length,
@@ -169,100 +171,206 @@ class RecordBatch:
     def is_valid(self) -> bool:
         try:
             self.validate()
-        except CorruptMessageError:
+        except CorruptRecordsError:
             return False
         return True
 
     def validate(self) -> None:
-        """Check magic, sizes and CRC-32C; raise ``CorruptMessageError`` if anything is off."""
+        """Check magic, sizes and CRC-32C; raise ``CorruptRecordsError`` if anything is off."""
         if self.magic != MAGIC:
-            raise CorruptMessageError(f"record batch magic {self.magic}, expected 2")
+            raise CorruptRecordsError(f"record batch magic {self.magic}, expected 2")
         if self.batch_length < MIN_BATCH_LENGTH:
-            raise CorruptMessageError(f"record batch length {self.batch_length} is too small")
+            raise CorruptRecordsError(f"record batch length {self.batch_length} is too small")
         if self.position + self.size > len(self.buffer):
-            raise CorruptMessageError("record batch extends past the end of its buffer")
+            raise CorruptRecordsError("record batch extends past the end of its buffer")
         if self.last_offset_delta < 0 or self.record_count < 0:
-            raise CorruptMessageError("record batch has a negative count or offset delta")
+            raise CorruptRecordsError("record batch has a negative count or offset delta")
+        if self.compression_type not in _codecs.CODEC_NAMES:
+            raise CorruptRecordsError(f"record batch has unknown codec id {self.compression_type}")
         if self.record_count and self.last_offset_delta < self.record_count - 1:
-            raise CorruptMessageError("record batch last offset delta is below its record count")
+            raise CorruptRecordsError("record batch last offset delta is below its record count")
         computed = self.compute_crc()
         if computed != self.crc:
-            raise CorruptMessageError(
+            raise CorruptRecordsError(
                 f"record batch CRC mismatch: stored {self.crc:#010x}, computed {computed:#010x}"
             )
 
     # -- records, decoded lazily -----------------------------------------------------------
 
-    def records_bytes(self) -> bytes:
+    def records_bytes(self, max_decompressed_size: int | None = None) -> bytes:
         """The (decompressed) record section."""
         raw = memoryview(self.buffer)[self.position + HEADER_SIZE : self.position + self.size]
         codec = self.compression_type
         if codec == _codecs.NONE:
             return bytes(raw)
-        return _codecs.decompress(codec, raw)
+        return _codecs.decompress(codec, raw, max_size=max_decompressed_size)
 
     def __iter__(self) -> Iterator[Record]:
+        return self.iter_records()
+
+    def iter_records(self, max_decompressed_size: int | None = None) -> Iterator[Record]:
+        """The records, decoded one at a time (a control batch has none for the caller).
+
+        A compressed batch is decompressed up front, capped at ``max_decompressed_size``
+        (``_codecs.DEFAULT_MAX_DECOMPRESSED_SIZE`` by default).  Raises ``CorruptRecordsError``
+        on malformed records; does not check the CRC (``validate()`` does).
+        """
         if self.is_control_batch:
             return iter(())
-        return _decode_records(self)
+        if self.position + self.size > len(self.buffer) or self.batch_length < MIN_BATCH_LENGTH:
+            raise CorruptRecordsError("record batch extends past the end of its buffer")
+        if self.compression_type == _codecs.NONE and type(self.buffer) is bytes:
+            # Slice records straight out of the caller's bytes: no copy of the section.
+            data, start, end = self.buffer, self.position + HEADER_SIZE, self.position + self.size
+        else:
+            data = self.records_bytes(max_decompressed_size)
+            start, end = 0, len(data)
+        return _decode_records(
+            data,
+            start,
+            end,
+            self.record_count,
+            self.base_offset,
+            self.first_timestamp,
+            self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None,
+        )
 
     def records(self) -> list[Record]:
         return list(self)
 
 
-def _decode_records(batch: RecordBatch) -> Iterator[Record]:
-    data = batch.records_bytes()
-    base_offset = batch.base_offset
-    log_append = batch.timestamp_type == LOG_APPEND_TIME
-    base_ts = batch.first_timestamp
-    ts_type = batch.timestamp_type
-    end = len(data)
-    pos = 0
+_new_tuple = tuple.__new__
+
+
+def _decode_records(
+    data: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    log_append_ts: int | None,
+) -> Iterator[Record]:
+    """Decode ``count`` records from ``data[pos:end]``.
+
+    The consumer's per-record hot path.  Varints of one and two bytes (values within +-8191:
+    nearly every field of nearly every record) are decoded inline, as a function call costs
+    more than the decoding; longer ones go to ``decode_varint``.  ``IndexError`` from running
+    off the end becomes ``CorruptRecordsError``.
+    """
+    ts_type = CREATE_TIME if log_append_ts is None else LOG_APPEND_TIME
+    record_cls = Record
+    varint = decode_varint
+    no_headers: tuple[Header, ...] = ()
     try:
-        for _ in range(batch.record_count):
-            length, pos = decode_varint(data, pos)
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: lengths of 64 .. 8191
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                length, pos = varint(data, pos)
             record_end = pos + length
-            if length < 0 or record_end > end:
-                raise CorruptMessageError("record length runs past the end of its batch")
+            if length < 6 or record_end > end:  # six one-byte fields at least
+                raise CorruptRecordsError("record length runs past the end of its batch")
             pos += 1  # attributes: unused
-            ts_delta, pos = decode_varint(data, pos)
-            offset_delta, pos = decode_varint(data, pos)
-            key_len, pos = decode_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                ts_delta, pos = varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                offset_delta, pos = varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                key_len = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                key_len, pos = varint(data, pos)
             if key_len < 0:
                 key = None
             else:
                 key = data[pos : pos + key_len]
                 pos += key_len
-            value_len, pos = decode_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                value_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: lengths of 64 .. 8191
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                value_len = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                value_len, pos = varint(data, pos)
             if value_len < 0:
                 value = None
             else:
                 value = data[pos : pos + value_len]
                 pos += value_len
-            header_count, pos = decode_varint(data, pos)
-            headers: tuple[Header, ...] = ()
-            if header_count > 0:
-                hs = []
-                for _h in range(header_count):
-                    hk_len, pos = decode_varint(data, pos)
-                    if hk_len < 0:
-                        raise CorruptMessageError("record header with a null key")
-                    hkey = data[pos : pos + hk_len].decode("utf-8", "replace")
-                    pos += hk_len
-                    hv_len, pos = decode_varint(data, pos)
-                    if hv_len < 0:
-                        hval = None
-                    else:
-                        hval = data[pos : pos + hv_len]
-                        pos += hv_len
-                    hs.append(Header(hkey, hval))
-                headers = tuple(hs)
+            if data[pos] == 0:  # zero headers
+                pos += 1
+                headers = no_headers
+            else:
+                headers, pos = _decode_headers(data, pos)
             if pos != record_end:
-                raise CorruptMessageError("record fields do not add up to its length")
-            timestamp = batch.max_timestamp if log_append else base_ts + ts_delta
-            yield Record(base_offset + offset_delta, timestamp, key, value, headers, ts_type)
-    except RemoteProtocolError as exc:
-        raise CorruptMessageError(f"malformed record in batch: {exc}") from exc
+                raise CorruptRecordsError("record fields do not add up to its length")
+            yield _new_tuple(
+                record_cls,
+                (
+                    base_offset + offset_delta,
+                    base_ts + ts_delta if log_append_ts is None else log_append_ts,
+                    key,
+                    value,
+                    headers,
+                    ts_type,
+                ),
+            )
+    except (IndexError, RemoteProtocolError) as exc:
+        if isinstance(exc, CorruptRecordsError):
+            raise
+        raise CorruptRecordsError(f"malformed record in batch: {exc}") from exc
+
+
+def _decode_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
+    header_count, pos = decode_varint(data, pos)
+    if header_count < 0:
+        raise CorruptRecordsError("record with a negative header count")
+    hs = []
+    for _h in range(header_count):
+        hk_len, pos = decode_varint(data, pos)
+        if hk_len < 0:
+            raise CorruptRecordsError("record header with a null key")
+        hkey = data[pos : pos + hk_len].decode("utf-8", "replace")
+        pos += hk_len
+        hv_len, pos = decode_varint(data, pos)
+        if hv_len < 0:
+            hval = None
+        else:
+            hval = data[pos : pos + hv_len]
+            pos += hv_len
+        hs.append(Header(hkey, hval))
+    return tuple(hs), pos
 
 
 def patch_base_offset(buffer: bytearray | memoryview, position: int, base_offset: int) -> None:
@@ -334,6 +442,7 @@ class RecordBatchBuilder:
         self._count = 0
         self._first_timestamp: int | None = None
         self._max_timestamp = NO_TIMESTAMP
+        self._last_offset_delta: int | None = None  # set by append_with_offset only
 
     def __len__(self) -> int:
         return self._count
@@ -343,25 +452,92 @@ class RecordBatchBuilder:
         """Uncompressed size of the batch built so far."""
         return self._size
 
-    def append(self, timestamp: int, key: bytes | None, value: bytes | None, headers=()) -> int | None:
+    def append(
+        self, timestamp: int, key: bytes | None, value: bytes | None, headers=()
+    ) -> int | None:
+        """Add a record; return its offset delta, or ``None`` if the batch is full.
+
+        The producer's per-record hot path.  Records without headers are encoded inline from
+        the varint table (timestamp deltas within 8 s, offsets, lengths under 8 KiB); the
+        rest go through ``encode_record``.
+        """
+        offset_delta = self._count
+        first_ts = self._first_timestamp
+        if first_ts is None:
+            first_ts = self._first_timestamp = timestamp
+        ts_delta = timestamp - first_ts
+        if headers or not -_TABLE_LIMIT <= ts_delta < _TABLE_LIMIT or offset_delta >= _TABLE_LIMIT:
+            record = encode_record(offset_delta, ts_delta, key, value, headers)
+        else:
+            table = _TABLE
+            if key is None:
+                key_len = b"\x01"  # varint -1
+                key = b""
+            else:
+                n = len(key)
+                key_len = table[n + _TABLE_LIMIT] if n < _TABLE_LIMIT else encode_varint(n)
+            if value is None:
+                value_len = b"\x01"
+                value = b""
+            else:
+                n = len(value)
+                value_len = table[n + _TABLE_LIMIT] if n < _TABLE_LIMIT else encode_varint(n)
+            ts_part = table[ts_delta + _TABLE_LIMIT]
+            od_part = table[offset_delta + _TABLE_LIMIT]
+            # attributes byte + header count byte = 2
+            n = (
+                2
+                + len(ts_part)
+                + len(od_part)
+                + len(key_len)
+                + len(key)
+                + len(value_len)
+                + len(value)
+            )
+            record = b"".join(
+                (
+                    table[n + _TABLE_LIMIT] if n < _TABLE_LIMIT else encode_varint(n),
+                    b"\x00",
+                    ts_part,
+                    od_part,
+                    key_len,
+                    key,
+                    value_len,
+                    value,
+                    b"\x00",
+                )
+            )
+        size = self._size + len(record)
+        if self.max_bytes is not None and offset_delta and size > self.max_bytes:
+            return None
+        self._parts.append(record)
+        self._size = size
+        self._count = offset_delta + 1
+        if timestamp > self._max_timestamp:  # noqa: PLR1730 - max() is a call: slower here
+            self._max_timestamp = timestamp
+        return offset_delta
+
+    def append_with_offset(
+        self, offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers=()
+    ) -> int | None:
+        """``append`` at an explicit absolute offset, for conversions that keep the gaps of a
+        compacted log.  Offsets must increase from ``base_offset``; do not mix with ``append``.
+        """
+        delta = offset - self.base_offset
+        if delta < 0 or (self._count and delta <= self._last_offset_delta):
+            raise LocalProtocolError("offsets in a record batch must increase from its base")
         if self._first_timestamp is None:
             self._first_timestamp = timestamp
-        offset_delta = self._count
-        record = encode_record(
-            offset_delta, timestamp - self._first_timestamp, key, value, headers
-        )
-        if (
-            self.max_bytes is not None
-            and self._count
-            and self._size + len(record) > self.max_bytes
-        ):
+        record = encode_record(delta, timestamp - self._first_timestamp, key, value, headers)
+        if self.max_bytes is not None and self._count and self._size + len(record) > self.max_bytes:
             return None
         self._parts.append(record)
         self._size += len(record)
         self._count += 1
-        if timestamp > self._max_timestamp:
+        self._last_offset_delta = delta
+        if timestamp > self._max_timestamp:  # noqa: PLR1730 - max() is a call: slower here
             self._max_timestamp = timestamp
-        return offset_delta
+        return delta
 
     def build(self) -> bytes:
         """Close the batch: compress the records if asked, write the header, one CRC."""
@@ -384,7 +560,7 @@ class RecordBatchBuilder:
             MAGIC,
             0,
             attributes,
-            max(self._count - 1, 0),
+            max(self._count - 1, 0) if self._last_offset_delta is None else self._last_offset_delta,
             first_ts,
             self._max_timestamp,
             self.producer_id,
@@ -422,7 +598,7 @@ def iter_batches(buffer, position: int = 0, end: int | None = None) -> Iterator[
         batch = RecordBatch(buffer, position)
         size = batch.batch_length + LOG_OVERHEAD
         if batch.batch_length < MIN_BATCH_LENGTH:
-            raise CorruptMessageError(f"record batch length {batch.batch_length} is too small")
+            raise CorruptRecordsError(f"record batch length {batch.batch_length} is too small")
         if position + size > end:
             return
         yield batch

@@ -1,0 +1,40 @@
+"""Fixtures for the record-format tests."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from records_helpers import XXHashShim
+
+# kafka-python (the independent implementation we test against) trips a DeprecationWarning
+# inside importlib.resources at import time; pyproject's kafka.* filter does not match it
+# because the warning is attributed to importlib.  Import it once here, warnings silenced.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import kafka
+    import kafka.record.default_records
+    import kafka.record.legacy_records  # noqa: F401
+
+
+@pytest.fixture
+def kafka_codecs(monkeypatch):
+    """Lend kafka-python what it lacks here and we have.
+
+    It needs the ``xxhash`` package for magic 0 LZ4 (we lend our xxh32) and ``python-snappy``
+    for snappy (we lend our raw-snappy backend, e.g. cramjam's; the xerial framing on both
+    sides stays each implementation's own).
+    """
+    import kafka.codec
+
+    from trilog.records import _snappy
+
+    if kafka.codec.xxhash is None:
+        monkeypatch.setattr(kafka.codec, "xxhash", XXHashShim)
+    if kafka.codec.snappy is None and _snappy.BACKEND is not None:
+
+        class SnappyShim:
+            compress = staticmethod(_snappy._compress_raw)
+            decompress = staticmethod(_snappy._decompress_raw)
+
+        monkeypatch.setattr(kafka.codec, "snappy", SnappyShim)

@@ -1,0 +1,26 @@
+"""Small structured-concurrency helpers shared by the broker and the client (pure trio)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+
+@contextmanager
+def unwrap_exception_group() -> Iterator[None]:
+    """Re-raise an exception group holding exactly one exception as that exception.
+
+    ``async with open_x()`` objects own a nursery, and trio wraps everything that leaves a
+    nursery in an ``ExceptionGroup``.  A caller of ``open_broker`` wants the
+    ``BrokerIdInUseError`` or the ``AssertionError`` itself; a group of several real errors
+    is left as it is.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        exc: BaseException = group
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        if exc is group:
+            raise
+        raise exc from None

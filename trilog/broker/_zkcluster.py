@@ -1,0 +1,306 @@
+"""Cluster mode: brokers and topics in ZooKeeper, the seeds' layout (see ``trilog.zk``).
+
+Each broker:
+- registers ``/brokers/ids/<id>`` (ephemeral; a second broker with the same id fails to start)
+  and reuses or creates ``/cluster/id``;
+- watches ``/brokers/ids`` and ``/brokers/topics``, caching every broker's address and every
+  topic's assignment, so Metadata is answered from memory for the whole cluster;
+- serves the partitions assigned to it: creates their logs and writes their
+  ``.../partitions/<n>/state`` (ephemeral, leader = this broker);
+- removes the logs of topics that disappear from ``/brokers/topics`` (DeleteTopics);
+- re-creates its ephemeral nodes after a session expiry.
+
+A partition's leader is its assigned broker while that broker is registered, else -1
+(no replication yet).  A ZooKeeper outage stops none of this broker's serving: the cache
+stays, and the watch loops retry when ZooKeeper is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import trio
+
+from trilog.broker._cluster import BrokerInfo, Cluster, check_new_topic, load_or_create_meta, new_cluster_id
+from trilog.errors import (
+    InvalidReplicaAssignmentError,
+    RemoteProtocolError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    TrilogError,
+    UnknownTopicOrPartitionError,
+)
+from trilog.zk import (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    CLUSTER_ID,
+    BrokerRegistration,
+    NodeExistsError,
+    NoNodeError,
+    ZooKeeper,
+    ZooKeeperError,
+    assign_replicas,
+    broker_path,
+    decode_cluster_id,
+    decode_topic_assignment,
+    encode_cluster_id,
+    encode_partition_state,
+    encode_topic_assignment,
+    open_zookeeper,
+    partition_state_path,
+    topic_path,
+)
+
+log = logging.getLogger("trilog.broker.zk")
+
+#: How long CreateTopics waits for the new topic to show in this broker's cache.
+CREATE_WAIT_S = 5.0
+RETRY_S = 1.0
+
+
+class BrokerIdInUseError(TrilogError):
+    """Another live broker is registered with this broker.id."""
+
+
+class ZooKeeperCluster(Cluster):
+    def __init__(self, zk: ZooKeeper, broker: BrokerInfo, cluster_id: str, logs,
+                 default_partitions: int, limiter: trio.CapacityLimiter) -> None:
+        self.zk = zk
+        self.broker = broker
+        self.cluster_id = cluster_id
+        self._logs = logs
+        self._default_partitions = default_partitions
+        self._limiter = limiter
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._assignments: dict[str, dict[int, list[int]]] = {}
+        self._topics_view: dict[str, dict[int, int]] = {}
+        self._served: set[tuple[str, int]] = set()  # partitions whose state node we wrote
+        self.changed = trio.Event()  # replaced on every cache change; tests and waits use it
+
+    # -- the cached view -------------------------------------------------------------------
+
+    def brokers(self) -> list[BrokerInfo]:
+        return sorted(self._brokers.values(), key=lambda b: b.node_id)
+
+    def topics(self) -> dict[str, dict[int, int]]:
+        return self._topics_view
+
+    def _rebuild_view(self) -> None:
+        live = self._brokers
+        self._topics_view = {
+            topic: {p: (r[0] if r and r[0] in live else -1) for p, r in parts.items()}
+            for topic, parts in self._assignments.items()
+        }
+        self.changed.set()
+        self.changed = trio.Event()
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def register(self) -> None:
+        reg = BrokerRegistration(self.broker.node_id, self.broker.host, self.broker.port)
+        await self.zk.ensure_path(BROKER_IDS)
+        try:
+            await self.zk.create(broker_path(self.broker.node_id), reg.encode(), ephemeral=True)
+        except NodeExistsError:
+            raise BrokerIdInUseError(
+                f"broker.id {self.broker.node_id} is already registered in ZooKeeper by a live "
+                "broker; give each broker its own broker.id"
+            ) from None
+        log.info("registered broker %d at %s:%d", self.broker.node_id, self.broker.host,
+                 self.broker.port)
+
+    async def load(self) -> None:
+        """Read brokers and topics once, so the first Metadata answer is complete."""
+        await self.zk.ensure_path(BROKER_TOPICS)
+        await self._refresh_brokers(await self.zk.get_children(BROKER_IDS))
+        await self._refresh_topics(await self.zk.get_children(BROKER_TOPICS))
+
+    async def run(self) -> None:
+        """The watch loops and the session keeper; runs in the broker's nursery."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch, BROKER_IDS, self._refresh_brokers)
+            nursery.start_soon(self._watch, BROKER_TOPICS, self._refresh_topics)
+            nursery.start_soon(self._session_keeper)
+
+    async def _watch(self, path: str, refresh) -> None:
+        while True:
+            try:
+                value = await self.zk.watch_children(path)
+                async for children in value.eventual_values(lambda v: v is not None):
+                    await refresh(children)
+            except ZooKeeperError as exc:
+                log.warning("watching %s failed (%s); retrying", path, exc)
+                await trio.sleep(RETRY_S)
+
+    async def _session_keeper(self) -> None:
+        async for _generation in self.zk.session_generation.transitions():
+            log.warning("ZooKeeper session expired; registering broker %d again",
+                        self.broker.node_id)
+            while True:
+                try:
+                    await self.register()
+                    served, self._served = self._served, set()
+                    for topic, partition in sorted(served):
+                        await self._write_state(topic, partition)
+                    break
+                except BrokerIdInUseError:
+                    # Our old ephemeral node may linger until the old session is gone.
+                    await trio.sleep(RETRY_S)
+                except ZooKeeperError as exc:
+                    log.warning("re-registration failed (%s); retrying", exc)
+                    await trio.sleep(RETRY_S)
+
+    # -- refreshing the cache ------------------------------------------------------------------
+
+    async def _refresh_brokers(self, children: list[str]) -> None:
+        ids = {int(c) for c in children if c.isdigit()}
+        brokers = {}
+        for node_id in ids:
+            known = self._brokers.get(node_id)
+            if known is not None:
+                brokers[node_id] = known
+                continue
+            try:
+                reg = BrokerRegistration.decode(node_id, await self.zk.get(broker_path(node_id)))
+            except NoNodeError:
+                continue
+            except RemoteProtocolError as exc:
+                log.warning("ignoring broker %d: %s", node_id, exc)
+                continue
+            brokers[node_id] = BrokerInfo(node_id, reg.host, reg.port)
+        self._brokers = brokers
+        self._rebuild_view()
+
+    async def _refresh_topics(self, children: list[str]) -> None:
+        assignments = {}
+        for topic in children:
+            known = self._assignments.get(topic)
+            if known is not None:
+                assignments[topic] = known
+                continue
+            try:
+                data = await self.zk.get(topic_path(topic))
+                assignments[topic] = decode_topic_assignment(topic, data)
+            except NoNodeError:
+                continue
+            except RemoteProtocolError as exc:
+                log.warning("ignoring topic %s: %s", topic, exc)
+                continue
+        gone = set(self._assignments) - set(assignments)
+        self._assignments = assignments
+        self._rebuild_view()
+        await self._serve_assigned()
+        for topic in gone:
+            await self._drop_topic(topic)
+
+    async def _serve_assigned(self) -> None:
+        mine = [(t, p) for t, parts in self._assignments.items() for p, r in parts.items()
+                if r and r[0] == self.broker.node_id and (t, p) not in self._served]
+        if not mine:
+            return
+        await trio.to_thread.run_sync(self._create_logs, mine, limiter=self._limiter)
+        for topic, partition in mine:
+            await self._write_state(topic, partition)
+
+    def _create_logs(self, partitions) -> None:
+        for topic, partition in partitions:
+            self._logs.get_or_create_log(topic, partition)
+
+    async def _write_state(self, topic: str, partition: int) -> None:
+        path = partition_state_path(topic, partition)
+        state = encode_partition_state(self.broker.node_id)
+        try:
+            await self.zk.create(path, state, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            await self.zk.set(path, state)
+        self._served.add((topic, partition))
+
+    async def _drop_topic(self, topic: str) -> None:
+        local = [lg.partition for lg in self._logs.logs() if lg.topic == topic]
+        self._served = {(t, p) for t, p in self._served if t != topic}
+        if local:
+            await trio.to_thread.run_sync(self._delete_logs, topic, local, limiter=self._limiter)
+            log.info("topic %s was deleted; removed its %d local partitions", topic, len(local))
+
+    def _delete_logs(self, topic: str, partitions: list[int]) -> None:
+        for p in partitions:
+            self._logs.delete_log(topic, p)
+
+    # -- admin -----------------------------------------------------------------------------
+
+    async def create_topic(self, name, num_partitions, replication_factor=-1, assignment=None,
+                           validate_only=False) -> None:
+        live = sorted(self._brokers)
+        check_new_topic(name, num_partitions, replication_factor, len(live), assignment)
+        if assignment:
+            unknown = {r[0] for r in assignment.values()} - set(live)
+            if unknown:
+                raise InvalidReplicaAssignmentError(f"brokers {sorted(unknown)} are not live")
+        else:
+            n = self._default_partitions if num_partitions == -1 else num_partitions
+            assignment = assign_replicas(n, live, start=random.randrange(len(live)))
+        if name in self._assignments:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if validate_only:
+            return
+        try:
+            await self.zk.create(topic_path(name), encode_topic_assignment(assignment),
+                                 makepath=True)
+        except NodeExistsError:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists") from None
+        except ZooKeeperError as exc:
+            raise RequestTimedOutError(f"cannot create {name!r}: {exc}") from None
+        log.info("created topic %s: %s", name, assignment)
+        with trio.move_on_after(CREATE_WAIT_S):
+            while name not in self._assignments:
+                await self.changed.wait()
+
+    async def delete_topic(self, name: str) -> None:
+        try:
+            await self.zk.delete(topic_path(name), recursive=True)
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+        except ZooKeeperError as exc:
+            raise RequestTimedOutError(f"cannot delete {name!r}: {exc}") from None
+        with trio.move_on_after(CREATE_WAIT_S):
+            while name in self._assignments:
+                await self.changed.wait()
+
+
+async def _cluster_id(zk: ZooKeeper) -> str:
+    try:
+        return decode_cluster_id(await zk.get(CLUSTER_ID))
+    except NoNodeError:
+        pass
+    try:
+        await zk.create(CLUSTER_ID, encode_cluster_id(new_cluster_id()), makepath=True)
+    except NodeExistsError:
+        pass  # another broker won the race: use its id
+    return decode_cluster_id(await zk.get(CLUSTER_ID))
+
+
+async def serve_with_zookeeper(broker, limiter, serve, task_status) -> None:
+    config = broker.config
+    async with open_zookeeper(
+        config.zookeeper_connect,
+        session_timeout_ms=config["zookeeper.session.timeout.ms"],
+        connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
+    ) as zk:
+        cluster_id = await _cluster_id(zk)
+        await trio.to_thread.run_sync(load_or_create_meta, config.log_dirs, config.broker_id,
+                                      cluster_id)
+        box: list[ZooKeeperCluster] = []
+
+        async def make_cluster(info: BrokerInfo) -> ZooKeeperCluster:
+            cluster = ZooKeeperCluster(zk, info, cluster_id, broker.logs,
+                                       config["num.partitions"], limiter)
+            await cluster.register()
+            await cluster.load()
+            box.append(cluster)
+            return cluster
+
+        async def on_started(nursery) -> None:
+            nursery.start_soon(box[0].run)
+
+        await serve(broker, limiter, cluster_id, task_status, make_cluster, on_started)
