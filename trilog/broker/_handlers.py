@@ -18,6 +18,7 @@ its partitions.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -26,10 +27,12 @@ import trio
 from trilog._topic import validate_topic_name
 from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker._config import BrokerConfig
+from trilog.broker._producer_state import ProducerStateTable
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.errors import (
     ApiError,
     CorruptMessageError,
+    InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
     LeaderNotAvailableError,
@@ -49,6 +52,7 @@ from trilog.protocol import (
     CreateTopicsResponse,
     DeleteTopicsResponse,
     FetchResponse,
+    InitProducerIdResponse,
     ListOffsetsResponse,
     MetadataResponse,
     ProduceResponse,
@@ -93,7 +97,12 @@ class RequestHandler:
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
         }
+        self._producer_ids = _producer_id_source(config.broker_id)
+        self.producers = ProducerStateTable()
+        self._locks_lock = threading.Lock()
+        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self.supported = {k: v for k, v in API_VERSIONS.items() if k in self._handlers}
 
     def register(self, api_key: int, handler: Callable[[Any, Any], Any]) -> None:
@@ -249,6 +258,13 @@ class RequestHandler:
             throttle_time_ms=0,
         )
 
+    def _partition_lock(self, tp: tuple[str, int]) -> threading.Lock:
+        lock = self._partition_locks.get(tp)
+        if lock is None:
+            with self._locks_lock:
+                lock = self._partition_locks.setdefault(tp, threading.Lock())
+        return lock
+
     def _append_all(self, work):
         """In a worker thread: append each partition's records; never raises."""
         out = {}
@@ -262,9 +278,15 @@ class RequestHandler:
                     records = b"".join(legacy_to_v2(
                         records, max_batch_bytes=self.config["message.max.bytes"]
                     ))
-                info = lg.append(records)
-                out[(topic, partition)] = (0, info.first_offset, info.log_start_offset,
-                                           info.size_in_bytes)
+                tp = (topic, partition)
+                with self._partition_lock(tp):
+                    duplicate_of = self.producers.check(tp, records)
+                    if duplicate_of is not None:
+                        out[tp] = (0, duplicate_of, lg.log_start_offset, 0)
+                        continue
+                    info = lg.append(records)
+                    self.producers.record(tp, records, info.first_offset)
+                out[tp] = (0, info.first_offset, info.log_start_offset, info.size_in_bytes)
             except ApiError as exc:
                 out[(topic, partition)] = (exc.code, -1, -1, 0)
             except Exception:
@@ -415,6 +437,22 @@ class RequestHandler:
                     out.append((0, [], found.timestamp, found.offset))
         return out
 
+    # -- InitProducerId ----------------------------------------------------------------------
+
+    async def init_producer_id(self, request, header):
+        """Producer ids for idempotent producers (the default of today's Kafka clients).
+
+        Transactions are not supported (a transactional id gets ``INVALID_REQUEST``).
+        Sequence numbers are checked per partition (see ``_producer_state.py``).
+        """
+        if request.transactional_id is not None:
+            return InitProducerIdResponse(
+                throttle_time_ms=0, error_code=InvalidRequestError.code,
+                producer_id=-1, producer_epoch=-1,
+            )
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
+                                      producer_id=next(self._producer_ids), producer_epoch=0)
+
     # -- CreateTopics / DeleteTopics -----------------------------------------------------------
 
     async def create_topics(self, request, header):
@@ -447,6 +485,21 @@ class RequestHandler:
             except ApiError as exc:
                 results.append(R.DeletableTopicResult(name=name, error_code=_code(exc)))
         return R(throttle_time_ms=0, responses=results)
+
+
+def _producer_id_source(broker_id: int):
+    """Producer ids unique across brokers and restarts: start time, broker id, a counter.
+
+    ``ms << 20 | (broker_id % 256) << 12 | counter`` stays below 2**63 until the year 2248
+    and allows 4096 ids per broker per millisecond of uptime before it borrows from the
+    future (it never repeats: the counter carries into the time bits).
+    """
+    base = (int(time.time() * 1000) << 20) | ((broker_id % 256) << 12)
+    step = 1 << 20
+    n = 0
+    while True:
+        yield base + (n % 4096) + (n // 4096) * step
+        n += 1
 
 
 def _close_slices(results) -> None:

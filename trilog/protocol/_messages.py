@@ -489,6 +489,21 @@ DeleteTopicsResponse = message(K.DELETE_TOPICS, "DeleteTopicsResponse", (0, 3), 
     ]))),
 ])
 
+# -- InitProducerId (22) -------------------------------------------------------------------
+# v1 changes only semantics (bumps the epoch on retries); v2+ are flexible.
+
+InitProducerIdRequest = message(K.INIT_PRODUCER_ID, "InitProducerIdRequest", (0, 1), [
+    F("transactional_id", STRING, nullable="0+"),
+    F("transaction_timeout_ms", INT32),
+])
+
+InitProducerIdResponse = message(K.INIT_PRODUCER_ID, "InitProducerIdResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("producer_id", INT64, default=-1),
+    F("producer_epoch", INT16, default=-1),
+])
+
 del F, K
 # fmt: on
 

@@ -1,0 +1,50 @@
+"""The idempotent-producer table, as a pure object: batches in, decisions out."""
+
+import pytest
+
+from trilog.broker._producer_state import ProducerStateTable
+from trilog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+from trilog.records import RecordBatchBuilder
+
+TP = ("t", 0)
+
+
+def batch(pid=7, epoch=0, seq=0, n=3):
+    b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    for i in range(n):
+        b.append(1000 + i, None, b"v%d" % i)
+    return b.build()
+
+
+def test_in_order_batches_append_and_a_resent_one_is_a_duplicate():
+    table = ProducerStateTable()
+    first = batch(seq=0)
+    assert table.check(TP, first) is None
+    table.record(TP, first, 100)
+    second = batch(seq=3)
+    assert table.check(TP, second) is None
+    table.record(TP, second, 103)
+    # The client resends the first batch after a lost acknowledgement.
+    assert table.check(TP, first) == 100
+    assert table.check(TP, second) == 103
+
+
+def test_gap_is_out_of_order_and_old_epoch_is_fenced():
+    table = ProducerStateTable()
+    table.record(TP, batch(epoch=1, seq=0), 0)
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        table.check(TP, batch(epoch=1, seq=5))
+    with pytest.raises(InvalidProducerEpochError):
+        table.check(TP, batch(epoch=0, seq=3))
+    assert table.check(TP, batch(epoch=2, seq=0)) is None  # a new epoch starts afresh
+
+
+def test_non_idempotent_batches_and_other_partitions_are_unchecked():
+    table = ProducerStateTable()
+    plain = batch(pid=-1, seq=-1)
+    table.record(TP, plain, 0)
+    assert table.check(TP, plain) is None
+    table.record(TP, batch(seq=0), 0)
+    assert table.check(("t", 1), batch(seq=9)) is None
+    table.forget_partition(TP)
+    assert table.check(TP, batch(seq=9)) is None
