@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from trilog import __version__
-from trilog.cli import _broker, _zookeeper
+from trilog.cli import _broker, _topics, _zookeeper
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"trilog {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
     _broker.add_parser(sub)
+    _topics.add_parser(sub)
     _zookeeper.add_parser(sub)
     return parser
 

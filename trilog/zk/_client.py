@@ -125,6 +125,10 @@ class ZooKeeper:
         await self._call(self._client.ensure_path, path)
 
     async def delete(self, path: str, *, recursive: bool = False) -> None:
+        """Delete ``path`` (and its subtree if ``recursive``); ``NoNodeError`` if missing."""
+        if recursive and not await self.exists(path):
+            # kazoo's recursive delete is silent about a missing node; ours is not.
+            raise NoNodeError(f"no such znode: {path}")
         await self._call(self._client.delete, path, recursive=recursive)
 
     async def put(self, path: str, value: bytes) -> None:

@@ -1,0 +1,241 @@
+"""One connection to one broker: pipelined requests matched by correlation id.
+
+``async with open_connection(host, port) as conn:`` connects (with a timeout), negotiates
+API versions (ApiVersions, with Kafka's fallback when the broker does not know our
+ApiVersions version) and runs a reader task in its own nursery.  ``await conn.request(req)``
+sends one request at the highest version both sides support and waits for its response;
+many tasks may call it at once, and their requests share the connection.
+
+A lost connection fails every waiting request with ``NetworkError`` (retriable); a request
+that outlives its timeout fails with ``RequestTimedOutError`` and closes the connection, as
+Kafka's clients do (a late response would otherwise be matched to nothing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import trio
+
+from trilog._concurrency import unwrap_exception_group
+from trilog.errors import (
+    NetworkError,
+    ProtocolError,
+    RemoteProtocolError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+    raise_for_code,
+)
+from trilog.protocol import (
+    ApiKey,
+    ApiVersionsRequest,
+    FrameSplitter,
+    Message,
+    decode_response,
+    encode_request,
+    read_correlation_id,
+)
+
+log = logging.getLogger("trilog.client")
+
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+class _Pending:
+    __slots__ = ("api_key", "version", "event", "response", "error")
+
+    def __init__(self, api_key: int, version: int) -> None:
+        self.api_key = api_key
+        self.version = version
+        self.event = trio.Event()
+        self.response: Message | None = None
+        self.error: BaseException | None = None
+
+
+class BrokerConnection:
+    """A connection to one broker.  Safe to use from many tasks at once."""
+
+    def __init__(self, stream: trio.SocketStream, host: str, port: int, *, client_id: str,
+                 request_timeout_s: float, max_response_bytes: int) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self._stream = stream
+        self._max_response_bytes = max_response_bytes
+        self._pending: dict[int, _Pending] = {}
+        self._correlation = itertools.count(1)
+        self._send_lock = trio.Lock()
+        self._closed_error: BaseException | None = None
+        self._cancel_scope = trio.CancelScope()
+        #: api key -> (min, max) the broker supports; filled by ``negotiate``.
+        self.api_versions: dict[int, tuple[int, int]] = {}
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection({self.host}:{self.port})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed_error is not None
+
+    # -- versions --------------------------------------------------------------------------
+
+    def version_for(self, api_key: int, ours: tuple[int, int]) -> int:
+        """The highest version of ``api_key`` both we (``ours``) and the broker support."""
+        theirs = self.api_versions.get(api_key)
+        if theirs is None:
+            raise UnsupportedVersionError(
+                f"broker {self.host}:{self.port} does not support {ApiKey(api_key).name}"
+            )
+        low, high = max(ours[0], theirs[0]), min(ours[1], theirs[1])
+        if low > high:
+            raise UnsupportedVersionError(
+                f"no common version of {ApiKey(api_key).name}: we speak {ours[0]}-{ours[1]}, "
+                f"broker {self.host}:{self.port} speaks {theirs[0]}-{theirs[1]}"
+            )
+        return high
+
+    async def negotiate(self) -> None:
+        for version in (2, 0):
+            response = await self.request(ApiVersionsRequest(), version=version)
+            if response.error_code == UnsupportedVersionError.code and version:
+                continue  # the fallback answer (v0) lists what the broker speaks
+            raise_for_code(response.error_code, "ApiVersions failed")
+            break
+        self.api_versions = {
+            k.api_key: (k.min_version, k.max_version) for k in response.api_keys
+        }
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def request(self, request: Message, *, version: int | None = None,
+                      timeout_s: float | None = None, expect_response: bool = True):
+        """Send ``request`` and return its response (``None`` if ``expect_response`` is
+        false, as for Produce with acks=0).  ``version`` defaults to the highest common one."""
+        if self._closed_error is not None:
+            raise NetworkError(f"connection to {self.host}:{self.port} is closed") \
+                from self._closed_error
+        api_key = request.API_KEY
+        if version is None:
+            version = self.version_for(api_key, (request.MIN_VERSION, request.MAX_VERSION))
+        correlation_id = next(self._correlation) & 0x7FFFFFFF
+        frame = encode_request(request, version, correlation_id, self.client_id)
+        pending = None
+        if expect_response:
+            pending = _Pending(api_key, version)
+            self._pending[correlation_id] = pending
+        try:
+            async with self._send_lock:
+                try:
+                    await self._stream.send_all(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
+            if pending is None:
+                return None
+            timeout = self.request_timeout_s if timeout_s is None else timeout_s
+            with trio.move_on_after(timeout) as scope:
+                await pending.event.wait()
+            if scope.cancelled_caught:
+                self._fail(RequestTimedOutError(
+                    f"{ApiKey(api_key).name} to {self.host}:{self.port} timed out after "
+                    f"{timeout:.1f} s"
+                ))
+        finally:
+            if pending is not None:
+                self._pending.pop(correlation_id, None)
+        if pending.error is not None:
+            raise pending.error
+        return pending.response
+
+    # -- the reader task ---------------------------------------------------------------------
+
+    async def _reader(self) -> None:
+        splitter = FrameSplitter(max_frame_size=self._max_response_bytes)
+        with self._cancel_scope:
+            try:
+                while True:
+                    data = await self._stream.receive_some(1 << 20)
+                    if not data:
+                        raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
+                    for payload in splitter.feed(data):
+                        self._deliver(payload)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
+            except (NetworkError, ProtocolError) as exc:
+                self._fail(exc)
+
+    def _deliver(self, payload) -> None:
+        correlation_id = read_correlation_id(payload)
+        pending = self._pending.pop(correlation_id, None)
+        if pending is None:
+            raise RemoteProtocolError(
+                f"response with unknown correlation id {correlation_id} from "
+                f"{self.host}:{self.port}"
+            )
+        try:
+            _header, pending.response = decode_response(payload, pending.api_key, pending.version)
+        except ProtocolError as exc:
+            pending.error = exc
+        pending.event.set()
+
+    def _fail(self, error: BaseException) -> None:
+        """Close the connection and fail every waiting request with ``error``."""
+        if self._closed_error is None:
+            self._closed_error = error
+            log.debug("connection to %s:%d failed: %s", self.host, self.port, error)
+        for pending in self._pending.values():
+            if not pending.event.is_set():
+                pending.error = error
+                pending.event.set()
+        self._pending.clear()
+        self._cancel_scope.cancel()
+        # Close the socket now (not at the end of the ``async with``) so a broker sees it.
+        try:
+            self._stream.socket.close()
+        except OSError:
+            pass
+
+    async def aclose(self) -> None:
+        self._fail(NetworkError(f"connection to {self.host}:{self.port} was closed"))
+        with trio.CancelScope(shield=True):
+            await self._stream.aclose()
+
+
+@asynccontextmanager
+async def open_connection(
+    host: str,
+    port: int,
+    *,
+    client_id: str = "trilog",
+    connect_timeout_s: float = 10.0,
+    request_timeout_s: float = 30.0,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> AsyncIterator[BrokerConnection]:
+    """Connect to ``host:port``, negotiate versions, and close on exit."""
+    try:
+        with trio.fail_after(connect_timeout_s):
+            stream = await trio.open_tcp_stream(host, port)
+    except trio.TooSlowError:
+        raise NetworkError(f"connecting to {host}:{port} timed out after "
+                           f"{connect_timeout_s:.1f} s") from None
+    except OSError as exc:
+        raise NetworkError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+    except OSError:
+        pass
+    conn = BrokerConnection(stream, host, port, client_id=client_id,
+                            request_timeout_s=request_timeout_s,
+                            max_response_bytes=max_response_bytes)
+    with unwrap_exception_group():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn._reader)
+            try:
+                await conn.negotiate()
+                yield conn
+            finally:
+                await conn.aclose()
