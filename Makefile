@@ -27,8 +27,9 @@ zookeeper: $(VENV)/.installed
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y zookeeper; \
 	  $(BIN)/trilog zookeeper --check; }
 
+# The main job: one standalone broker on 127.0.0.1:9092, data in ./trilog-data (Ctrl-C stops it).
 run: install
-	$(BIN)/python -m pytest -q -m smoke
+	$(BIN)/trilog broker
 
 test: install
 	$(BIN)/python -m pytest
