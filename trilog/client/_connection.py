@@ -72,6 +72,7 @@ class BrokerConnection:
         self._send_lock = trio.Lock()
         self._closed_error: BaseException | None = None
         self._cancel_scope = trio.CancelScope()
+        self._closed_event = trio.Event()
         #: api key -> (min, max) the broker supports; filled by ``negotiate``.
         self.api_versions: dict[int, tuple[int, int]] = {}
 
@@ -186,6 +187,7 @@ class BrokerConnection:
         """Close the connection and fail every waiting request with ``error``."""
         if self._closed_error is None:
             self._closed_error = error
+            self._closed_event.set()
             log.debug("connection to %s:%d failed: %s", self.host, self.port, error)
         for pending in self._pending.values():
             if not pending.event.is_set():
@@ -198,6 +200,10 @@ class BrokerConnection:
             self._stream.socket.close()
         except OSError:
             pass
+
+    async def wait_closed(self) -> None:
+        """Return once the connection is closed (by either side, or by an error)."""
+        await self._closed_event.wait()
 
     async def aclose(self) -> None:
         self._fail(NetworkError(f"connection to {self.host}:{self.port} was closed"))

@@ -1,0 +1,75 @@
+"""Plain helpers for the storage tests: batches to append, ways to look inside a log."""
+
+from __future__ import annotations
+
+import os
+
+from trilog.records import build_batch, iter_batches
+from trilog.storage import Log
+
+
+def make_batch(
+    count: int = 1,
+    *,
+    timestamp: int = 1_000,
+    value_size: int = 10,
+    tag: int = 0,
+    compression_type: int = 0,
+) -> bytes:
+    """A v2 batch of ``count`` records whose values encode ``tag`` and the record index."""
+    records = []
+    for i in range(count):
+        value = f"{tag}:{i}:".encode().ljust(value_size, b"x")
+        records.append((timestamp + i, f"k{i}".encode(), value))
+    return build_batch(records, compression_type=compression_type)
+
+
+def batches_in(data: bytes) -> list[tuple[int, int, int]]:
+    """``(base_offset, last_offset, position)`` of each whole batch in ``data``."""
+    out = []
+    for batch in iter_batches(data):
+        out.append((batch.base_offset, batch.last_offset, batch.position))
+    return out
+
+
+def read_all(log: Log, offset: int | None = None, max_bytes: int = 1 << 20) -> bytes:
+    """Every byte from ``offset`` (default: the log start) to the log end, via ``read``."""
+    offset = log.log_start_offset if offset is None else offset
+    parts = []
+    while offset < log.log_end_offset:
+        with log.read(offset, max_bytes) as piece:
+            data = piece.read()
+        assert data, f"empty read at {offset} below the log end {log.log_end_offset}"
+        parts.append(data)
+        last = batches_in(data)[-1][1]
+        offset = last + 1
+    return b"".join(parts)
+
+
+def segment_files(directory) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.endswith(".log"))
+
+
+def check_indexes(log: Log) -> None:
+    """Every index entry names a real batch: offset entries (last offset, position), time
+    entries (running max timestamp, last offset of the batch first reaching it)."""
+    for segment in log.segments:
+        with open(segment.log_path, "rb") as f:
+            data = f.read()
+        assert len(data) == segment.size
+        batches = {b.position: b for b in iter_batches(data)}
+        assert sum(b.size for b in batches.values()) == len(data)
+        last_offsets = {b.last_offset: b for b in batches.values()}
+        for offset, position in segment.offset_index.entries():
+            assert position in batches and batches[position].last_offset == offset
+        running = -1
+        firsts = {}
+        for b in sorted(batches.values(), key=lambda b: b.position):
+            if b.max_timestamp > running:
+                running = b.max_timestamp
+                firsts[running] = b.last_offset
+        for ts, offset in segment.time_index.entries():
+            assert offset in last_offsets and firsts.get(ts) == offset
+        if batches:
+            assert segment.next_offset == max(b.last_offset for b in batches.values()) + 1
+            assert segment.max_timestamp == max(b.max_timestamp for b in batches.values())

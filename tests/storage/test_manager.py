@@ -1,0 +1,197 @@
+"""LogManager: layout, topic-name safety, checkpoints, the clean-shutdown marker."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+from storage_helpers import make_batch, read_all
+
+import trilog.storage
+from trilog.errors import InvalidTopicError, TrilogError
+from trilog.storage import (
+    CLEAN_SHUTDOWN_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    LogConfig,
+    LogManager,
+    OffsetCheckpoint,
+)
+
+
+@pytest.fixture
+def manager_factory(tmp_path):
+    managers = []
+
+    def factory(dirs=("d1",), config=None, **kwargs):
+        manager = LogManager([tmp_path / d for d in dirs], config or LogConfig(), **kwargs)
+        managers.append(manager)
+        return manager
+
+    yield factory
+    for manager in managers:
+        manager.shutdown()
+
+
+def test_public_names():
+    assert sorted(trilog.storage.__all__) == sorted(
+        [
+            "CLEAN_SHUTDOWN_FILE",
+            "EARLIEST_TIMESTAMP",
+            "FetchSlice",
+            "LATEST_TIMESTAMP",
+            "Log",
+            "LogAppendInfo",
+            "LogConfig",
+            "LogManager",
+            "LogSegment",
+            "OffsetCheckpoint",
+            "OffsetIndex",
+            "RECOVERY_POINT_CHECKPOINT_FILE",
+            "TimeIndex",
+            "TimestampOffset",
+            "offsets_before",
+            "segments_to_delete",
+        ]
+    )
+    for name in trilog.storage.__all__:
+        assert hasattr(trilog.storage, name)
+
+
+def test_create_reopen_and_layout(tmp_path, manager_factory):
+    manager = manager_factory()
+    log = manager.get_or_create_log("orders", 0)
+    assert manager.get_or_create_log("orders", 0) is log
+    assert manager.get_log("orders", 1) is None
+    log.append(make_batch(3))
+    manager.get_or_create_log("orders", 1).append(make_batch(1))
+    assert os.path.isfile(tmp_path / "d1" / "orders-0" / f"{0:020d}.log")
+    assert os.path.isfile(tmp_path / "d1" / "orders-0" / f"{0:020d}.index")
+    assert os.path.isfile(tmp_path / "d1" / "orders-0" / f"{0:020d}.timeindex")
+    data = read_all(log)
+    manager.shutdown()
+    assert os.path.exists(tmp_path / "d1" / CLEAN_SHUTDOWN_FILE)
+    assert (tmp_path / "d1" / RECOVERY_POINT_CHECKPOINT_FILE).read_text() == (
+        "0\n2\norders 0 3\norders 1 1\n"
+    )
+    again = manager_factory()
+    assert not os.path.exists(tmp_path / "d1" / CLEAN_SHUTDOWN_FILE)  # a crash is detectable
+    assert sorted((l.topic, l.partition) for l in again.logs()) == [("orders", 0), ("orders", 1)]
+    assert read_all(again.get_log("orders", 0)) == data
+    assert again.get_log("orders", 0).append(make_batch(1)).first_offset == 3
+
+
+def test_partitions_spread_over_log_dirs(tmp_path, manager_factory):
+    manager = manager_factory(dirs=("a", "b", "c"))
+    for p in range(6):
+        manager.get_or_create_log("t", p)
+    counts = [len(os.listdir(tmp_path / d)) for d in ("a", "b", "c")]
+    assert counts == [3, 3, 3]  # two partitions and the .lock file each
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../x", "a/b", "x" * 250, "", "a b", "/abs", "ü"])
+def test_illegal_topic_names_create_nothing(tmp_path, manager_factory, name):
+    manager = manager_factory()
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(InvalidTopicError):
+        manager.get_or_create_log(name, 0)
+    assert sorted(os.listdir(tmp_path)) == before
+    assert os.listdir(tmp_path / "d1") == [".lock"]
+
+
+def test_bad_partition_rejected(manager_factory):
+    manager = manager_factory()
+    with pytest.raises(ValueError):
+        manager.get_or_create_log("t", -1)
+
+
+def test_unparseable_directories_are_skipped(tmp_path, manager_factory, caplog):
+    d1 = tmp_path / "d1"
+    for name in ("no_partition", "t-x", "bad topic-0", "ok-0"):
+        (d1 / name).mkdir(parents=True)
+    (d1 / "gone-3.abc.deleted").mkdir()
+    with caplog.at_level(logging.WARNING, logger="trilog.storage"):
+        manager = manager_factory()
+    assert [(l.topic, l.partition) for l in manager.logs()] == [("ok", 0)]
+    assert "no_partition" in caplog.text and "bad topic-0" in caplog.text
+    assert not (d1 / "gone-3.abc.deleted").exists()
+
+
+def test_delete_log(tmp_path, manager_factory):
+    manager = manager_factory()
+    log = manager.get_or_create_log("t", 0)
+    log.append(make_batch(2))
+    piece = log.read(0, 100)
+    assert manager.delete_log("t", 0)
+    assert not manager.delete_log("t", 0)
+    assert manager.get_log("t", 0) is None
+    assert os.listdir(tmp_path / "d1") == [".lock"]
+    with piece:
+        assert len(piece.read()) == piece.length > 0
+    assert manager.get_or_create_log("t", 0).log_end_offset == 0
+
+
+def test_crash_is_recovered_from_the_checkpoint(tmp_path, manager_factory):
+    manager = manager_factory(config=LogConfig(segment_bytes=300))
+    log = manager.get_or_create_log("t", 0)
+    for i in range(10):
+        log.append(make_batch(1, tag=i))
+    log.flush()
+    manager.checkpoint_recovery_points()
+    assert OffsetCheckpoint(tmp_path / "d1" / RECOVERY_POINT_CHECKPOINT_FILE).read() == {
+        ("t", 0): 10
+    }
+    log.append(make_batch(1, tag=10))
+    # Crash: no flush, no marker; then garbage where the unflushed tail was.
+    for l in manager.logs():
+        l._close_handles()
+    manager._unlock_dirs()
+    manager._closed = True
+    with open(log.active_segment.log_path, "ab") as f:
+        f.write(b"\x00" * 100)
+    again = manager_factory(config=LogConfig(segment_bytes=300))
+    recovered = again.get_log("t", 0)
+    assert recovered.log_end_offset == 11
+    assert recovered.recovery_point == 11
+
+
+def test_log_dir_lock(tmp_path, manager_factory):
+    manager_factory()
+    with pytest.raises(TrilogError):
+        LogManager([tmp_path / "d1"])
+
+
+def test_flush_and_cleanup_timers(tmp_path, manager_factory):
+    config = LogConfig(segment_bytes=300, flush_interval_ms=1000, retention_ms=1000)
+    manager = manager_factory(config=config)
+    log = manager.get_or_create_log("t", 0)
+    for i in range(6):
+        log.append(make_batch(1, timestamp=5000 + i, tag=i), now_ms=5000)
+    assert manager.flush_due_logs(5500) == [("t", 0)]  # the roll asked for a flush
+    assert manager.flush_due_logs(5500) == []
+    assert manager.flush_due_logs(6000) == [("t", 0)]  # one second of unflushed data
+    assert log.recovery_point == 6
+    assert manager.cleanup_logs(6003) == {("t", 0): [0]}
+    assert manager.cleanup_logs(6003) == {}
+
+
+def test_topic_configs(tmp_path, manager_factory):
+    special = LogConfig(segment_bytes=300)
+    manager = manager_factory(topic_configs={"small": special})
+    assert manager.get_or_create_log("small", 0).config is special
+    assert manager.get_or_create_log("big", 0).config == LogConfig()
+    other = LogConfig(segment_bytes=5000)
+    manager.update_topic_config("small", other)
+    assert manager.get_log("small", 0).config is other
+
+
+def test_checkpoint_format_and_malformed_files(tmp_path, caplog):
+    checkpoint = OffsetCheckpoint(tmp_path / "cp")
+    checkpoint.write({("b", 1): 5, ("a", 0): 7})
+    assert (tmp_path / "cp").read_text() == "0\n2\na 0 7\nb 1 5\n"
+    assert checkpoint.read() == {("a", 0): 7, ("b", 1): 5}
+    assert not (tmp_path / "cp.tmp").exists()
+    (tmp_path / "cp").write_text("0\n3\na 0 7\n")
+    with caplog.at_level(logging.WARNING, logger="trilog.storage"):
+        assert checkpoint.read() == {}
+    assert OffsetCheckpoint(tmp_path / "missing").read() == {}

@@ -1,0 +1,72 @@
+"""Choosing a partition for a record (seed 002, "Semantic partitioning").
+
+Keyed records go where the Java client puts them: ``murmur2(key) & 0x7fffffff % n``, so the
+same key lands on the same partition whichever Kafka client wrote it.  Unkeyed records stick
+to one random available partition per batch (the producer calls ``DefaultPartitioner.
+batch_done`` when a batch of a topic is closed), which keeps batches full.  Pure functions.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Sequence
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed int32."""
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK
+    end4 = length & ~3
+    for i in range(0, end4, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = (h * _M) & _MASK
+        h ^= k
+    rest = length & 3
+    if rest == 3:
+        h ^= data[end4 + 2] << 16
+    if rest >= 2:
+        h ^= data[end4 + 1] << 8
+    if rest >= 1:
+        h ^= data[end4]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+Partitioner = Callable[[bytes | None, Sequence[int]], int]
+
+
+class DefaultPartitioner:
+    """murmur2 for keys; a sticky random partition per topic for unkeyed records."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._sticky: dict[str, int] = {}
+        self._rng = rng or random.Random()
+
+    def partition(self, topic: str, key: bytes | None, partitions: Sequence[int],
+                  available: Sequence[int]) -> int:
+        if key is not None:
+            return partitions[partition_for_key(key, len(partitions))]
+        current = self._sticky.get(topic)
+        if current is None or current not in available:
+            choices = available or partitions
+            current = choices[self._rng.randrange(len(choices))]
+            self._sticky[topic] = current
+        return current
+
+    def batch_done(self, topic: str, partition: int) -> None:
+        """A batch of ``topic`` on ``partition`` was closed: pick another next time."""
+        if self._sticky.get(topic) == partition:
+            del self._sticky[topic]

@@ -1,0 +1,576 @@
+"""The producer: a per-partition accumulator drained by a sender task (seeds 001, 002).
+
+``send`` places a record in the open batch of its partition (a ``RecordBatchBuilder``: the
+record is encoded once, into the batch's bytes) and returns a ``Delivery``.  The sender task
+in the producer's nursery closes batches when they reach ``batch_size`` or when ``linger_ms``
+passes, groups ready batches by leader, and sends one Produce request per broker carrying
+many partitions, with up to ``max_in_flight_requests_per_connection`` requests in flight per
+broker.  Each batch is compressed as a whole and gets one CRC.
+
+- Backpressure: batches hold at most ``buffer_memory`` bytes.  ``send`` waits for room;
+  ``send_nowait`` raises ``BufferFullError``.
+- Delivery: every record's ``Delivery`` resolves to ``RecordMetadata`` or fails with the
+  broker's error, ``DeliveryTimeoutError`` after ``delivery_timeout_ms``, or
+  ``ProducerClosedError`` when the producer is cancelled first.  Nothing fails silently.
+- Retries: retriable errors (``NOT_LEADER_OR_FOLLOWER``, ``UNKNOWN_TOPIC_OR_PARTITION``,
+  lost connections, timeouts) refresh metadata and retry up to ``retries`` times after
+  ``retry_backoff_ms``.  With ``max_in_flight_requests_per_connection=1`` a partition has
+  one batch in flight at a time, so retries keep the order within it.
+- Close: leaving the ``async with`` normally flushes first; cancellation stops at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable, NamedTuple
+
+import trio
+
+from trilog._concurrency import unwrap_exception_group
+from trilog.client._client import Client, open_client
+from trilog.client._partitioner import DefaultPartitioner
+from trilog.errors import (
+    ApiError,
+    MessageTooLargeError,
+    NetworkError,
+    RequestTimedOutError,
+    TrilogError,
+    UnknownServerError,
+    error_for_code,
+)
+from trilog.protocol import ProduceRequest
+from trilog.records import RecordBatchBuilder, codec_for_name
+from trilog.records._v2 import HEADER_SIZE
+
+log = logging.getLogger("trilog.producer")
+
+# Per-record overhead of the v2 format beyond key and value (length, attributes, deltas,
+# key/value lengths, header count): used to account memory before encoding.
+_RECORD_OVERHEAD = 16
+
+
+class BufferFullError(TrilogError):
+    """``send_nowait`` found ``buffer_memory`` full."""
+
+
+class DeliveryTimeoutError(TrilogError):
+    """A record was not acknowledged within ``delivery_timeout_ms``."""
+
+
+class ProducerClosedError(TrilogError):
+    """The producer was closed or cancelled before the record was acknowledged."""
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class _Batch:
+    """One open or sealed batch of a partition, and the deliveries waiting on it."""
+
+    __slots__ = ("topic", "partition", "builder", "created", "deadline", "done", "base_offset",
+                 "error", "attempts", "size", "data", "retry_at", "timestamps", "callbacks",
+                 "log_append_time")
+
+    def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, now: float,
+                 delivery_timeout_s: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.builder = builder
+        self.created = now
+        self.deadline = now + delivery_timeout_s
+        self.done = trio.Event()
+        self.base_offset = -1
+        self.error: BaseException | None = None
+        self.attempts = 0
+        self.size = 0  # bytes accounted against buffer_memory
+        self.data: bytes | None = None  # the built batch, once sealed
+        self.retry_at = 0.0
+        self.timestamps: list[int] = []
+        self.callbacks: list | None = None
+        self.log_append_time = -1
+
+
+class Delivery:
+    """The future result of one ``send``: ``await delivery.wait()``."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def done(self) -> bool:
+        return self._batch.done.is_set()
+
+    def result(self) -> RecordMetadata:
+        """The metadata of a finished delivery (raises its error, or if not finished)."""
+        batch = self._batch
+        if not batch.done.is_set():
+            raise RuntimeError("the delivery has not finished; await wait()")
+        if batch.error is not None:
+            raise batch.error
+        return _metadata(batch, self._index)
+
+    async def wait(self) -> RecordMetadata:
+        await self._batch.done.wait()
+        return self.result()
+
+
+def _metadata(batch: _Batch, index: int) -> RecordMetadata:
+    offset = batch.base_offset + index if batch.base_offset >= 0 else -1
+    timestamp = batch.log_append_time if batch.log_append_time >= 0 else batch.timestamps[index]
+    return RecordMetadata(batch.topic, batch.partition, offset, timestamp)
+
+
+class Producer:
+    """See the module docstring.  Create with ``open_producer``; use from its trio run."""
+
+    def __init__(self, client: Client, *, acks: int, linger_ms: float, batch_size: int,
+                 buffer_memory: int, compression_type: str | None, key_serializer,
+                 value_serializer, partitioner, retries: int, retry_backoff_ms: int,
+                 delivery_timeout_ms: int, request_timeout_ms: int,
+                 max_in_flight_requests_per_connection: int, max_request_size: int,
+                 on_delivery: Callable[[Any], None] | None) -> None:
+        if acks not in (-1, 0, 1) and acks != "all":
+            raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
+        if max_in_flight_requests_per_connection < 1:
+            raise ValueError("max_in_flight_requests_per_connection must be at least 1")
+        self._client = client
+        self._acks = -1 if acks == "all" else acks
+        self._linger_s = linger_ms / 1000
+        self._batch_size = batch_size
+        self._buffer_memory = buffer_memory
+        self._codec = codec_for_name(compression_type)
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._custom_partitioner = partitioner
+        self._partitioner = DefaultPartitioner()
+        self._retries = retries
+        self._retry_backoff_s = retry_backoff_ms / 1000
+        self._delivery_timeout_s = delivery_timeout_ms / 1000
+        self._request_timeout_s = request_timeout_ms / 1000
+        self._max_in_flight = max_in_flight_requests_per_connection
+        self._max_request_size = max_request_size
+        self._on_delivery = on_delivery
+        # (topic, partition) -> the open batch; sealed batches wait in _ready per partition.
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._ready: dict[tuple[str, int], deque[_Batch]] = {}
+        self._in_flight: set[_Batch] = set()
+        self._busy_partitions: set[tuple[str, int]] = set()
+        self._unfinished: set[_Batch] = set()
+        self._buffer_used = 0
+        self._room = trio.Event()  # set whenever memory is released
+        self._wakeup = trio.Event()
+        self._flushing = 0
+        self._closed = False
+        self._node_slots: dict[int, trio.Semaphore] = {}
+        self.records_sent = 0
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def send(self, topic: str, value=None, key=None, *, partition: int | None = None,
+                   timestamp_ms: int | None = None, headers=None) -> Delivery:
+        """Queue a record (async mode); waits while ``buffer_memory`` is full."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if topic not in self._client.metadata.value.partitions or \
+                not self._client.metadata.value.available_partitions(topic):
+            await self._client.partitions_for(topic)
+        key_bytes, value_bytes = self._serialize(key, value)
+        needed = _record_size(key_bytes, value_bytes, headers)
+        if needed > self._buffer_memory:
+            raise MessageTooLargeError(
+                f"a record of {needed} bytes is larger than buffer_memory ({self._buffer_memory})"
+            )
+        deadline = trio.current_time() + self._delivery_timeout_s
+        while self._buffer_used + needed > self._buffer_memory:
+            if self._closed:
+                raise ProducerClosedError("the producer is closed")
+            room = self._room
+            with trio.move_on_at(deadline):
+                await room.wait()
+            if trio.current_time() >= deadline:
+                raise DeliveryTimeoutError(
+                    f"no room in buffer_memory for {self._delivery_timeout_s:.1f} s"
+                )
+        delivery = self._append(topic, key_bytes, value_bytes, partition, timestamp_ms, headers,
+                                needed)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return delivery
+
+    def send_nowait(self, topic: str, value=None, key=None, *, partition: int | None = None,
+                    timestamp_ms: int | None = None, headers=None) -> Delivery:
+        """Queue a record without waiting: ``BufferFullError`` when ``buffer_memory`` is full,
+        ``UnknownTopicOrPartitionError`` if the topic's partitions are not known yet (``await
+        producer.partitions_for(topic)`` first, or use ``send``)."""
+        key_bytes, value_bytes = self._serialize(key, value)
+        needed = _record_size(key_bytes, value_bytes, headers)
+        if self._buffer_used + needed > self._buffer_memory:
+            raise BufferFullError(
+                f"buffer_memory ({self._buffer_memory} bytes) is full; wait with send()"
+            )
+        return self._append(topic, key_bytes, value_bytes, partition, timestamp_ms, headers,
+                            needed)
+
+    async def send_and_wait(self, topic: str, value=None, key=None, **kwargs) -> RecordMetadata:
+        """The sync path: send one record and wait for its acknowledgement."""
+        delivery = await self.send(topic, value, key, **kwargs)
+        self._wakeup.set()  # nobody will fill this batch; do not wait for linger_ms
+        if self._linger_s:
+            self._seal(self._open.get((delivery._batch.topic, delivery._batch.partition)))
+        return await delivery.wait()
+
+    async def partitions_for(self, topic: str) -> tuple[int, ...]:
+        return await self._client.partitions_for(topic)
+
+    def _serialize(self, key, value) -> tuple[bytes | None, bytes | None]:
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None and value is not None:
+            value = self._value_serializer(value)
+        for name, v in (("key", key), ("value", value)):
+            if v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"{name} must be bytes (or set {name}_serializer), not {type(v).__name__}"
+                )
+        return key, value
+
+    def _choose_partition(self, topic: str, key: bytes | None) -> int:
+        meta = self._client.metadata.value
+        partitions = meta.partitions_for(topic)
+        if not partitions:
+            from trilog.errors import UnknownTopicOrPartitionError
+
+            raise UnknownTopicOrPartitionError(
+                f"partitions of {topic!r} are not known yet; use send() or partitions_for()"
+            )
+        if self._custom_partitioner is not None:
+            chosen = self._custom_partitioner(key, partitions)
+            if chosen not in partitions:
+                raise ValueError(f"partitioner returned {chosen}, not one of {partitions}")
+            return chosen
+        return self._partitioner.partition(topic, key, partitions,
+                                           meta.available_partitions(topic))
+
+    def _append(self, topic, key, value, partition, timestamp_ms, headers, size) -> Delivery:
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        if partition is None:
+            partition = self._choose_partition(topic, key)
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        tp = (topic, partition)
+        batch = self._open.get(tp)
+        index = None
+        if batch is not None:
+            index = batch.builder.append(timestamp, key, value, headers or ())
+            if index is None:
+                self._seal(batch)
+        if index is None:
+            if size + HEADER_SIZE > self._max_request_size:
+                raise MessageTooLargeError(
+                    f"a record of {size} bytes is larger than max_request_size "
+                    f"({self._max_request_size})"
+                )
+            batch = _Batch(topic, partition,
+                           RecordBatchBuilder(compression_type=self._codec,
+                                              max_bytes=self._batch_size),
+                           trio.current_time(), self._delivery_timeout_s)
+            self._open[tp] = batch
+            self._unfinished.add(batch)
+            if not self._wakeup.is_set():
+                self._wakeup.set()  # the sender computes the new linger deadline
+            index = batch.builder.append(timestamp, key, value, headers or ())
+        batch.timestamps.append(timestamp)
+        batch.size += size
+        self._buffer_used += size
+        self.records_sent += 1
+        delivery = Delivery(batch, index)
+        if self._on_delivery is not None:
+            if batch.callbacks is None:
+                batch.callbacks = []
+            batch.callbacks.append(index)
+        return delivery
+
+    def _seal(self, batch: _Batch | None) -> None:
+        """Close an open batch: build its bytes once and queue it for the sender."""
+        if batch is None:
+            return
+        tp = (batch.topic, batch.partition)
+        if self._open.get(tp) is batch:
+            del self._open[tp]
+        batch.data = batch.builder.build()
+        batch.builder = None
+        self._ready.setdefault(tp, deque()).append(batch)
+        if self._custom_partitioner is None:
+            self._partitioner.batch_done(batch.topic, batch.partition)
+        self._wakeup.set()
+
+    # -- flushing and completion ---------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Wait until everything sent so far is acknowledged or failed."""
+        pending = list(self._unfinished)
+        self._flushing += 1
+        try:
+            for batch in list(self._open.values()):
+                self._seal(batch)
+            for batch in pending:
+                await batch.done.wait()
+        finally:
+            self._flushing -= 1
+        await trio.lowlevel.checkpoint()
+
+    def _complete(self, batch: _Batch, base_offset: int = -1, error: BaseException | None = None,
+                  log_append_time: int = -1) -> None:
+        if batch.done.is_set():
+            return
+        batch.base_offset = base_offset
+        batch.error = error
+        batch.log_append_time = log_append_time
+        batch.done.set()
+        self._unfinished.discard(batch)
+        self._buffer_used -= batch.size
+        self._room.set()
+        self._room = trio.Event()
+        if batch.callbacks and self._on_delivery is not None:
+            for index in batch.callbacks:
+                outcome = error if error is not None else _metadata(batch, index)
+                try:
+                    self._on_delivery(outcome)
+                except Exception:
+                    log.exception("on_delivery callback failed")
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fail every unfinished delivery (used when the producer is cancelled)."""
+        self._closed = True
+        for batch in list(self._unfinished):
+            self._complete(batch, error=error)
+        self._open.clear()
+        self._ready.clear()
+
+    # -- the sender task -------------------------------------------------------------------------
+
+    async def _sender(self) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                self._wakeup = trio.Event()
+                now = trio.current_time()
+                self._expire(now)
+                next_deadline = self._seal_lingering(now)
+                drained = await self._drain(nursery, now)
+                if drained:
+                    continue
+                timeout = math.inf if next_deadline is None else max(next_deadline - now, 0)
+                retry = min((b.retry_at for q in self._ready.values() for b in q
+                             if b.retry_at > now), default=None)
+                if retry is not None:
+                    timeout = min(timeout, retry - now)
+                with trio.move_on_after(timeout):
+                    await self._wakeup.wait()
+
+    def _seal_lingering(self, now: float) -> float | None:
+        """Seal open batches whose linger time passed; return the next deadline."""
+        next_deadline = None
+        for batch in list(self._open.values()):
+            due = batch.created + self._linger_s
+            if due <= now or self._flushing:
+                self._seal(batch)
+            elif next_deadline is None or due < next_deadline:
+                next_deadline = due
+        return next_deadline
+
+    def _expire(self, now: float) -> None:
+        for tp, queue in list(self._ready.items()):
+            while queue and queue[0].deadline <= now:
+                batch = queue.popleft()
+                self._complete(batch, error=DeliveryTimeoutError(
+                    f"{len(batch.timestamps)} records to {batch.topic}-{batch.partition} were not "
+                    f"acknowledged within {self._delivery_timeout_s:.1f} s"
+                    + (f" (last error: {batch.error})" if batch.error else "")))
+            if not queue:
+                del self._ready[tp]
+        for batch in list(self._open.values()):
+            if batch.deadline <= now:
+                self._seal(batch)
+
+    async def _drain(self, nursery: trio.Nursery, now: float) -> bool:
+        """Start Produce requests for ready batches; True if any was started."""
+        meta = self._client.metadata.value
+        by_node: dict[int, list[_Batch]] = {}
+        need_metadata = False
+        for tp, queue in self._ready.items():
+            if not queue or tp in self._busy_partitions:
+                continue
+            batch = queue[0]
+            if batch.retry_at > now:
+                continue
+            node = meta.leader_for(*tp)
+            if node is None:
+                need_metadata = True
+                continue
+            by_node.setdefault(node.node_id, []).append(batch)
+        if need_metadata:
+            nursery.start_soon(self._refresh_metadata)
+        started = False
+        for node_id, batches in by_node.items():
+            slots = self._node_slots.setdefault(node_id, trio.Semaphore(self._max_in_flight))
+            if slots.value == 0:
+                continue
+            request_batches, size = [], 0
+            for batch in batches:
+                if request_batches and size + len(batch.data) > self._max_request_size:
+                    break
+                request_batches.append(batch)
+                size += len(batch.data)
+            for batch in request_batches:
+                tp = (batch.topic, batch.partition)
+                self._ready[tp].popleft()
+                if not self._ready[tp]:
+                    del self._ready[tp]
+                if self._max_in_flight == 1:
+                    self._busy_partitions.add(tp)
+                self._in_flight.add(batch)
+            slots.acquire_nowait()
+            nursery.start_soon(self._send_request, meta.brokers[node_id], slots, request_batches)
+            started = True
+        return started
+
+    async def _refresh_metadata(self) -> None:
+        try:
+            await self._client.refresh_metadata()
+        except TrilogError as exc:
+            log.debug("metadata refresh failed: %s", exc)
+            await trio.sleep(self._retry_backoff_s)
+        self._wakeup.set()
+
+    async def _send_request(self, node, slots: trio.Semaphore, batches: list[_Batch]) -> None:
+        try:
+            by_topic: dict[str, list] = {}
+            for batch in batches:
+                by_topic.setdefault(batch.topic, []).append(
+                    ProduceRequest.TopicProduceData.PartitionProduceData(
+                        index=batch.partition, records=batch.data))
+                batch.attempts += 1
+            request = ProduceRequest(
+                acks=self._acks, timeout_ms=int(self._request_timeout_s * 1000),
+                topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
+                            for t, p in by_topic.items()])
+            try:
+                conn = await self._client.connection(node)
+                response = await conn.request(request, expect_response=self._acks != 0,
+                                              timeout_s=self._request_timeout_s + 5)
+            except (NetworkError, RequestTimedOutError) as exc:
+                for batch in batches:
+                    self._retry_or_fail(batch, exc)
+                self._client.request_metadata_refresh()
+                return
+            if response is None:  # acks=0: nothing comes back
+                for batch in batches:
+                    self._complete(batch)
+                return
+            results = {(t.name, p.index): p for t in response.responses
+                       for p in t.partition_responses}
+            stale = False
+            for batch in batches:
+                result = results.get((batch.topic, batch.partition))
+                if result is None:
+                    self._retry_or_fail(batch, UnknownServerError(
+                        f"no answer for {batch.topic}-{batch.partition} in the produce response"))
+                elif result.error_code == 0:
+                    self._complete(batch, result.base_offset,
+                                   log_append_time=getattr(result, "log_append_time_ms", -1))
+                else:
+                    error = error_for_code(result.error_code)
+                    error = type(error)(f"{batch.topic}-{batch.partition}: {error}")
+                    stale = stale or error.retriable
+                    self._retry_or_fail(batch, error)
+            if stale:
+                self._client.request_metadata_refresh()
+        finally:
+            for batch in batches:
+                self._in_flight.discard(batch)
+                self._busy_partitions.discard((batch.topic, batch.partition))
+            slots.release()
+            self._wakeup.set()
+
+    def _retry_or_fail(self, batch: _Batch, error: BaseException) -> None:
+        retriable = isinstance(error, (NetworkError, RequestTimedOutError)) or (
+            isinstance(error, ApiError) and error.retriable)
+        now = trio.current_time()
+        if retriable and batch.attempts <= self._retries and now < batch.deadline:
+            batch.error = error  # remembered for the timeout message
+            batch.retry_at = now + self._retry_backoff_s
+            tp = (batch.topic, batch.partition)
+            # Back at the front: a retried batch goes before later batches of its partition.
+            self._ready.setdefault(tp, deque()).appendleft(batch)
+            return
+        self._complete(batch, error=error)
+
+
+def _record_size(key, value, headers) -> int:
+    size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + \
+        (len(value) if value is not None else 0)
+    if headers:
+        for hkey, hvalue in headers:
+            size += len(hkey) + (len(hvalue) if hvalue is not None else 0) + 4
+    return size
+
+
+@asynccontextmanager
+async def open_producer(
+    bootstrap_servers: str | list[str] | None = None,
+    *,
+    zookeeper: str | None = None,
+    acks: int | str = 1,
+    linger_ms: float = 5,
+    batch_size: int = 65536,
+    buffer_memory: int = 32 << 20,
+    compression_type: str | None = None,
+    key_serializer: Callable[[Any], bytes] | None = None,
+    value_serializer: Callable[[Any], bytes] | None = None,
+    partitioner: Callable[[bytes | None, tuple[int, ...]], int] | None = None,
+    retries: int = 5,
+    retry_backoff_ms: int = 100,
+    delivery_timeout_ms: int = 120_000,
+    request_timeout_ms: int = 30_000,
+    max_in_flight_requests_per_connection: int = 5,
+    max_request_size: int = 1048576,
+    on_delivery: Callable[[Any], None] | None = None,
+    client_id: str = "trilog-producer",
+    metadata_max_age_ms: int = 300_000,
+) -> AsyncIterator[Producer]:
+    """A producer for the body of the ``async with`` (see the module docstring).
+
+    ``bootstrap_servers`` (``"host:port[,host:port]"``) or ``zookeeper``
+    (``"host:port[/chroot]"``) says where the cluster is.
+    """
+    with unwrap_exception_group():
+        async with open_client(bootstrap_servers, zookeeper=zookeeper, client_id=client_id,
+                               request_timeout_ms=request_timeout_ms,
+                               metadata_max_age_ms=metadata_max_age_ms) as client:
+            producer = Producer(
+                client, acks=acks, linger_ms=linger_ms, batch_size=batch_size,
+                buffer_memory=buffer_memory, compression_type=compression_type,
+                key_serializer=key_serializer, value_serializer=value_serializer,
+                partitioner=partitioner, retries=retries, retry_backoff_ms=retry_backoff_ms,
+                delivery_timeout_ms=delivery_timeout_ms, request_timeout_ms=request_timeout_ms,
+                max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+                max_request_size=max_request_size, on_delivery=on_delivery,
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(producer._sender)
+                try:
+                    yield producer
+                    await producer.flush()
+                finally:
+                    producer.fail_all(ProducerClosedError(
+                        "the producer was closed (or cancelled) before this record was "
+                        "acknowledged; it may or may not have been written"))
+                    nursery.cancel_scope.cancel()

@@ -1,0 +1,442 @@
+"""``LogSegment``: one ``<base offset>.log`` file with its ``.index`` and ``.timeindex``.
+
+The log file is a plain concatenation of RecordBatch v2 batches exactly as produced, with
+only their base offsets assigned (see ``trilog.records._v2`` for the batch layout).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+from trilog.records import crc32c
+from trilog.storage._index import IndexCorruptError, OffsetIndex, TimeIndex
+
+#: The whole v2 header: base_offset, batch_length, partition_leader_epoch, magic, crc,
+#: attributes, last_offset_delta, first_timestamp, max_timestamp, producer_id,
+#: producer_epoch, base_sequence, record_count.
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = BATCH_HEADER.size  # 61
+LOG_OVERHEAD = 12  # base_offset and batch_length precede the ``batch_length`` bytes
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+CRC_START = 21  # the CRC covers attributes .. end of batch
+MAX_RELATIVE_OFFSET = 2**31 - 1
+
+_SCAN_CHUNK = 16 * 1024
+_RECOVERY_CHUNK = 4 * 1024 * 1024
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def walk_batches(
+    fd: int, start: int, end: int, *, check: bool = False, chunk: int = _SCAN_CHUNK
+) -> Iterator[tuple[int, int, int, int, int]]:
+    """Yield ``(position, size, base_offset, last_offset_delta, max_timestamp)`` for each
+    batch of ``file[start:end]``, reading large chunks and decoding only headers.
+
+    Stops silently at the first batch that is partial or has a nonsense length; with
+    ``check`` also at the first with a wrong magic, inconsistent counts or a bad CRC-32C.
+    The caller learns where the valid data ends from the last batch yielded.
+    """
+    buf = b""
+    buf_start = start
+    pos = start
+    unpack = BATCH_HEADER.unpack_from
+    while end - pos >= HEADER_SIZE:
+        rel = pos - buf_start
+        if len(buf) - rel < HEADER_SIZE:
+            buf = os.pread(fd, max(chunk, HEADER_SIZE), pos)
+            buf_start, rel = pos, 0
+            if len(buf) < HEADER_SIZE:
+                return
+        (base, length, _e, magic, crc, _a, delta, _ft, max_ts, _p, _pe, _s, count) = unpack(
+            buf, rel
+        )
+        size = length + LOG_OVERHEAD
+        if length < MIN_BATCH_LENGTH or pos + size > end:
+            return
+        if check:
+            if magic != 2 or delta < 0 or count < 0 or (count and delta < count - 1):
+                return
+            if len(buf) - rel < size:
+                buf = os.pread(fd, max(chunk, size), pos)
+                buf_start, rel = pos, 0
+                if len(buf) < size:
+                    return
+            if crc32c(memoryview(buf)[rel + CRC_START : rel + size]) != crc:
+                return
+        yield pos, size, base, delta, max_ts
+        pos += size
+
+
+class LogSegment:
+    """One segment of a partition's log: batches from ``base_offset`` up to ``next_offset``.
+
+    Invariants: ``size`` is the committed length of the log file and ends on a batch
+    boundary; batches hold increasing offsets, all >= ``base_offset`` and below
+    ``base_offset + 2**31``; both indexes only point at committed batches; ``max_timestamp``
+    is the largest batch max-timestamp (-1 when none), first reached at
+    ``offset_of_max_timestamp``.
+
+    Not thread-safe: the owning ``Log`` serialises appends, rolls, truncation and deletion
+    under its lock.  Readers never use ``fd`` directly: they take their own descriptor with
+    ``dup_fd`` (``None`` once the segment is closed), so closing or deleting a segment can
+    never make a reader read another file that reused the descriptor number.
+    """
+
+    def __init__(self, directory: str, base_offset: int, fd: int, size: int, config) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+        self.offset_index = OffsetIndex(
+            os.path.join(directory, segment_file_name(base_offset, ".index")),
+            base_offset,
+            config.max_index_size,
+        )
+        self.time_index = TimeIndex(
+            os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
+            base_offset,
+            config.max_index_size,
+        )
+        self.index_interval_bytes = config.index_interval_bytes
+        self.fd = fd
+        self._fd_lock = threading.Lock()
+        self._io_lock = threading.Lock()  # a flush's index writes vs. delete's unlinks
+        self._deleted = False
+        self.size = size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        #: When the first batch was appended (wall clock), for time-based rolling.
+        self.rolling_ms: int | None = None
+        self.bytes_since_last_index_entry = 0
+        #: Either index is full: the segment must roll (kept current by every mutator).
+        self.index_full = False
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base_offset={self.base_offset}, next_offset={self.next_offset}, "
+            f"size={self.size})"
+        )
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, config) -> LogSegment:
+        """A new empty segment (any stale files of that name are replaced)."""
+        path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        segment = cls(directory, base_offset, fd, 0, config)
+        segment.offset_index.reset()
+        segment.time_index.reset()
+        segment.offset_index.flush(fsync=False)
+        segment.time_index.flush(fsync=False)
+        return segment
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int, config) -> LogSegment:
+        """Open an existing segment's log file; indexes are loaded by the caller's choice of
+        ``load_indexes`` (trusting) or ``recover`` (validating)."""
+        path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        return cls(directory, base_offset, fd, os.fstat(fd).st_size, config)
+
+    def load_indexes(self) -> bool:
+        """Load (or, if missing or corrupt, rebuild) the indexes of a trusted segment, then
+        find ``next_offset`` and the max timestamp by walking the few batches after the last
+        index entry.  Return False if the data does not end on a batch boundary or the
+        indexes point past it (the caller then runs ``recover``).
+        """
+        try:
+            self.offset_index.load(self.size)
+            self.time_index.load()
+        except IndexCorruptError:
+            return self.rebuild_indexes()
+        self._update_index_full()
+        if not self._load_tail():
+            return False
+        if self.time_index.last_entry[1] >= self.next_offset and len(self.time_index):
+            return self.rebuild_indexes()
+        self._init_rolling_ms()
+        return True
+
+    def _load_tail(self) -> bool:
+        """Derive ``next_offset`` and the max timestamp from the indexes and the batches
+        after the last offset index entry; False if they do not end at ``size``."""
+        last_offset, position = self.offset_index.last_entry
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
+        self.next_offset = self.base_offset
+        self.bytes_since_last_index_entry = 0
+        end = position
+        for pos, size, base, delta, max_ts in walk_batches(self.fd, position, self.size):
+            end = pos + size
+            self.next_offset = base + delta + 1
+            if max_ts > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = max_ts, base + delta
+        if len(self.offset_index) and self.next_offset <= last_offset:
+            return False
+        return end == self.size
+
+    def _init_rolling_ms(self) -> None:
+        """A reopened segment's age for rolling.  When its first batch was appended is not
+        recorded, so count from the file's mtime (the last append): a reopened segment may
+        roll late, never early, and client clocks play no part."""
+        self.rolling_ms = None if self.size == 0 else min(self.last_modified_ms, now_ms())
+
+    def rebuild_indexes(self) -> bool:
+        """Rebuild both indexes from a (trusted) walk of the batches; False if the data does
+        not end on a batch boundary."""
+        return self._scan(check=False) == self.size
+
+    def recover(self, min_offset: int) -> int:
+        """Validate every batch, truncate at the first invalid one, rebuild the indexes.
+
+        Invalid: partial, nonsense length, wrong magic, bad CRC, or offsets that do not
+        increase (from ``min_offset``) or do not fit the relative 32-bit index.  Return the
+        number of bytes truncated.
+        """
+        valid_end = self._scan(check=True, min_offset=min_offset)
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+        return truncated
+
+    def _scan(self, *, check: bool, min_offset: int | None = None) -> int:
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.index_full = False
+        self.next_offset = self.base_offset
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.bytes_since_last_index_entry = 0
+        expected = self.base_offset if min_offset is None else max(min_offset, self.base_offset)
+        limit = self.base_offset + MAX_RELATIVE_OFFSET
+        valid_end = 0
+        chunk = _RECOVERY_CHUNK if check else _SCAN_CHUNK
+        for pos, size, base, delta, max_ts in walk_batches(
+            self.fd, 0, self.size, check=check, chunk=chunk
+        ):
+            last = base + delta
+            if check and (base < expected or last > limit):
+                break
+            self._index_batch(pos, size, last, max_ts)
+            expected = last + 1
+            valid_end = pos + size
+        self.next_offset = expected if valid_end else self.base_offset
+        self._init_rolling_ms()
+        return valid_end
+
+    def _index_batch(self, position: int, size: int, last_offset: int, max_ts: int) -> None:
+        """Kafka's per-batch index step: one offset entry every ``index_interval_bytes``."""
+        if max_ts > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_ts, last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes and not self.index_full:
+            # (A full index, e.g. after max_index_size was lowered, just stays sparser.)
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+            self._update_index_full()
+        self.bytes_since_last_index_entry += size
+
+    # -- appending -----------------------------------------------------------------------
+
+    def would_overflow_index(self, last_offset: int) -> bool:
+        return last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+
+    def _update_index_full(self) -> None:
+        self.index_full = self.offset_index.is_full or self.time_index.is_full
+
+    def append(self, data, total: int, batches, now: int, verify=None) -> None:
+        """Write ``data`` (a buffer, or a list of buffers for ``writev``) holding ``total``
+        bytes, call ``verify()`` if given, then index ``batches``: ``(size, last_offset,
+        max_timestamp)`` each.
+
+        If the write or ``verify`` raises, the file is cut back to its committed size (no
+        reader looks past it) and the error re-raised.
+        """
+        fd = self.fd
+        start = self.size
+        try:
+            if type(data) is list:
+                written = os.writev(fd, data)
+                if written != total:
+                    self._write_rest(data, written)
+            else:
+                written = os.write(fd, data)
+                if written != total:
+                    self._write_rest([data], written)
+            if verify is not None:
+                verify()
+        except BaseException:
+            try:
+                os.ftruncate(fd, start)
+            finally:
+                raise
+        if self.rolling_ms is None:
+            self.rolling_ms = now
+        position = start
+        interval = self.index_interval_bytes
+        since = self.bytes_since_last_index_entry
+        for size, last_offset, max_ts in batches:
+            if max_ts > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = max_ts, last_offset
+            if since > interval and not self.index_full:
+                self.offset_index.append(last_offset, position)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.index_full = self.offset_index.is_full or self.time_index.is_full
+                since = 0
+            position += size
+            since += size
+        self.bytes_since_last_index_entry = since
+        self.size = position
+        self.next_offset = last_offset + 1
+
+    def _write_rest(self, parts: list, written: int) -> None:
+        """Finish a short write (rare for regular files: a signal or a full disk)."""
+        for part in parts:
+            view = memoryview(part)
+            if written >= len(view):
+                written -= len(view)
+                continue
+            view = view[written:]
+            written = 0
+            while view:
+                n = os.write(self.fd, view)
+                if n == 0:
+                    raise OSError("short write to segment file")
+                view = view[n:]
+
+    # -- reading -------------------------------------------------------------------------
+
+    def dup_fd(self) -> int | None:
+        """A private descriptor of the log file for a reader, or None if closed."""
+        with self._fd_lock:
+            if self.fd < 0:
+                return None
+            return os.dup(self.fd)
+
+    def translate_offset(self, fd: int, offset: int, max_position: int):
+        """The first batch whose last offset is >= ``offset``: ``(position, size, base_offset)``,
+        or None.  An index binary search and a short header walk."""
+        _, start = self.offset_index.lookup(offset)
+        for pos, size, base, delta, _ in walk_batches(fd, start, max_position):
+            if base + delta >= offset:
+                return pos, size, base
+        return None
+
+    def read(self, fd: int, offset: int, max_bytes: int, max_position: int):
+        """Locate a fetch of batches from ``offset`` within ``file[:max_position]``.
+
+        Return ``(position, length, first_base_offset)`` or None if no batch here holds
+        ``offset`` or later.  The range ends on a batch boundary and is at most ``max_bytes``
+        long, except that the first batch is always included whole.
+        """
+        found = self.translate_offset(fd, offset, max_position)
+        if found is None:
+            return None
+        start, first_size, first_base = found
+        limit = start + max(max_bytes, 0)
+        end = start + first_size
+        if limit >= max_position:
+            end = max(end, max_position)
+        elif limit > end:
+            # Jump close to the limit with the index, then walk the last few headers.
+            end = max(end, self.offset_index.lookup_position(limit))
+            for pos, size, _, _, _ in walk_batches(fd, end, max_position):
+                if pos + size > limit:
+                    break
+                end = pos + size
+        return start, end - start, first_base
+
+    def find_by_timestamp(self, fd: int, timestamp: int, max_position: int):
+        """The first batch whose max timestamp is >= ``timestamp``:
+        ``(position, size, base_offset)`` or None."""
+        offset = self.time_index.lookup(timestamp)
+        _, start = self.offset_index.lookup(self.base_offset if offset is None else offset)
+        for pos, size, base, _delta, max_ts in walk_batches(fd, start, max_position):
+            if max_ts >= timestamp:
+                return pos, size, base
+        return None
+
+    @property
+    def largest_timestamp(self) -> int:
+        """For time-based retention: the max timestamp, or the file's mtime if none."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        try:
+            return os.stat(self.log_path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return 0
+
+    # -- truncation, flushing, closing ----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= ``offset``; return the bytes dropped."""
+        found = self.translate_offset(self.fd, offset, self.size)
+        if found is None:
+            return 0
+        position = found[0]
+        dropped = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(found[2])
+        self._update_index_full()
+        self._load_tail()
+        if self.size == 0:
+            self.rolling_ms = None
+        return dropped
+
+    def on_become_inactive(self) -> None:
+        """When rolled: record the final max timestamp (Kafka does the same) and hand the
+        index entries to the page cache."""
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.flush(fsync=False)
+        self.time_index.flush(fsync=False)
+
+    def flush(self) -> None:
+        """fsync the log file and write + fsync both indexes.  Safe against a concurrent
+        ``close`` (a closed segment is skipped)."""
+        with self._io_lock:
+            if self._deleted:
+                return
+            fd = self.dup_fd()
+            if fd is None:
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self.offset_index.flush()
+            self.time_index.flush()
+
+    def close(self) -> None:
+        """Close the log file's descriptor (readers' dups stay valid)."""
+        with self._fd_lock:
+            fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def delete(self) -> None:
+        """Close and unlink all three files."""
+        with self._io_lock:
+            self._deleted = True
+            self.close()
+            for path in (self.log_path, self.offset_index.path, self.time_index.path):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
