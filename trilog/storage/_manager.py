@@ -98,9 +98,10 @@ class LogManager:
         recovery_points = OffsetCheckpoint(
             os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE)
         ).read()
-        if not clean:
+        names = sorted(os.listdir(log_dir))
+        if not clean and any(os.path.isdir(os.path.join(log_dir, n)) for n in names):
             logger.warning("%s: no clean-shutdown marker; recovering its logs", log_dir)
-        for name in sorted(os.listdir(log_dir)):
+        for name in names:
             path = os.path.join(log_dir, name)
             if not os.path.isdir(path):
                 continue
