@@ -330,3 +330,44 @@ def test_decode_request_applies_the_length_cap():
     assert decode_request(data[4:], max_length=100)[1].topic_data[0].partition_data[0].records
     with pytest.raises(RemoteProtocolError, match="records length 100 .* exceeds the cap of 99"):
         decode_request(data[4:], max_length=99)
+
+
+# -- recv_into-style framing: large frames land in their own buffer --------------------------
+
+
+def _drive(splitter, stream: bytes, chunk: int):
+    frames, pos = [], 0
+    while pos < len(stream):
+        target = splitter.read_buffer()
+        n = min(chunk, len(target), len(stream) - pos)
+        target[:n] = stream[pos : pos + n]
+        pos += n
+        frames += splitter.advance(n)
+    return frames
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 300_000])
+def test_read_buffer_advance_matches_feed(chunk):
+    from trilog.protocol import FrameSplitter, frame
+
+    payloads = [b"a" * 10, bytes(range(256)) * 1000, b"", b"z" * 70_000, b"q" * 5]
+    stream = b"".join(frame(p) for p in payloads)
+    splitter = FrameSplitter()
+    got = _drive(splitter, stream, chunk)
+    assert [bytes(f) for f in got] == payloads
+    assert splitter.at_frame_boundary
+
+
+def test_large_frame_is_received_in_place_and_mixed_feed_works():
+    from trilog.protocol import FrameSplitter, frame
+
+    big = b"B" * (FrameSplitter.LARGE_FRAME * 2)
+    splitter = FrameSplitter()
+    data = frame(big) + frame(b"tail")
+    assert splitter.feed(data[:100]) == []
+    target = splitter.read_buffer()
+    assert len(target) == len(big) - 96  # the rest of the big frame, nothing more
+    target[: len(target)] = data[100 : 4 + len(big)]
+    (frame_out,) = splitter.advance(len(target))
+    assert isinstance(frame_out, bytearray) and frame_out == big
+    assert splitter.feed(data[4 + len(big) :]) == [b"tail"]

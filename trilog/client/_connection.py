@@ -158,11 +158,15 @@ class BrokerConnection:
         splitter = FrameSplitter(max_frame_size=self._max_response_bytes)
         with self._cancel_scope:
             try:
+                sock = self._stream.socket
                 while True:
-                    data = await self._stream.receive_some(1 << 20)
-                    if not data:
+                    # Large responses (fetches) are received in place: see FrameSplitter.
+                    target = splitter.read_buffer()
+                    received = await sock.recv_into(target)
+                    del target
+                    if not received:
                         raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
-                    for payload in splitter.feed(data):
+                    for payload in splitter.advance(received):
                         self._deliver(payload)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))

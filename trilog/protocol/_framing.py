@@ -114,34 +114,73 @@ class ResponseHeader:
 class FrameSplitter:
     """Turns a byte stream into frames (payloads without their size prefix).
 
-    ``feed(data)`` returns the frames completed by ``data``, in order. A declared size that is
-    negative or above ``max_frame_size`` raises :class:`RemoteProtocolError` as soon as the
-    4-byte prefix arrives (before buffering the body), and every later ``feed`` raises again:
-    the stream cannot be resynchronised, so the connection must be closed. Not thread-safe.
+    Two ways to give it bytes:
+
+    - ``feed(data)`` returns the frames completed by ``data``, in order;
+    - ``read_buffer()`` / ``advance(n)``, for ``recv_into``: receive into the buffer it
+      hands out, then say how many bytes arrived.  A large frame (``LARGE_FRAME`` bytes or
+      more) is then received straight into its own ``bytearray``, which becomes the frame:
+      the body of a 1 MiB produce request or fetch response is copied by nobody.
+
+    A declared size that is negative or above ``max_frame_size`` raises
+    :class:`RemoteProtocolError` as soon as the 4-byte prefix arrives (before buffering the
+    body), and every later call raises again: the stream cannot be resynchronised, so the
+    connection must be closed.  Frames are ``bytes`` or ``bytearray``.  Not thread-safe.
     """
+
+    LARGE_FRAME = 64 * 1024
+    SCRATCH_SIZE = 256 * 1024
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
         self._buf = bytearray()
         self._need: int | None = None  # payload size of the frame being assembled
         self._error: RemoteProtocolError | None = None
+        self._large: bytearray | None = None  # a large frame being received in place
+        self._large_got = 0
+        self._scratch: memoryview | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes received that do not yet form a complete frame (size prefix included)."""
+        if self._large is not None:
+            return 4 + self._large_got
         return len(self._buf) + (4 if self._need is not None else 0)
 
     @property
     def at_frame_boundary(self) -> bool:
         """True when no partial frame is held (a clean place for the peer to hang up)."""
-        return not self._buf and self._need is None
+        return not self._buf and self._need is None and self._large is None
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+    def read_buffer(self) -> memoryview:
+        """Where the next ``recv_into`` should write; follow it with ``advance(n)``."""
         if self._error is not None:
             raise self._error
+        if self._large is not None:
+            return memoryview(self._large)[self._large_got :]
+        if self._scratch is None:
+            self._scratch = memoryview(bytearray(self.SCRATCH_SIZE))
+        return self._scratch
+
+    def advance(self, n: int) -> list[bytes | bytearray]:
+        """``n`` bytes were written into the last ``read_buffer()``; return completed frames."""
+        if self._large is not None:
+            self._large_got += n
+            if self._large_got < len(self._large):
+                return []
+            frame, self._large, self._need = self._large, None, None
+            return [frame]
+        assert self._scratch is not None
+        return self.feed(self._scratch[:n])
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | bytearray]:
+        if self._error is not None:
+            raise self._error
+        if self._large is not None:
+            return self._feed_large(data)
         buf = self._buf
         buf += data
-        frames: list[bytes] = []
+        frames: list[bytes | bytearray] = []
         pos = 0
         with memoryview(buf) as view:
             while True:
@@ -157,13 +196,31 @@ class FrameSplitter:
                         raise self._error
                     pos += 4
                     self._need = need
-                if len(buf) - pos < need:
+                available = len(buf) - pos
+                if available < need:
+                    if need >= self.LARGE_FRAME:
+                        # Receive the rest of this frame in place (see read_buffer).
+                        self._large = bytearray(need)
+                        self._large[:available] = view[pos:]
+                        self._large_got = available
+                        pos = len(buf)
                     break
                 frames.append(bytes(view[pos : pos + need]))
                 pos += need
                 self._need = None
         del buf[:pos]
         return frames
+
+    def _feed_large(self, data) -> list[bytes | bytearray]:
+        large = self._large
+        assert large is not None
+        take = min(len(data), len(large) - self._large_got)
+        large[self._large_got : self._large_got + take] = data[:take]
+        self._large_got += take
+        if self._large_got < len(large):
+            return []
+        self._large, self._need = None, None
+        return [large, *self.feed(data[take:])] if take < len(data) else [large]
 
 
 #: The same class under the name the broker's network layer uses.
