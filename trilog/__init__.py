@@ -1,7 +1,45 @@
-"""trilog: Kafka's commit-log design in Python on Trio."""
+"""trilog: Kafka's commit-log design in Python on Trio.
 
+    async with trilog.open_producer(bootstrap_servers="127.0.0.1:9092") as producer:
+        await producer.send_and_wait("events", value=b"hello")
+    async with trilog.open_simple_consumer(bootstrap_servers="127.0.0.1:9092") as consumer:
+        async for record in consumer.iterate("events", partition=0, offset=0):
+            ...
+"""
+
+from trilog.client import (
+    EARLIEST,
+    LATEST,
+    BufferFullError,
+    ConsumerRecord,
+    Delivery,
+    DeliveryTimeoutError,
+    FetchedRecords,
+    ProducerClosedError,
+    RecordMetadata,
+    open_admin,
+    open_producer,
+    open_simple_consumer,
+)
 from trilog.errors import ApiError, ProtocolError, TrilogError
 
 __version__ = "0.1.0"
 
-__all__ = ["ApiError", "ProtocolError", "TrilogError", "__version__"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "ApiError",
+    "BufferFullError",
+    "ConsumerRecord",
+    "Delivery",
+    "DeliveryTimeoutError",
+    "FetchedRecords",
+    "ProducerClosedError",
+    "ProtocolError",
+    "RecordMetadata",
+    "TrilogError",
+    "__version__",
+    "open_admin",
+    "open_producer",
+    "open_simple_consumer",
+]

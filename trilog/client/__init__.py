@@ -1,15 +1,65 @@
-"""trilog's trio-native Kafka client (work in progress: connections and topic admin)."""
+"""trilog's trio-native Kafka client: producer, simple consumer, topic admin.
 
-from trilog.client._admin import Admin, BrokerAddress, PartitionInfo, TopicInfo, open_admin, parse_bootstrap
+Every object with background work is an ``async with open_*(...)`` that owns its nursery.
+"""
+
+from trilog.client._admin import (
+    Admin,
+    BrokerAddress,
+    PartitionInfo,
+    TopicInfo,
+    open_admin,
+    parse_bootstrap,
+)
+from trilog.client._client import Client, open_client
 from trilog.client._connection import BrokerConnection, open_connection
+from trilog.client._consumer import (
+    EARLIEST,
+    LATEST,
+    ConsumerRecord,
+    FetchedRecords,
+    SimpleConsumer,
+    open_simple_consumer,
+)
+from trilog.client._metadata import ClusterMetadata, Node
+from trilog.client._partitioner import DefaultPartitioner, murmur2, partition_for_key
+from trilog.client._producer import (
+    BufferFullError,
+    Delivery,
+    DeliveryTimeoutError,
+    Producer,
+    ProducerClosedError,
+    RecordMetadata,
+    open_producer,
+)
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "Admin",
     "BrokerAddress",
     "BrokerConnection",
+    "BufferFullError",
+    "Client",
+    "ClusterMetadata",
+    "ConsumerRecord",
+    "DefaultPartitioner",
+    "Delivery",
+    "DeliveryTimeoutError",
+    "FetchedRecords",
+    "Node",
     "PartitionInfo",
+    "Producer",
+    "ProducerClosedError",
+    "RecordMetadata",
+    "SimpleConsumer",
     "TopicInfo",
+    "murmur2",
     "open_admin",
+    "open_client",
     "open_connection",
+    "open_producer",
+    "open_simple_consumer",
     "parse_bootstrap",
+    "partition_for_key",
 ]

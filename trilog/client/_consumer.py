@@ -1,0 +1,355 @@
+"""The simple consumer (seed 001, "Low-level API"): fetch, multifetch, offsets_before, iterate.
+
+Like the seed's ``SimpleConsumer`` it names topic, partition and offset itself and keeps no
+state in the cluster.  A fetch goes to the partition's leader; ``multifetch`` sends one
+request per broker for all the partitions that broker leads.  Records come back as
+``FetchedRecords``: the fetched bytes, decoded lazily when iterated; a partial trailing batch
+(normal at the end of a fetch) is dropped, and records before the asked offset (the rest of a
+batch the offset falls inside) are skipped.  A record larger than ``max_bytes`` still comes
+back: the broker sends the first batch whole.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable, Iterator, NamedTuple, Sequence
+
+import trio
+
+from trilog._concurrency import unwrap_exception_group
+from trilog.client._client import Client, open_client
+from trilog.errors import (
+    ApiError,
+    NetworkError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    TrilogError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from trilog.protocol import FetchRequest, ListOffsetsRequest
+from trilog.records import Header, MemoryRecords
+
+log = logging.getLogger("trilog.consumer")
+
+#: ``offsets_before`` times: the first offset / the next offset to be written.
+EARLIEST = -2
+LATEST = -1
+
+_RETRIES = 5
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: Any
+    value: Any
+    headers: tuple[Header, ...] = ()
+    timestamp_type: int = 0
+
+
+class FetchedRecords:
+    """The records one fetch returned for one partition, decoded when iterated.
+
+    ``next_offset`` is where the following fetch should start (from batch headers, without
+    decoding); ``high_watermark`` is the partition's end when the broker answered.
+    """
+
+    __slots__ = ("topic", "partition", "offset", "high_watermark", "log_start_offset",
+                 "_data", "_key_deserializer", "_value_deserializer", "next_offset")
+
+    def __init__(self, topic: str, partition: int, offset: int, data, high_watermark: int,
+                 log_start_offset: int, key_deserializer=None, value_deserializer=None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.high_watermark = high_watermark
+        self.log_start_offset = log_start_offset
+        self._data = data if data is not None else b""
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
+        next_offset = offset
+        for batch in MemoryRecords(self._data).batches():
+            next_offset = max(next_offset, batch.next_offset)
+        self.next_offset = next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self._data)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        topic, partition, start = self.topic, self.partition, self.offset
+        kd, vd = self._key_deserializer, self._value_deserializer
+        new = tuple.__new__
+        for rec in MemoryRecords(self._data).records():
+            if rec.offset < start:
+                continue
+            if kd is None and vd is None:
+                yield new(ConsumerRecord, (topic, partition) + tuple(rec))
+            else:
+                key = kd(rec.key) if kd is not None and rec.key is not None else rec.key
+                value = vd(rec.value) if vd is not None and rec.value is not None else rec.value
+                yield ConsumerRecord(topic, partition, rec.offset, rec.timestamp, key, value,
+                                     rec.headers, rec.timestamp_type)
+
+    def records(self) -> list[ConsumerRecord]:
+        return list(self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return (f"FetchedRecords({self.topic}-{self.partition}, offset={self.offset}, "
+                f"next_offset={self.next_offset}, bytes={len(self._data)})")
+
+
+class SimpleConsumer:
+    """See the module docstring.  Create with ``open_simple_consumer``."""
+
+    def __init__(self, client: Client, nursery: trio.Nursery, *, fetch_max_wait_ms: int,
+                 fetch_min_bytes: int, max_partition_fetch_bytes: int,
+                 key_deserializer, value_deserializer) -> None:
+        self._client = client
+        self._nursery = nursery
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self._kd = key_deserializer
+        self._vd = value_deserializer
+
+    async def partitions_for(self, topic: str) -> tuple[int, ...]:
+        return await self._client.partitions_for(topic)
+
+    # -- fetch ---------------------------------------------------------------------------------
+
+    async def fetch(self, topic: str, partition: int = 0, offset: int = 0,
+                    max_bytes: int | None = None, *, max_wait_ms: int = 0,
+                    min_bytes: int = 0) -> FetchedRecords:
+        """One partition's records from ``offset`` (no waiting unless ``max_wait_ms``)."""
+        (result,) = await self.multifetch([(topic, partition, offset,
+                                            max_bytes or self.max_partition_fetch_bytes)],
+                                          max_wait_ms=max_wait_ms, min_bytes=min_bytes)
+        return result
+
+    async def multifetch(self, requests: Sequence[tuple[str, int, int, int]], *,
+                         max_wait_ms: int = 0, min_bytes: int = 0) -> list[FetchedRecords]:
+        """Fetch many ``(topic, partition, offset, max_bytes)`` at once: one request per
+        leader broker.  Results come back in the order asked.  Raises the first partition's
+        error (``OffsetOutOfRangeError`` carries the valid range)."""
+        results: list[FetchedRecords | None] = [None] * len(requests)
+        todo = list(range(len(requests)))
+        for attempt in range(_RETRIES + 1):
+            by_node: dict[int, list[int]] = {}
+            meta = self._client.metadata.value
+            missing = False
+            for i in todo:
+                topic, partition = requests[i][0], requests[i][1]
+                node = meta.leader_for(topic, partition)
+                if node is None:
+                    missing = True
+                    continue
+                by_node.setdefault(node.node_id, []).append(i)
+            if missing:
+                await self._refresh_for({requests[i][0] for i in todo})
+                meta = self._client.metadata.value
+                by_node = {}
+                for i in todo:
+                    node = meta.leader_for(requests[i][0], requests[i][1])
+                    if node is None:
+                        raise UnknownTopicOrPartitionError(
+                            f"{requests[i][0]}-{requests[i][1]} does not exist or has no leader"
+                        )
+                    by_node.setdefault(node.node_id, []).append(i)
+            retry: list[int] = []
+            errors: list[BaseException] = []
+
+            async def one_node(node_id: int, indexes: list[int]) -> None:
+                try:
+                    got = await self._fetch_from(meta.brokers[node_id],
+                                                 [requests[i] for i in indexes],
+                                                 max_wait_ms, min_bytes)
+                except (NetworkError, RequestTimedOutError):
+                    retry.extend(indexes)
+                    return
+                for i, outcome in zip(indexes, got):
+                    if isinstance(outcome, FetchedRecords):
+                        results[i] = outcome
+                    elif isinstance(outcome, ApiError) and outcome.retriable:
+                        retry.append(i)
+                        errors.append(outcome)
+                    else:
+                        errors.append(outcome)
+
+            async with trio.open_nursery() as nursery:
+                for node_id, indexes in by_node.items():
+                    nursery.start_soon(one_node, node_id, indexes)
+            fatal = [e for e in errors if not (isinstance(e, ApiError) and e.retriable)]
+            if fatal:
+                raise fatal[0]
+            if not retry:
+                return results  # type: ignore[return-value]
+            todo = sorted(retry)
+            if attempt < _RETRIES:
+                self._client.request_metadata_refresh()
+                await trio.sleep(min(0.05 * 2 ** attempt, 1.0))
+        raise errors[0] if errors else NetworkError("fetch failed after retries")
+
+    async def _refresh_for(self, topics) -> None:
+        for topic in topics:
+            await self._client.partitions_for(topic)
+
+    async def _fetch_from(self, node, wanted, max_wait_ms: int, min_bytes: int) -> list:
+        R = FetchRequest
+        by_topic: dict[str, list] = {}
+        for topic, partition, offset, max_bytes in wanted:
+            by_topic.setdefault(topic, []).append(
+                R.FetchTopic.FetchPartition(partition=partition, fetch_offset=offset,
+                                            partition_max_bytes=max_bytes))
+        request = R(max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                    max_bytes=max(sum(w[3] for w in wanted), 1) if wanted else 1,
+                    isolation_level=0,
+                    topics=[R.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()])
+        conn = await self._client.connection(node)
+        response = await conn.request(
+            request, timeout_s=self._client.request_timeout_s + max_wait_ms / 1000)
+        answers = {}
+        for t in response.responses:
+            for p in t.partitions:
+                answers[(t.topic, p.partition_index)] = p
+        out: list = []
+        for topic, partition, offset, _max in wanted:
+            p = answers.get((topic, partition))
+            if p is None:
+                out.append(UnknownTopicOrPartitionError(f"no answer for {topic}-{partition}"))
+            elif p.error_code == OffsetOutOfRangeError.code:
+                start = p.log_start_offset if p.log_start_offset >= 0 else None
+                out.append(OffsetOutOfRangeError(
+                    f"offset {offset} of {topic}-{partition} is out of range"
+                    + (f" {start}..{p.high_watermark}" if start is not None else
+                       f" (end {p.high_watermark})"),
+                    log_start_offset=start, log_end_offset=p.high_watermark))
+            elif p.error_code:
+                err = error_for_code(p.error_code)
+                out.append(type(err)(f"{topic}-{partition}: {err}"))
+            else:
+                out.append(FetchedRecords(topic, partition, offset, p.records, p.high_watermark,
+                                          p.log_start_offset, self._kd, self._vd))
+        return out
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def offsets_before(self, topic: str, partition: int = 0, time: int = LATEST,
+                             max_offsets: int = 1) -> list[int]:
+        """Offsets by time, as the seed's ``getOffsetsBefore``.
+
+        ``time`` is ``EARLIEST``, ``LATEST`` or a timestamp in ms.  With ``max_offsets=1``:
+        ``[the first offset whose record timestamp is >= time]`` (ListOffsets v1+; ``[]``
+        if no record is that recent).  With more: the segment start offsets before ``time``,
+        newest first (ListOffsets v0, Kafka 0.8's answer).
+        """
+        R = ListOffsetsRequest
+        for attempt in range(_RETRIES + 1):
+            node = self._client.metadata.value.leader_for(topic, partition)
+            if node is None:
+                await self._client.partitions_for(topic)
+                node = self._client.metadata.value.leader_for(topic, partition)
+                if node is None:
+                    raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no leader")
+            conn = await self._client.connection(node)
+            request = R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
+                name=topic, partitions=[R.ListOffsetsTopic.ListOffsetsPartition(
+                    partition_index=partition, timestamp=time, max_num_offsets=max_offsets)])])
+            version = 0 if max_offsets > 1 else None
+            try:
+                response = await conn.request(request, version=version)
+            except (NetworkError, RequestTimedOutError):
+                if attempt == _RETRIES:
+                    raise
+                await trio.sleep(0.05 * 2 ** attempt)
+                continue
+            p = response.topics[0].partitions[0]
+            if p.error_code:
+                err = error_for_code(p.error_code)
+                if err.retriable and attempt < _RETRIES:
+                    self._client.request_metadata_refresh()
+                    await trio.sleep(0.05 * 2 ** attempt)
+                    continue
+                raise type(err)(f"{topic}-{partition}: {err}")
+            if version == 0:
+                return list(p.old_style_offsets)
+            return [p.offset] if p.offset >= 0 else []
+        raise NotLeaderOrFollowerError(f"{topic}-{partition}: no leader answered")
+
+    # -- iterate -----------------------------------------------------------------------------------
+
+    async def iterate(self, topic: str, partition: int = 0, offset: int = 0, *,
+                      max_bytes: int | None = None) -> AsyncIterator[ConsumerRecord]:
+        """Follow a partition from ``offset``: long-poll fetches (``fetch_max_wait_ms``,
+        ``fetch_min_bytes``), the next one in flight while the caller works on the current
+        records.  Ends only when the caller stops iterating (or on an error)."""
+        send, receive = trio.open_memory_channel(1)
+        scope = trio.CancelScope()
+        max_bytes = max_bytes or self.max_partition_fetch_bytes
+
+        async def prefetch() -> None:
+            with scope:
+                async with send:
+                    position = offset
+                    while True:
+                        try:
+                            fetched = await self.fetch(topic, partition, position, max_bytes,
+                                                       max_wait_ms=self.fetch_max_wait_ms,
+                                                       min_bytes=self.fetch_min_bytes)
+                        except TrilogError as exc:
+                            await send.send(exc)
+                            return
+                        if fetched.size_in_bytes:
+                            await send.send(fetched)
+                        position = fetched.next_offset
+
+        self._nursery.start_soon(prefetch)
+        try:
+            async with receive:
+                async for item in receive:
+                    if isinstance(item, BaseException):
+                        raise item
+                    for record in item:
+                        yield record
+        finally:
+            scope.cancel()
+
+
+@asynccontextmanager
+async def open_simple_consumer(
+    bootstrap_servers: str | list[str] | None = None,
+    *,
+    zookeeper: str | None = None,
+    client_id: str = "trilog-consumer",
+    fetch_max_wait_ms: int = 500,
+    fetch_min_bytes: int = 1,
+    max_partition_fetch_bytes: int = 1 << 20,
+    request_timeout_ms: int = 30_000,
+    key_deserializer: Callable[[bytes], Any] | None = None,
+    value_deserializer: Callable[[bytes], Any] | None = None,
+    metadata_max_age_ms: int = 300_000,
+) -> AsyncIterator[SimpleConsumer]:
+    """A simple consumer for the body of the ``async with`` (see the module docstring)."""
+    with unwrap_exception_group():
+        async with open_client(bootstrap_servers, zookeeper=zookeeper, client_id=client_id,
+                               request_timeout_ms=request_timeout_ms,
+                               metadata_max_age_ms=metadata_max_age_ms,
+                               allow_auto_create_topics=False) as client:
+            async with trio.open_nursery() as nursery:
+                consumer = SimpleConsumer(
+                    client, nursery, fetch_max_wait_ms=fetch_max_wait_ms,
+                    fetch_min_bytes=fetch_min_bytes,
+                    max_partition_fetch_bytes=max_partition_fetch_bytes,
+                    key_deserializer=key_deserializer, value_deserializer=value_deserializer)
+                try:
+                    yield consumer
+                finally:
+                    nursery.cancel_scope.cancel()
