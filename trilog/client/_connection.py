@@ -46,9 +46,10 @@ DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
 class _Pending:
-    __slots__ = ("api_key", "version", "event", "response", "error")
+    __slots__ = ("api_key", "version", "event", "response", "error", "correlation_id")
 
     def __init__(self, api_key: int, version: int) -> None:
+        self.correlation_id = -1
         self.api_key = api_key
         self.version = version
         self.event = trio.Event()
@@ -117,6 +118,19 @@ class BrokerConnection:
                       timeout_s: float | None = None, expect_response: bool = True):
         """Send ``request`` and return its response (``None`` if ``expect_response`` is
         false, as for Produce with acks=0).  ``version`` defaults to the highest common one."""
+        pending = await self.send_request(request, version=version,
+                                          expect_response=expect_response)
+        if pending is None:
+            return None
+        return await self.wait_response(pending, timeout_s)
+
+    async def send_request(self, request: Message, *, version: int | None = None,
+                           expect_response: bool = True) -> _Pending | None:
+        """Write ``request`` now; ``wait_response`` on the result gives its response.
+
+        Requests written by one task leave in the order it wrote them (a producer relies on
+        this to keep a partition's batches in order with several requests in flight).
+        """
         if self._closed_error is not None:
             raise NetworkError(f"connection to {self.host}:{self.port} is closed") \
                 from self._closed_error
@@ -128,26 +142,30 @@ class BrokerConnection:
         pending = None
         if expect_response:
             pending = _Pending(api_key, version)
+            pending.correlation_id = correlation_id
             self._pending[correlation_id] = pending
+        async with self._send_lock:
+            try:
+                await self._stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
+                if pending is None:
+                    raise self._closed_error from exc
+        return pending
+
+    async def wait_response(self, pending: _Pending, timeout_s: float | None = None):
+        """The response to a request written by ``send_request``."""
+        timeout = self.request_timeout_s if timeout_s is None else timeout_s
         try:
-            async with self._send_lock:
-                try:
-                    await self._stream.send_all(frame)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
-            if pending is None:
-                return None
-            timeout = self.request_timeout_s if timeout_s is None else timeout_s
             with trio.move_on_after(timeout) as scope:
                 await pending.event.wait()
             if scope.cancelled_caught:
                 self._fail(RequestTimedOutError(
-                    f"{ApiKey(api_key).name} to {self.host}:{self.port} timed out after "
-                    f"{timeout:.1f} s"
+                    f"{ApiKey(pending.api_key).name} to {self.host}:{self.port} timed out "
+                    f"after {timeout:.1f} s"
                 ))
         finally:
-            if pending is not None:
-                self._pending.pop(correlation_id, None)
+            self._pending.pop(pending.correlation_id, None)
         if pending.error is not None:
             raise pending.error
         return pending.response

@@ -49,7 +49,12 @@ Partitioner = Callable[[bytes | None, Sequence[int]], int]
 
 
 class DefaultPartitioner:
-    """murmur2 for keys; a sticky random partition per topic for unkeyed records."""
+    """murmur2 for keys; a sticky random partition per topic for unkeyed records.
+
+    The sticky choice is made among the partitions that have a leader, and made again each
+    time a batch of the topic closes (so a partition that loses its leader is left behind
+    at the next batch).
+    """
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self._sticky: dict[str, int] = {}
@@ -60,7 +65,7 @@ class DefaultPartitioner:
         if key is not None:
             return partitions[partition_for_key(key, len(partitions))]
         current = self._sticky.get(topic)
-        if current is None or current not in available:
+        if current is None:
             choices = available or partitions
             current = choices[self._rng.randrange(len(choices))]
             self._sticky[topic] = current

@@ -48,6 +48,9 @@ from trilog.records._v2 import HEADER_SIZE
 
 log = logging.getLogger("trilog.producer")
 
+#: The longest ``send`` goes without yielding to other tasks (see ``Producer.send``).
+YIELD_INTERVAL_S = 0.001
+
 # Per-record overhead of the v2 format beyond key and value (length, attributes, deltas,
 # key/value lengths, header count): used to account memory before encoding.
 _RECORD_OVERHEAD = 16
@@ -172,19 +175,40 @@ class Producer:
         self._flushing = 0
         self._closed = False
         self._node_slots: dict[int, trio.Semaphore] = {}
+        self._writers: dict[int, trio.MemorySendChannel] = {}
+        self._topic_cache: dict[str, tuple] = {}  # topic -> (metadata, partitions, available)
+        self._last_yield = 0.0
         self.records_sent = 0
 
     # -- sending -----------------------------------------------------------------------------
 
     async def send(self, topic: str, value=None, key=None, *, partition: int | None = None,
                    timestamp_ms: int | None = None, headers=None) -> Delivery:
-        """Queue a record (async mode); waits while ``buffer_memory`` is full."""
+        """Queue a record (async mode); waits while ``buffer_memory`` is full.
+
+        Every call is a cancellation point.  A full yield to the scheduler costs more than
+        queueing a record, so while there is room ``send`` yields at most once per
+        ``YIELD_INTERVAL_S`` of sending: other tasks never wait longer than that for it.
+        """
         await trio.lowlevel.checkpoint_if_cancelled()
-        if topic not in self._client.metadata.value.partitions or \
-                not self._client.metadata.value.available_partitions(topic):
+        if topic not in self._topic_cache and not self._client.metadata.value.partitions_for(topic):
             await self._client.partitions_for(topic)
-        key_bytes, value_bytes = self._serialize(key, value)
-        needed = _record_size(key_bytes, value_bytes, headers)
+        try:
+            delivery = self.send_nowait(topic, value, key, partition=partition,
+                                        timestamp_ms=timestamp_ms, headers=headers)
+        except BufferFullError:
+            key_bytes, value_bytes = self._serialize(key, value)
+            needed = _record_size(key_bytes, value_bytes, headers)
+            await self._wait_for_room(needed)
+            delivery = self._append(topic, key_bytes, value_bytes, partition, timestamp_ms,
+                                    headers, needed)
+        now = trio.current_time()
+        if now - self._last_yield >= YIELD_INTERVAL_S:
+            self._last_yield = now
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return delivery
+
+    async def _wait_for_room(self, needed: int) -> None:
         if needed > self._buffer_memory:
             raise MessageTooLargeError(
                 f"a record of {needed} bytes is larger than buffer_memory ({self._buffer_memory})"
@@ -193,31 +217,32 @@ class Producer:
         while self._buffer_used + needed > self._buffer_memory:
             if self._closed:
                 raise ProducerClosedError("the producer is closed")
-            room = self._room
             with trio.move_on_at(deadline):
-                await room.wait()
+                await self._room.wait()
             if trio.current_time() >= deadline:
                 raise DeliveryTimeoutError(
                     f"no room in buffer_memory for {self._delivery_timeout_s:.1f} s"
                 )
-        delivery = self._append(topic, key_bytes, value_bytes, partition, timestamp_ms, headers,
-                                needed)
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return delivery
 
     def send_nowait(self, topic: str, value=None, key=None, *, partition: int | None = None,
                     timestamp_ms: int | None = None, headers=None) -> Delivery:
         """Queue a record without waiting: ``BufferFullError`` when ``buffer_memory`` is full,
         ``UnknownTopicOrPartitionError`` if the topic's partitions are not known yet (``await
-        producer.partitions_for(topic)`` first, or use ``send``)."""
-        key_bytes, value_bytes = self._serialize(key, value)
-        needed = _record_size(key_bytes, value_bytes, headers)
-        if self._buffer_used + needed > self._buffer_memory:
+        producer.partitions_for(topic)`` first, or use ``send``).
+
+        This is the per-record hot path: it stays a straight line for plain bytes."""
+        if type(key) is not bytes or type(value) is not bytes or \
+                self._key_serializer is not None or self._value_serializer is not None:
+            key, value = self._serialize(key, value)
+        size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + \
+            (len(value) if value is not None else 0)
+        if headers:
+            size += _headers_size(headers)
+        if self._buffer_used + size > self._buffer_memory:
             raise BufferFullError(
                 f"buffer_memory ({self._buffer_memory} bytes) is full; wait with send()"
             )
-        return self._append(topic, key_bytes, value_bytes, partition, timestamp_ms, headers,
-                            needed)
+        return self._append(topic, key, value, partition, timestamp_ms, headers, size)
 
     async def send_and_wait(self, topic: str, value=None, key=None, **kwargs) -> RecordMetadata:
         """The sync path: send one record and wait for its acknowledgement."""
@@ -244,20 +269,25 @@ class Producer:
 
     def _choose_partition(self, topic: str, key: bytes | None) -> int:
         meta = self._client.metadata.value
-        partitions = meta.partitions_for(topic)
-        if not partitions:
-            from trilog.errors import UnknownTopicOrPartitionError
+        cached = self._topic_cache.get(topic)
+        if cached is None or cached[0] is not meta:
+            # Per metadata snapshot, not per record: the lists are computed once.
+            partitions = meta.partitions_for(topic)
+            if not partitions:
+                from trilog.errors import UnknownTopicOrPartitionError
 
-            raise UnknownTopicOrPartitionError(
-                f"partitions of {topic!r} are not known yet; use send() or partitions_for()"
-            )
+                raise UnknownTopicOrPartitionError(
+                    f"partitions of {topic!r} are not known yet; use send() or partitions_for()"
+                )
+            cached = (meta, partitions, meta.available_partitions(topic))
+            self._topic_cache[topic] = cached
+        _meta, partitions, available = cached
         if self._custom_partitioner is not None:
             chosen = self._custom_partitioner(key, partitions)
             if chosen not in partitions:
                 raise ValueError(f"partitioner returned {chosen}, not one of {partitions}")
             return chosen
-        return self._partitioner.partition(topic, key, partitions,
-                                           meta.available_partitions(topic))
+        return self._partitioner.partition(topic, key, partitions, available)
 
     def _append(self, topic, key, value, partition, timestamp_ms, headers, size) -> Delivery:
         if self._closed:
@@ -438,9 +468,19 @@ class Producer:
                     self._busy_partitions.add(tp)
                 self._in_flight.add(batch)
             slots.acquire_nowait()
-            nursery.start_soon(self._send_request, meta.brokers[node_id], slots, request_batches)
+            self._writer_for(nursery, meta.brokers[node_id]).send_nowait(
+                (slots, request_batches))
             started = True
         return started
+
+    def _writer_for(self, nursery: trio.Nursery, node) -> trio.MemorySendChannel:
+        """The queue of the task that writes ``node``'s requests, in order (see _node_writer)."""
+        channel = self._writers.get(node.node_id)
+        if channel is None:
+            channel, receive = trio.open_memory_channel(math.inf)
+            self._writers[node.node_id] = channel
+            nursery.start_soon(self._node_writer, node, receive, nursery)
+        return channel
 
     async def _refresh_metadata(self) -> None:
         try:
@@ -450,55 +490,80 @@ class Producer:
             await trio.sleep(self._retry_backoff_s)
         self._wakeup.set()
 
-    async def _send_request(self, node, slots: trio.Semaphore, batches: list[_Batch]) -> None:
-        try:
-            by_topic: dict[str, list] = {}
-            for batch in batches:
-                by_topic.setdefault(batch.topic, []).append(
-                    ProduceRequest.TopicProduceData.PartitionProduceData(
-                        index=batch.partition, records=batch.data))
-                batch.attempts += 1
-            request = ProduceRequest(
-                acks=self._acks, timeout_ms=int(self._request_timeout_s * 1000),
-                topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
-                            for t, p in by_topic.items()])
+    async def _node_writer(self, node, queue: trio.MemoryReceiveChannel,
+                           nursery: trio.Nursery) -> None:
+        """Writes one broker's Produce requests in the order they were formed.
+
+        Only this task writes to the broker, so two requests holding batches of one
+        partition reach it in order; their responses are awaited by separate tasks, so
+        several requests are in flight at once.
+        """
+        async for slots, batches in queue:
+            request = self._produce_request(batches)
             try:
                 conn = await self._client.connection(node)
-                response = await conn.request(request, expect_response=self._acks != 0,
-                                              timeout_s=self._request_timeout_s + 5)
+                pending = await conn.send_request(request, expect_response=self._acks != 0)
             except (NetworkError, RequestTimedOutError) as exc:
-                for batch in batches:
-                    self._retry_or_fail(batch, exc)
-                self._client.request_metadata_refresh()
-                return
-            if response is None:  # acks=0: nothing comes back
+                self._finish_request(slots, batches, error=exc)
+                continue
+            if pending is None:  # acks=0: nothing comes back
                 for batch in batches:
                     self._complete(batch)
-                return
-            results = {(t.name, p.index): p for t in response.responses
-                       for p in t.partition_responses}
-            stale = False
+                self._finish_request(slots, batches)
+                continue
+            nursery.start_soon(self._await_response, conn, pending, slots, batches)
+
+    def _produce_request(self, batches: list[_Batch]) -> ProduceRequest:
+        by_topic: dict[str, list] = {}
+        for batch in batches:
+            by_topic.setdefault(batch.topic, []).append(
+                ProduceRequest.TopicProduceData.PartitionProduceData(
+                    index=batch.partition, records=batch.data))
+            batch.attempts += 1
+        return ProduceRequest(
+            acks=self._acks, timeout_ms=int(self._request_timeout_s * 1000),
+            topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
+                        for t, p in by_topic.items()])
+
+    async def _await_response(self, conn, pending, slots: trio.Semaphore,
+                              batches: list[_Batch]) -> None:
+        try:
+            response = await conn.wait_response(pending, self._request_timeout_s + 5)
+        except (NetworkError, RequestTimedOutError) as exc:
+            self._finish_request(slots, batches, error=exc)
+            return
+        results = {(t.name, p.index): p for t in response.responses
+                   for p in t.partition_responses}
+        stale = False
+        for batch in batches:
+            result = results.get((batch.topic, batch.partition))
+            if result is None:
+                self._retry_or_fail(batch, UnknownServerError(
+                    f"no answer for {batch.topic}-{batch.partition} in the produce response"))
+            elif result.error_code == 0:
+                self._complete(batch, result.base_offset,
+                               log_append_time=getattr(result, "log_append_time_ms", -1))
+            else:
+                error = error_for_code(result.error_code)
+                error = type(error)(f"{batch.topic}-{batch.partition}: {error}")
+                stale = stale or error.retriable
+                self._retry_or_fail(batch, error)
+        if stale:
+            self._client.request_metadata_refresh()
+        self._finish_request(slots, batches)
+
+    def _finish_request(self, slots: trio.Semaphore, batches: list[_Batch],
+                        error: BaseException | None = None) -> None:
+        """A request is over: retry or fail its batches on ``error``, free its slot."""
+        if error is not None:
             for batch in batches:
-                result = results.get((batch.topic, batch.partition))
-                if result is None:
-                    self._retry_or_fail(batch, UnknownServerError(
-                        f"no answer for {batch.topic}-{batch.partition} in the produce response"))
-                elif result.error_code == 0:
-                    self._complete(batch, result.base_offset,
-                                   log_append_time=getattr(result, "log_append_time_ms", -1))
-                else:
-                    error = error_for_code(result.error_code)
-                    error = type(error)(f"{batch.topic}-{batch.partition}: {error}")
-                    stale = stale or error.retriable
-                    self._retry_or_fail(batch, error)
-            if stale:
-                self._client.request_metadata_refresh()
-        finally:
-            for batch in batches:
-                self._in_flight.discard(batch)
-                self._busy_partitions.discard((batch.topic, batch.partition))
-            slots.release()
-            self._wakeup.set()
+                self._retry_or_fail(batch, error)
+            self._client.request_metadata_refresh()
+        for batch in batches:
+            self._in_flight.discard(batch)
+            self._busy_partitions.discard((batch.topic, batch.partition))
+        slots.release()
+        self._wakeup.set()
 
     def _retry_or_fail(self, batch: _Batch, error: BaseException) -> None:
         retriable = isinstance(error, (NetworkError, RequestTimedOutError)) or (
@@ -517,10 +582,11 @@ class Producer:
 def _record_size(key, value, headers) -> int:
     size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + \
         (len(value) if value is not None else 0)
-    if headers:
-        for hkey, hvalue in headers:
-            size += len(hkey) + (len(hvalue) if hvalue is not None else 0) + 4
-    return size
+    return size + _headers_size(headers) if headers else size
+
+
+def _headers_size(headers) -> int:
+    return sum(len(k) + (len(v) if v is not None else 0) + 4 for k, v in headers)
 
 
 @asynccontextmanager
