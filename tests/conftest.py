@@ -1,8 +1,16 @@
-"""Fixtures shared by every layer's tests: real parts only (a real ZooKeeper server)."""
+"""Fixtures shared by every layer's tests: real parts only (a real ZooKeeper server, real
+broker processes)."""
 
 from __future__ import annotations
 
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -34,3 +42,131 @@ def zookeeper(zookeeper_server) -> str:
         client.stop()
         client.close()
     return zookeeper_server.connect_string + chroot
+
+
+# -- broker processes ----------------------------------------------------------------------
+
+
+_LISTENING = re.compile(rb"trilog broker (\d+) listening on (\S+):(\d+) ")
+# ``python -m trilog.cli._main`` warns (runpy) that the module was imported by its package.
+_BROKER_MAIN = "import sys; from trilog.cli import main; sys.exit(main())"
+
+
+class BrokerProcess:
+    """A ``trilog broker`` subprocess; ``port``/``bootstrap`` come from its ready line.
+
+    ``stop()`` sends SIGTERM and returns the exit code (SIGKILL after ``timeout``);
+    ``kill()`` sends SIGKILL.  stderr (the broker's log) goes to ``stderr_path``.
+    """
+
+    def __init__(self, args: list[str], log_dir: Path, stderr_path: Path, cwd: Path,
+                 start_timeout: float = 30.0) -> None:
+        self.args = args
+        self.log_dir = log_dir
+        self.stderr_path = stderr_path
+        # Open for the life of the process (closed by stop/kill), not a with block.
+        self._stderr = open(stderr_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BROKER_MAIN, "broker", *args],
+            stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, cwd=cwd,
+        )
+        self.stdout_lines: list[bytes] = []
+        try:
+            line = self._read_line(start_timeout)
+            match = _LISTENING.match(line)
+            if match is None:
+                raise RuntimeError(f"unexpected first line from the broker: {line!r}")
+        except BaseException:
+            self.kill()
+            raise
+        self.broker_id = int(match.group(1))
+        self.host = match.group(2).decode()
+        self.port = int(match.group(3))
+        self.bootstrap = f"127.0.0.1:{self.port}"
+
+    def _read_line(self, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"broker not ready after {timeout} s:\n{self.stderr()}")
+                if sel.select(left):
+                    line = self.proc.stdout.readline()
+                    if not line:
+                        self.proc.wait(5)
+                        raise RuntimeError(
+                            f"broker exited with {self.proc.returncode} before listening:\n"
+                            f"{self.stderr()}"
+                        )
+                    self.stdout_lines.append(line)
+                    return line
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")[-4000:]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Signal the process and wait; SIGKILL if it outlives ``timeout``.  Returns the code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc.stdout is not None and not self.proc.stdout.closed:
+            rest = self.proc.stdout.read() if self.proc.poll() is not None else b""
+            self.stdout_lines.extend(rest.splitlines(keepends=True))
+            self.proc.stdout.close()
+        if not self._stderr.closed:
+            self._stderr.close()
+
+
+@pytest.fixture
+def broker_process(tmp_path):
+    """Factory: ``broker_process(log_dir=None, *extra_args, port=0, broker_id=None,
+    zookeeper=None, overrides={...})`` starts a ``trilog broker`` process and returns a
+    ``BrokerProcess``.  Every process still running at teardown gets SIGTERM (then SIGKILL).
+    """
+    started: list[BrokerProcess] = []
+    counter = iter(range(1_000_000))
+
+    def start(log_dir: Path | str | None = None, *extra: str, port: int = 0,
+              broker_id: int | None = None, zookeeper: str | None = None,
+              overrides: dict | None = None, cwd: Path | None = None) -> BrokerProcess:
+        n = next(counter)
+        if log_dir is None:
+            log_dir = tmp_path / f"broker-{n}-data"
+        log_dir = Path(log_dir)
+        args = ["--port", str(port), "--host", "127.0.0.1", "--log-dir", str(log_dir)]
+        if broker_id is not None:
+            args += ["--broker-id", str(broker_id)]
+        if zookeeper is not None:
+            args += ["--zookeeper", zookeeper]
+        for key, value in (overrides or {}).items():
+            args += ["--override", f"{key}={value}"]
+        args += list(extra)
+        if cwd is None:
+            cwd = tmp_path / "broker-cwd"
+            cwd.mkdir(exist_ok=True)
+        process = BrokerProcess(args, log_dir, tmp_path / f"broker-{n}.stderr", cwd)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.stop()

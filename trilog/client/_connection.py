@@ -165,7 +165,10 @@ class BrokerConnection:
                     f"after {timeout:.1f} s"
                 ))
         finally:
-            self._pending.pop(pending.correlation_id, None)
+            # A caller cancelled before the answer leaves its entry behind: the reader
+            # drops the late response instead of failing on an unknown correlation id.
+            if pending.event.is_set():
+                self._pending.pop(pending.correlation_id, None)
         if pending.error is not None:
             raise pending.error
         return pending.response

@@ -24,6 +24,7 @@ from trilog.errors import (
     NetworkError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    ProtocolError,
     RequestTimedOutError,
     TrilogError,
     UnknownTopicOrPartitionError,
@@ -172,7 +173,7 @@ class SimpleConsumer:
                     got = await self._fetch_from(meta.brokers[node_id],
                                                  [requests[i] for i in indexes],
                                                  max_wait_ms, min_bytes)
-                except (NetworkError, RequestTimedOutError):
+                except (NetworkError, RequestTimedOutError, ProtocolError):
                     retry.extend(indexes)
                     return
                 for i, outcome in zip(indexes, got):
@@ -184,9 +185,10 @@ class SimpleConsumer:
                     else:
                         errors.append(outcome)
 
-            async with trio.open_nursery() as nursery:
-                for node_id, indexes in by_node.items():
-                    nursery.start_soon(one_node, node_id, indexes)
+            with unwrap_exception_group():
+                async with trio.open_nursery() as nursery:
+                    for node_id, indexes in by_node.items():
+                        nursery.start_soon(one_node, node_id, indexes)
             fatal = [e for e in errors if not (isinstance(e, ApiError) and e.retriable)]
             if fatal:
                 raise fatal[0]

@@ -1,1 +1,14 @@
-"""(work in progress)"""
+"""Blocking facades over the trio client, for scripts and Spark executors.
+
+    with trilog.sync.Producer("127.0.0.1:9092") as producer:
+        producer.send("events", b"hello").get(timeout=10)
+
+Each facade runs its client in one trio loop in a background thread shared by every facade
+of the process; methods are thread-safe and block the caller.  A facade created before
+``fork()`` refuses to work in the child (``ForkedFacadeError``); create one in the child.
+"""
+
+from trilog.sync._facades import Producer, SimpleConsumer, SyncDelivery
+from trilog.sync._portal import FacadeClosedError, ForkedFacadeError
+
+__all__ = ["FacadeClosedError", "ForkedFacadeError", "Producer", "SimpleConsumer", "SyncDelivery"]

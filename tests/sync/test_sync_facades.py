@@ -1,0 +1,134 @@
+"""trilog.sync: blocking facades over the trio client, used from plain threads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import trilog.sync as ts
+from trilog.errors import OffsetOutOfRangeError
+from trilog.sync._portal import loop_thread
+
+
+@pytest.fixture
+def bootstrap(broker_process):
+    return broker_process(overrides={"num.partitions": 4}).bootstrap
+
+
+def _no_loop_thread_left(timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if loop_thread() is None and not any(
+            t.name == "trilog-sync-loop" for t in threading.enumerate()
+        ):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_eight_threads_share_one_producer_and_every_send_is_delivered(bootstrap):
+    per_thread, threads = 10_000, 8
+    deliveries: list[list] = [[] for _ in range(threads)]
+    with ts.Producer(bootstrap, linger_ms=2) as producer:
+        producer.partitions_for("shared")
+
+        def work(n: int) -> None:
+            for i in range(per_thread):
+                deliveries[n].append(producer.send("shared", b"%d:%d" % (n, i)))
+
+        workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        producer.flush()
+        metas = [d.get(timeout=30) for ds in deliveries for d in ds]
+    assert len(metas) == per_thread * threads
+    assert len({(m.partition, m.offset) for m in metas}) == per_thread * threads
+    with ts.SimpleConsumer(bootstrap) as consumer:
+        ends = [consumer.offsets_before("shared", p)[0] for p in range(4)]
+        assert sum(ends) == per_thread * threads
+        values = {r.value for p in range(4)
+                  for r in consumer.iterate("shared", p, 0, end_offset=ends[p])}
+    assert values == {b"%d:%d" % (n, i) for n in range(threads) for i in range(per_thread)}
+    assert _no_loop_thread_left()
+
+
+def test_facades_share_one_loop_thread_and_it_ends_with_the_last(bootstrap):
+    with ts.Producer(bootstrap) as producer:
+        first = loop_thread()
+        with ts.SimpleConsumer(bootstrap) as consumer:
+            assert loop_thread() is first
+            producer.send_and_wait("t", b"v")
+            assert [r.value for r in consumer.fetch("t", *_partition_of(consumer, "t"))] == [b"v"]
+        assert loop_thread() is first and first.is_alive()
+    assert _no_loop_thread_left()
+    with pytest.raises(ts.FacadeClosedError):
+        producer.send("t", b"late")
+
+
+def _partition_of(consumer, topic):
+    for p in consumer.partitions_for(topic):
+        if consumer.offsets_before(topic, p)[0] > 0:
+            return p, 0
+    raise AssertionError("no partition has the record")
+
+
+def test_exceptions_cross_unchanged(bootstrap):
+    with ts.Producer(bootstrap) as producer:
+        producer.send_and_wait("errs", b"x", partition=0)
+        with pytest.raises(TypeError, match="value must be bytes"):
+            producer.send("errs", "not bytes")
+    with ts.SimpleConsumer(bootstrap) as consumer:
+        with pytest.raises(OffsetOutOfRangeError) as info:
+            consumer.fetch("errs", 0, 50)
+        assert (info.value.log_start_offset, info.value.log_end_offset) == (0, 1)
+
+
+def test_keyboard_interrupt_stops_a_blocking_call_promptly(bootstrap):
+    with ts.Producer(bootstrap) as producer:
+        producer.send_and_wait("idle", b"x", partition=0)
+    with ts.SimpleConsumer(bootstrap) as consumer:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            consumer.fetch("idle", 0, 1, max_wait_ms=20_000, min_bytes=1)
+        assert time.monotonic() - started < 5
+        # The facade still works after the interrupted call.
+        assert [r.value for r in consumer.fetch("idle", 0, 0)] == [b"x"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_fork_parent_facade_refuses_child_facade_works(bootstrap):
+    with ts.Producer(bootstrap) as producer:
+        producer.send_and_wait("forked", b"parent", partition=0)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the pipe, never return into pytest
+            code = 1
+            try:
+                try:
+                    producer.send("forked", b"from child")
+                    message = b"parent facade worked in the child"
+                except ts.ForkedFacadeError:
+                    with ts.Producer(bootstrap) as own:
+                        own.send_and_wait("forked", b"child", partition=0)
+                    message, code = b"ok", 0
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                message = repr(exc).encode()
+            os.write(write, message)
+            os._exit(code)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(read, "rb") as pipe:
+            message = pipe.read()
+        assert message == b"ok" and os.waitstatus_to_exitcode(status) == 0
+        producer.send_and_wait("forked", b"parent again", partition=0)
+    with ts.SimpleConsumer(bootstrap) as consumer:
+        assert [r.value for r in consumer.fetch("forked", 0, 0)] == \
+            [b"parent", b"child", b"parent again"]
