@@ -8,6 +8,10 @@
 """
 
 from trilog.client import (
+    Blacklist,
+    MessageStream,
+    Whitelist,
+    open_consumer,
     EARLIEST,
     LATEST,
     BufferFullError,
@@ -26,6 +30,10 @@ from trilog.errors import ApiError, ProtocolError, TrilogError
 __version__ = "0.1.0"
 
 __all__ = [
+    "Blacklist",
+    "MessageStream",
+    "Whitelist",
+    "open_consumer",
     "EARLIEST",
     "LATEST",
     "ApiError",

@@ -11,6 +11,7 @@ from trilog.client._admin import (
     open_admin,
     parse_bootstrap,
 )
+from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_ranges
 from trilog.client._client import Client, open_client
 from trilog.client._connection import BrokerConnection, open_connection
 from trilog.client._consumer import (
@@ -21,6 +22,7 @@ from trilog.client._consumer import (
     SimpleConsumer,
     open_simple_consumer,
 )
+from trilog.client._group import MessageStream, ZooKeeperConsumerConnector, open_consumer
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._partitioner import DefaultPartitioner, murmur2, partition_for_key
 from trilog.client._producer import (
@@ -34,6 +36,13 @@ from trilog.client._producer import (
 )
 
 __all__ = [
+    "Blacklist",
+    "MessageStream",
+    "TopicFilter",
+    "Whitelist",
+    "ZooKeeperConsumerConnector",
+    "assign_ranges",
+    "open_consumer",
     "EARLIEST",
     "LATEST",
     "Admin",
