@@ -103,8 +103,8 @@ def test_truncated_bodies_raise_remote_protocol_error(cls, version):
 def test_registries_cover_the_brief():
     expected = {
         0: (0, 7), 1: (0, 10), 2: (0, 4), 3: (0, 7), 8: (0, 6), 9: (0, 5), 10: (0, 2),
-        11: (0, 3), 12: (0, 2), 13: (0, 2), 14: (0, 2), 18: (0, 2), 19: (0, 3), 20: (0, 3),
-        22: (0, 1),
+        11: (0, 3), 12: (0, 2), 13: (0, 2), 14: (0, 2), 15: (0, 2), 16: (0, 2), 18: (0, 2),
+        19: (0, 3), 20: (0, 3), 22: (0, 1),
     }  # fmt: skip
     assert dict(API_VERSIONS) == expected
     assert set(REQUEST_CLASSES) == set(RESPONSE_CLASSES) == set(expected)

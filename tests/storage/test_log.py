@@ -9,7 +9,12 @@ import threading
 import pytest
 from storage_helpers import batches_in, make_batch, read_all, segment_files
 
-from trilog.errors import CorruptMessageError, MessageTooLargeError, OffsetOutOfRangeError
+from trilog.errors import (
+    CorruptMessageError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
 from trilog.records import GZIP, RecordBatch, build_batch, iter_batches
 from trilog.storage import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LogConfig
 
@@ -162,7 +167,7 @@ def test_invalid_appends_are_rejected_whole(open_log):
 
 def test_append_larger_than_a_segment_is_rejected(open_log):
     log = open_log(LogConfig(segment_bytes=500))
-    with pytest.raises(MessageTooLargeError):
+    with pytest.raises(RecordListTooLargeError):  # Kafka's answer for this case
         log.append(make_batch(1, value_size=600))
 
 

@@ -23,6 +23,7 @@ import trio
 from trilog._concurrency import unwrap_exception_group
 from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
 from trilog.broker._config import BrokerConfig
+from trilog.broker._coordinator import GroupCoordinator, client_address
 from trilog.broker._handlers import RequestHandler
 from trilog.broker._network import Network
 from trilog.broker._purgatory import FetchPurgatory
@@ -48,6 +49,7 @@ class Broker:
         self.cluster: Cluster | None = None
         self.network: Network | None = None
         self.purgatory = FetchPurgatory()
+        self.coordinator: GroupCoordinator | None = None
         self._shutdown_requested = trio.Event()
         self.stopped = trio.Event()
 
@@ -120,6 +122,7 @@ async def _serve(broker: Broker, limiter: trio.CapacityLimiter, cluster_id: str 
     handler_box: list[RequestHandler] = []
 
     async def handle(frame, peer):
+        client_address.set(peer)
         return await handler_box[0].handle(frame, peer)
 
     network = Network(
@@ -150,10 +153,13 @@ async def _serve(broker: Broker, limiter: trio.CapacityLimiter, cluster_id: str 
         raise
     broker.cluster = cluster
     handler_box.append(RequestHandler(config, cluster, broker.logs, broker.purgatory, limiter))
+    broker.coordinator = GroupCoordinator(config, cluster, broker.logs, limiter)
+    broker.coordinator.register(handler_box[0])
     async with trio.open_nursery() as nursery:
         await nursery.start(network.serve)
         nursery.start_soon(_flush_scheduler, broker, limiter)
         nursery.start_soon(_retention_checker, broker, limiter)
+        nursery.start_soon(broker.coordinator.run, broker._shutdown_requested)
         if on_started is not None:
             await on_started(nursery)
         log.info("broker %d listening on %s:%d, data in %s", config.broker_id, host,

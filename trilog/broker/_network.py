@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 import trio
 
+from trilog._concurrency import unwrap_exception_group
 from trilog.errors import ProtocolError
 from trilog.protocol import FrameDecoder
 
@@ -173,10 +174,11 @@ class Network:
         self._connections.add(stream)
         requests_send, requests_receive = trio.open_memory_channel(MAX_QUEUED_REQUESTS)
         try:
-            async with stream, trio.open_nursery() as nursery:
-                nursery.start_soon(self._reader, stream, requests_send, peer)
-                await self._responder(stream, requests_receive, peer)
-                nursery.cancel_scope.cancel()
+            with unwrap_exception_group():
+                async with stream, trio.open_nursery() as nursery:
+                    nursery.start_soon(self._reader, stream, requests_send, peer)
+                    await self._responder(stream, requests_receive, peer)
+                    nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass  # the peer went away
         except ProtocolError as exc:

@@ -18,6 +18,7 @@ stays, and the watch loops retry when ZooKeeper is back.
 from __future__ import annotations
 
 import logging
+from contextlib import aclosing
 import random
 
 import trio
@@ -127,29 +128,34 @@ class ZooKeeperCluster(Cluster):
         while True:
             try:
                 value = await self.zk.watch_children(path)
-                async for children in value.eventual_values(lambda v: v is not None):
-                    await refresh(children)
+                async with aclosing(value.eventual_values(lambda v: v is not None)) as values:
+                    async for children in values:
+                        await refresh(children)
             except ZooKeeperError as exc:
                 log.warning("watching %s failed (%s); retrying", path, exc)
                 await trio.sleep(RETRY_S)
 
     async def _session_keeper(self) -> None:
-        async for _generation in self.zk.session_generation.transitions():
-            log.warning("ZooKeeper session expired; registering broker %d again",
-                        self.broker.node_id)
-            while True:
-                try:
-                    await self.register()
-                    served, self._served = self._served, set()
-                    for topic, partition in sorted(served):
-                        await self._write_state(topic, partition)
-                    break
-                except BrokerIdInUseError:
-                    # Our old ephemeral node may linger until the old session is gone.
-                    await trio.sleep(RETRY_S)
-                except ZooKeeperError as exc:
-                    log.warning("re-registration failed (%s); retrying", exc)
-                    await trio.sleep(RETRY_S)
+        async with aclosing(self.zk.session_generation.transitions()) as sessions:
+            async for _generation in sessions:
+                log.warning("ZooKeeper session expired; registering broker %d again",
+                            self.broker.node_id)
+                await self._reregister()
+
+    async def _reregister(self) -> None:
+        while True:
+            try:
+                await self.register()
+                served, self._served = self._served, set()
+                for topic, partition in sorted(served):
+                    await self._write_state(topic, partition)
+                return
+            except BrokerIdInUseError:
+                # Our old ephemeral node may linger until the old session is gone.
+                await trio.sleep(RETRY_S)
+            except ZooKeeperError as exc:
+                log.warning("re-registration failed (%s); retrying", exc)
+                await trio.sleep(RETRY_S)
 
     # -- refreshing the cache ------------------------------------------------------------------
 
@@ -188,14 +194,16 @@ class ZooKeeperCluster(Cluster):
                 log.warning("ignoring topic %s: %s", topic, exc)
                 continue
         gone = set(self._assignments) - set(assignments)
+        # Our partitions get their logs before the view says we lead them: a Produce that
+        # follows a CreateTopics answer must find the log.
+        await self._serve_assigned(assignments)
         self._assignments = assignments
         self._rebuild_view()
-        await self._serve_assigned()
         for topic in gone:
             await self._drop_topic(topic)
 
-    async def _serve_assigned(self) -> None:
-        mine = [(t, p) for t, parts in self._assignments.items() for p, r in parts.items()
+    async def _serve_assigned(self, assignments: dict[str, dict[int, list[int]]]) -> None:
+        mine = [(t, p) for t, parts in assignments.items() for p, r in parts.items()
                 if r and r[0] == self.broker.node_id and (t, p) not in self._served]
         if not mine:
             return
@@ -252,7 +260,12 @@ class ZooKeeperCluster(Cluster):
         except ZooKeeperError as exc:
             raise RequestTimedOutError(f"cannot create {name!r}: {exc}") from None
         log.info("created topic %s: %s", name, assignment)
+        # Answer once every partition is served: each leader writes its partition's state
+        # node after creating the log, and this broker's cache knows the topic.
         with trio.move_on_after(CREATE_WAIT_S):
+            for partition in sorted(assignment):
+                while not await self.zk.exists(partition_state_path(name, partition)):
+                    await trio.sleep(0.02)
             while name not in self._assignments:
                 await self.changed.wait()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import AsyncIterator
 
 import trio
@@ -234,13 +234,15 @@ class Client:
         task_status.started()
 
         async def on_brokers() -> None:
-            async for children in ids.eventual_values(lambda v: v is not None):
-                await read_brokers(children)
-                await self._refresh_quietly()
+            async with aclosing(ids.eventual_values(lambda v: v is not None)) as values:
+                async for children in values:
+                    await read_brokers(children)
+                    await self._refresh_quietly()
 
         async def on_topics() -> None:
-            async for _children in topics.eventual_values(lambda v: v is not None):
-                await self._refresh_quietly()
+            async with aclosing(topics.eventual_values(lambda v: v is not None)) as values:
+                async for _children in values:
+                    await self._refresh_quietly()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(on_brokers)

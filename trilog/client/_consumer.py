@@ -288,41 +288,100 @@ class SimpleConsumer:
 
     # -- iterate -----------------------------------------------------------------------------------
 
-    async def iterate(self, topic: str, partition: int = 0, offset: int = 0, *,
-                      max_bytes: int | None = None) -> AsyncIterator[ConsumerRecord]:
+    def iterate(self, topic: str, partition: int = 0, offset: int = 0, *,
+                max_bytes: int | None = None) -> "PartitionIterator":
         """Follow a partition from ``offset``: long-poll fetches (``fetch_max_wait_ms``,
         ``fetch_min_bytes``), the next one in flight while the caller works on the current
-        records.  Ends only when the caller stops iterating (or on an error)."""
-        send, receive = trio.open_memory_channel(1)
-        scope = trio.CancelScope()
-        max_bytes = max_bytes or self.max_partition_fetch_bytes
+        records.  Ends only when the caller stops iterating (or on an error).
 
-        async def prefetch() -> None:
-            with scope:
-                async with send:
-                    position = offset
-                    while True:
-                        try:
-                            fetched = await self.fetch(topic, partition, position, max_bytes,
-                                                       max_wait_ms=self.fetch_max_wait_ms,
-                                                       min_bytes=self.fetch_min_bytes)
-                        except TrilogError as exc:
-                            await send.send(exc)
-                            return
-                        if fetched.size_in_bytes:
-                            await send.send(fetched)
-                        position = fetched.next_offset
+        ``async for record in consumer.iterate(...)``; leaving the loop (``break``, an
+        exception) stops the prefetch task at once.  ``async with consumer.iterate(...) as
+        records`` makes that explicit.
+        """
+        return PartitionIterator(self, topic, partition, offset,
+                                 max_bytes or self.max_partition_fetch_bytes)
 
-        self._nursery.start_soon(prefetch)
+
+class PartitionIterator:
+    """The async iterator ``SimpleConsumer.iterate`` returns (see there).
+
+    Not an async generator on purpose: its prefetch task lives in the consumer's nursery,
+    and an abandoned iterator must stop that task when it is dropped, not whenever the
+    garbage collector finalizes a suspended generator.
+    """
+
+    def __init__(self, consumer: SimpleConsumer, topic: str, partition: int, offset: int,
+                 max_bytes: int) -> None:
+        self._consumer = consumer
+        self._args = (topic, partition, offset, max_bytes)
+        self._send, self._receive = trio.open_memory_channel(1)
+        self._scope = trio.CancelScope()
+        self._records: Iterator[ConsumerRecord] = iter(())
+        self._started = False
+
+    def __aiter__(self) -> "PartitionIterator":
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        if not self._started:
+            self._started = True
+            # The task gets what it needs, not the iterator: a dropped iterator must be
+            # collectable, so that __del__ can stop the task.
+            self._consumer._nursery.start_soon(_prefetch, self._consumer, self._scope,
+                                               self._send, *self._args)
+        while True:
+            record = next(self._records, None)
+            if record is not None:
+                await trio.lowlevel.checkpoint()
+                return record
+            try:
+                item = await self._receive.receive()
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
+            if isinstance(item, BaseException):
+                self.close()
+                raise item
+            self._records = iter(item)
+
+    def close(self) -> None:
+        """Stop prefetching (idempotent; also happens when the iterator is dropped)."""
+        self._scope.cancel()
+
+    async def aclose(self) -> None:
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> "PartitionIterator":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
         try:
-            async with receive:
-                async for item in receive:
-                    if isinstance(item, BaseException):
-                        raise item
-                    for record in item:
-                        yield record
-        finally:
-            scope.cancel()
+            self._scope.cancel()
+        except Exception:  # noqa: BLE001 - nothing to do at interpreter shutdown
+            pass
+
+
+async def _prefetch(consumer: SimpleConsumer, scope: trio.CancelScope,
+                    send: trio.MemorySendChannel, topic: str, partition: int, position: int,
+                    max_bytes: int) -> None:
+    """``PartitionIterator``'s task: the next fetch is in flight while records are used."""
+    with scope:
+        async with send:
+            while True:
+                try:
+                    fetched = await consumer.fetch(
+                        topic, partition, position, max_bytes,
+                        max_wait_ms=consumer.fetch_max_wait_ms,
+                        min_bytes=consumer.fetch_min_bytes)
+                except TrilogError as exc:
+                    await send.send(exc)
+                    return
+                if fetched.size_in_bytes:
+                    await send.send(fetched)
+                position = fetched.next_offset
 
 
 @asynccontextmanager

@@ -35,7 +35,7 @@ import os
 import socket
 import time
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
 import trio
@@ -219,15 +219,17 @@ class ZooKeeperConsumerConnector:
                 await self._rebalance_with_retries(nursery)
 
     async def _trigger_on_change(self, value) -> None:
-        async for _ in value.transitions():
-            self._rebalance_needed.set()
+        async with aclosing(value.transitions()) as changes:
+            async for _ in changes:
+                self._rebalance_needed.set()
 
     async def _session_keeper(self) -> None:
-        async for _ in self._zk.session_generation.transitions():
-            log.warning("consumer %s: ZooKeeper session expired; registering again",
-                        self.consumer_id)
-            await self._register()
-            self._rebalance_needed.set()
+        async with aclosing(self._zk.session_generation.transitions()) as sessions:
+            async for _ in sessions:
+                log.warning("consumer %s: ZooKeeper session expired; registering again",
+                            self.consumer_id)
+                await self._register()
+                self._rebalance_needed.set()
 
     async def _rebalance_with_retries(self, nursery: trio.Nursery) -> None:
         while True:

@@ -416,14 +416,17 @@ class Producer:
                 next_deadline = due
         return next_deadline
 
+    def _timeout_error(self, batch: _Batch, last: BaseException | None) -> DeliveryTimeoutError:
+        return DeliveryTimeoutError(
+            f"{len(batch.timestamps)} records to {batch.topic}-{batch.partition} were not "
+            f"acknowledged within {self._delivery_timeout_s:.1f} s"
+            + (f" (last error: {last})" if last else ""))
+
     def _expire(self, now: float) -> None:
         for tp, queue in list(self._ready.items()):
             while queue and queue[0].deadline <= now:
                 batch = queue.popleft()
-                self._complete(batch, error=DeliveryTimeoutError(
-                    f"{len(batch.timestamps)} records to {batch.topic}-{batch.partition} were not "
-                    f"acknowledged within {self._delivery_timeout_s:.1f} s"
-                    + (f" (last error: {batch.error})" if batch.error else "")))
+                self._complete(batch, error=self._timeout_error(batch, batch.error))
             if not queue:
                 del self._ready[tp]
         for batch in list(self._open.values()):
@@ -501,7 +504,17 @@ class Producer:
         async for slots, batches in queue:
             request = self._produce_request(batches)
             try:
-                conn = await self._client.connection(node)
+                # Reaching the broker may take backoffs and connect timeouts: the batches'
+                # delivery deadline bounds that wait (not the send itself: a frame cut in
+                # half would poison the connection).
+                conn = None
+                with trio.move_on_at(min(b.deadline for b in batches)):
+                    conn = await self._client.connection(node)
+                if conn is None:
+                    for batch in batches:
+                        self._complete(batch, error=self._timeout_error(batch, batch.error))
+                    self._finish_request(slots, batches)
+                    continue
                 pending = await conn.send_request(request, expect_response=self._acks != 0)
             except (NetworkError, RequestTimedOutError) as exc:
                 self._finish_request(slots, batches, error=exc)
@@ -569,7 +582,10 @@ class Producer:
         retriable = isinstance(error, (NetworkError, RequestTimedOutError)) or (
             isinstance(error, ApiError) and error.retriable)
         now = trio.current_time()
-        if retriable and batch.attempts <= self._retries and now < batch.deadline:
+        if retriable and now >= batch.deadline:
+            self._complete(batch, error=self._timeout_error(batch, error))
+            return
+        if retriable and batch.attempts <= self._retries:
             batch.error = error  # remembered for the timeout message
             batch.retry_at = now + self._retry_backoff_s
             tp = (batch.topic, batch.partition)

@@ -13,7 +13,8 @@ Supported (``API_VERSIONS``)::
     Produce(0) 0-7      Fetch(1) 0-10        ListOffsets(2) 0-4    Metadata(3) 0-7
     OffsetCommit(8) 0-6 OffsetFetch(9) 0-5   FindCoordinator(10) 0-2
     JoinGroup(11) 0-3   Heartbeat(12) 0-2    LeaveGroup(13) 0-2    SyncGroup(14) 0-2
-    ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3
+    DescribeGroups(15) 0-2                   ListGroups(16) 0-2
+    ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3    InitProducerId(22) 0-1
 
 ``records`` fields (Produce request, Fetch response) are opaque: decoded as a memoryview into
 the frame, encoded from bytes or, for zero-copy, from a size-known reference (see
@@ -429,6 +430,42 @@ SyncGroupResponse = message(K.SYNC_GROUP, "SyncGroupResponse", (0, 2), [
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
     F("assignment", BYTES),
+])
+
+# -- DescribeGroups (15) / ListGroups (16) ------------------------------------------------
+# v1: throttle_time_ms; v2 changes only semantics (throttling after the response).
+
+DescribeGroupsRequest = message(K.DESCRIBE_GROUPS, "DescribeGroupsRequest", (0, 2), [
+    F("groups", Array(STRING)),
+])
+
+DescribeGroupsResponse = message(K.DESCRIBE_GROUPS, "DescribeGroupsResponse", (0, 2), [
+    F("throttle_time_ms", INT32, "1+"),
+    F("groups", Array(Struct("DescribedGroup", [
+        F("error_code", INT16),
+        F("group_id", STRING),
+        F("group_state", STRING),
+        F("protocol_type", STRING),
+        F("protocol_data", STRING),
+        F("members", Array(Struct("DescribedGroupMember", [
+            F("member_id", STRING),
+            F("client_id", STRING),
+            F("client_host", STRING),
+            F("member_metadata", BYTES),
+            F("member_assignment", BYTES),
+        ]))),
+    ]))),
+])
+
+ListGroupsRequest = message(K.LIST_GROUPS, "ListGroupsRequest", (0, 2), [])
+
+ListGroupsResponse = message(K.LIST_GROUPS, "ListGroupsResponse", (0, 2), [
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+    F("groups", Array(Struct("ListedGroup", [
+        F("group_id", STRING),
+        F("protocol_type", STRING),
+    ]))),
 ])
 
 # -- ApiVersions (18) ---------------------------------------------------------------------

@@ -27,6 +27,7 @@ from trilog.errors import (
     CorruptMessageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    RecordListTooLargeError,
     TrilogError,
 )
 from trilog.records import RecordBatch, crc32c
@@ -385,7 +386,7 @@ class Log:
         batches = _check_headers(mv, config.max_message_bytes, assign_offsets)
         total = len(mv)
         if total > config.segment_bytes:
-            raise MessageTooLargeError(
+            raise RecordListTooLargeError(
                 f"append of {total} bytes exceeds the segment size {config.segment_bytes}"
             )
         future = None
@@ -710,6 +711,28 @@ class Log:
             self.log_start_offset,
         )
         return deleted
+
+    def delete_segments_before(self, offset: int) -> list[int]:
+        """Delete the oldest segments while every offset they hold is below ``offset`` (never
+        the active one); return their base offsets.  For a log that rewrites its own live
+        data further on, as the group coordinator does with a snapshot of the latest offsets
+        (Kafka's ``deleteOldSegments`` with a start-offset predicate)."""
+        with self._lock:
+            if self._closed:
+                return []
+            segments = self._segments
+            n = 0
+            while n < len(segments) - 1 and segments[n + 1].base_offset <= offset:
+                n += 1
+            if not n:
+                return []
+            dead, self._segments = segments[:n], segments[n:]
+            self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
+            self._dir_dirty = True
+            self._publish()
+        for segment in dead:
+            segment.delete()
+        return [s.base_offset for s in dead]
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch holding offsets >= ``offset`` (whole batches: the log end offset

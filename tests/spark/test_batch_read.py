@@ -1,0 +1,145 @@
+"""Batch reads: what was produced comes back once, however the ranges are split or retried."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+import pytest
+from conftest import keyed, load, produce
+
+
+def _expected(metas, records, topic):
+    return {(topic, m.partition, m.offset, v) for m, (_, _, v) in zip(metas, records)}
+
+
+def test_three_topics_of_four_partitions_read_back_exactly(spark, broker):
+    expected = set()
+    for t in ("alpha", "beta", "gamma"):
+        records = [(i % 4, b"k%d" % i, f"{t}-{i}".encode()) for i in range(200)]
+        expected |= _expected(produce(broker.bootstrap, t, records), records, t)
+    df = load(spark, broker.bootstrap, subscribe="alpha, beta,gamma")
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int>")
+    got = keyed(df)
+    assert len(got) == len(expected) == 600
+    assert set(got) == expected
+    assert df.rdd.getNumPartitions() == 12  # one input partition per topic-partition
+
+
+def test_min_partitions_splits_ranges_and_reads_each_record_once(spark, broker):
+    records = [(0, None, b"a%d" % i) for i in range(300)] + \
+              [(1, None, b"b%d" % i) for i in range(100)]
+    expected = _expected(produce(broker.bootstrap, "split", records), records, "split")
+    df = load(spark, broker.bootstrap, subscribe="split", minPartitions=16)
+    assert df.rdd.getNumPartitions() >= 16
+    got = keyed(df)
+    assert len(got) == 400
+    assert set(got) == expected
+
+
+def test_a_task_that_fails_once_is_retried_without_duplicates(spark, broker, tmp_path):
+    from trilog.spark import TrilogBatchReader, TrilogDataSource
+
+    marker = str(tmp_path / "failed-once")
+
+    class FlakyReader(TrilogBatchReader):
+        """Fails partition 1's task after it has yielded rows, the first time only."""
+
+        def read(self, partition):
+            for batch in super().read(partition):
+                yield batch
+                if partition.value.partition == 1 and not os.path.exists(marker):
+                    open(marker, "w").close()
+                    raise RuntimeError("injected failure after a first batch")
+
+    class FlakySource(TrilogDataSource):
+        @classmethod
+        def name(cls):
+            return "trilog_flaky"
+
+        def reader(self, schema):
+            return FlakyReader(super().reader(schema).options)
+
+    spark.dataSource.register(FlakySource)
+    records = [(i % 4, None, b"%d" % i) for i in range(2000)]
+    expected = _expected(produce(broker.bootstrap, "flaky", records), records, "flaky")
+    df = (spark.read.format("trilog_flaky").option("bootstrap.servers", broker.bootstrap)
+          .option("subscribe", "flaky").option("kafka.max.partition.fetch.bytes", "4096")
+          .load())
+    got = keyed(df)
+    assert os.path.exists(marker), "the injected failure did not happen"
+    assert len(got) == len(expected)
+    assert set(got) == expected
+
+
+def test_assign_with_json_offsets_and_headers(spark, broker):
+    records = [(1, b"k", b"v%d" % i) for i in range(20)]
+    produce(broker.bootstrap, "assigned", records, headers=[("h", b"x"), ("n", None)])
+    produce(broker.bootstrap, "assigned", [(2, None, b"other")])
+    df = load(spark, broker.bootstrap, assign=json.dumps({"assigned": [1]}),
+              startingOffsets=json.dumps({"assigned": {"1": 5}}),
+              endingOffsets=json.dumps({"assigned": {"1": 10}}), includeHeaders="true")
+    rows = sorted(df.collect(), key=lambda r: r.offset)
+    assert [r.offset for r in rows] == [5, 6, 7, 8, 9]
+    assert [bytes(r.value) for r in rows] == [b"v5", b"v6", b"v7", b"v8", b"v9"]
+    assert {(r.partition, bytes(r.key)) for r in rows} == {(1, b"k")}
+    assert [(h.key, h.value and bytes(h.value)) for h in rows[0].headers] == [("h", b"x"),
+                                                                              ("n", None)]
+    assert rows[0].timestampType == 0
+
+
+def test_starting_and_ending_timestamp(spark, broker):
+    base = 1_700_000_000_000
+    for i in range(10):
+        produce(broker.bootstrap, "timed", [(0, None, b"p0-%d" % i)], timestamp_ms=base + i * 1000)
+        produce(broker.bootstrap, "timed", [(1, None, b"p1-%d" % i)], timestamp_ms=base + i * 10)
+    df = load(spark, broker.bootstrap, subscribe="timed", startingTimestamp=base + 5000)
+    rows = df.collect()
+    # partition 1 has nothing that recent: it starts at its end (strategy "latest")
+    assert sorted(bytes(r.value) for r in rows) == [b"p0-%d" % i for i in range(5, 10)]
+    # collected timestamps are naive local times, as pyspark gives them
+    assert min(r.timestamp for r in rows) == datetime.datetime.fromtimestamp((base + 5000) / 1000)
+    window = load(spark, broker.bootstrap, subscribe="timed", startingTimestamp=base + 20,
+                  endingTimestamp=base + 2000)
+    assert sorted(bytes(r.value) for r in window.collect()) == sorted(
+        [b"p0-1"] + [b"p1-%d" % i for i in range(2, 10)])
+    with pytest.raises(Exception, match="has no record at or after"):
+        load(spark, broker.bootstrap, subscribe="timed", startingTimestamp=base + 60_000,
+             startingOffsetsByTimestampStrategy="error").collect()
+
+
+@pytest.fixture
+def retention_broker(broker_process):
+    """Small segments and a size limit, checked often: old records go away quickly."""
+    return broker_process(overrides={"num.partitions": 1, "log.segment.bytes": 1024,
+                                     "log.retention.bytes": 2048,
+                                     "log.retention.check.interval.ms": 100})
+
+
+def test_fail_on_data_loss_both_ways(spark, retention_broker):
+    import time
+
+    import trilog.sync as ts
+
+    bootstrap = retention_broker.bootstrap
+    with ts.Producer(bootstrap, linger_ms=0) as producer:
+        for i in range(120):
+            producer.send_and_wait("shrinking", b"%03d" % i + b"." * 60)
+    with ts.SimpleConsumer(bootstrap) as consumer:
+        deadline = time.monotonic() + 20
+        while consumer.offsets_before("shrinking", 0, time=-2)[0] == 0:
+            assert time.monotonic() < deadline, "retention never deleted a segment"
+            time.sleep(0.1)
+        log_start = consumer.offsets_before("shrinking", 0, time=-2)[0]
+    from_zero = json.dumps({"shrinking": {"0": 0}})
+    with pytest.raises(Exception, match="failOnDataLoss=false") as info:
+        load(spark, bootstrap, subscribe="shrinking", startingOffsets=from_zero).collect()
+    assert "deleted by retention" in str(info.value)
+    rows = load(spark, bootstrap, subscribe="shrinking", startingOffsets=from_zero,
+                failOnDataLoss="false").collect()
+    offsets = sorted(r.offset for r in rows)
+    assert offsets[0] >= log_start
+    assert offsets == list(range(offsets[0], 120))

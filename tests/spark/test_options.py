@@ -1,0 +1,130 @@
+"""Options and planning decisions: pure functions, no Spark (except the last tests, which
+check that a bad option fails the query with the message, before any task runs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trilog.spark._options import OptionError, parse_read_options, parse_write_options
+from trilog.spark._planning import (
+    OffsetRange,
+    from_offset_json,
+    rate_limit,
+    split_ranges,
+    to_offset_json,
+)
+
+BASE = {"bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
+
+
+@pytest.mark.parametrize("options, streaming, message", [
+    ({"subscribe": "t"}, False, "exactly one of the options bootstrap.servers"),
+    ({**BASE, "zookeeper.connect": "h:2181"}, False, "both were given"),
+    ({"bootstrap.servers": "nohost", "subscribe": "t"}, False, "is not host:port"),
+    ({"bootstrap.servers": "h:1"}, False, "exactly one of the options subscribe"),
+    ({**BASE, "assign": '{"t": [0]}'}, False, "got subscribe, assign"),
+    ({**BASE, "subscribe": " , "}, False, "names no topic"),
+    ({"bootstrap.servers": "h:1", "subscribePattern": "("}, False, "not a regular expression"),
+    ({"bootstrap.servers": "h:1", "assign": "{t: [0]}"}, False, "not valid JSON"),
+    ({"bootstrap.servers": "h:1", "assign": '{"t": ["0"]}'}, False, "partition numbers"),
+    ({**BASE, "startingOffsets": "latest"}, False, "startingOffsets=latest is not allowed"),
+    ({**BASE, "startingOffsets": '{"t": {"0": -1}}'}, False, "-1 (latest) is not allowed"),
+    ({**BASE, "startingOffsets": '{"t": {"0": -3}}'}, False, "must be an offset >= 0"),
+    ({**BASE, "endingOffsets": "earliest"}, False, "endingOffsets=earliest is not allowed"),
+    ({**BASE, "endingOffsets": "latest"}, True, "for batch queries"),
+    ({**BASE, "maxOffsetsPerTrigger": "10"}, False, "is for streaming queries"),
+    ({**BASE, "maxOffsetsPerTrigger": "0"}, True, "must be at least 1"),
+    ({**BASE, "minPartitions": "many"}, False, "is not an integer"),
+    ({**BASE, "failOnDataLoss": "yes"}, False, "must be true or false"),
+    ({**BASE, "startingTimestamp": "5", "startingOffsets": "earliest"}, False, "only one of"),
+])
+def test_bad_read_options_are_clear_errors(options, streaming, message):
+    with pytest.raises(OptionError) as info:
+        parse_read_options(options, streaming=streaming)
+    assert message in str(info.value)
+
+
+def test_read_defaults_and_case_insensitive_names():
+    batch = parse_read_options({"Bootstrap.Servers": "h:1, h:2", "SUBSCRIBE": "b,a,a"},
+                               streaming=False)
+    assert batch.connection.bootstrap_servers == "h:1,h:2"
+    assert batch.subscription.topics == ("a", "b")
+    assert (batch.starting.kind, batch.ending.kind) == ("earliest", "latest")
+    assert batch.fail_on_data_loss and not batch.include_headers
+    stream = parse_read_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "e-.*",
+                                 "failOnDataLoss": "False"}, streaming=True)
+    assert stream.starting.kind == "latest" and not stream.fail_on_data_loss
+    assert stream.subscription.matches("e-1") and not stream.subscription.matches("xe-1")
+    zk = parse_read_options({"zookeeper.connect": "h:2181/c", "assign": '{"t": [1, 0]}',
+                             "startingOffsets": '{"t": {"0": 5, "1": -2}}'}, streaming=False)
+    assert zk.connection.kwargs() == {"zookeeper": "h:2181/c"}
+    assert zk.subscription.assigned == (("t", (0, 1)),)
+    assert zk.starting.as_dict() == {("t", 0): 5, ("t", 1): -2}
+
+
+def test_write_options():
+    options = parse_write_options({"bootstrap.servers": "h:1", "topic": "out",
+                                   "kafka.linger.ms": "20", "acks": "1"})
+    assert options.topic == "out"
+    assert options.producer == {"acks": 1, "linger_ms": 20}
+    assert parse_write_options({"bootstrap.servers": "h:1"}).producer == {"acks": "all"}
+    with pytest.raises(OptionError, match="acks=0 is not allowed"):
+        parse_write_options({"bootstrap.servers": "h:1", "acks": "0"})
+
+
+def test_offset_json_is_canonical():
+    positions = {("b", 10): 1, ("a", 2): 3, ("b", 9): 4}
+    doc = to_offset_json(positions)
+    assert json.dumps(doc) == '{"a": {"2": 3}, "b": {"9": 4, "10": 1}}'
+    assert from_offset_json(json.loads(json.dumps(doc))) == positions
+
+
+def test_split_ranges_reaches_min_partitions_and_covers_every_offset():
+    ranges = [OffsetRange("t", 0, 0, 300), OffsetRange("t", 1, 0, 100), OffsetRange("t", 2, 7, 7)]
+    split = split_ranges(ranges, 16)
+    assert len(split) == 16
+    for p, (lo, hi) in ((0, (0, 300)), (1, (0, 100))):
+        pieces = sorted((r.start, r.end) for r in split if r.partition == p)
+        assert pieces[0][0] == lo and pieces[-1][1] == hi
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+    assert split_ranges(ranges, None) == ranges[:2]  # empty ranges dropped
+    assert len(split_ranges([OffsetRange("t", 0, 0, 3)], 10)) == 3  # not below one record
+
+
+def test_rate_limit_shares_in_proportion_and_reads_exactly_the_limit():
+    starts = {("t", 0): 0, ("t", 1): 100, ("t", 2): 5}
+    ends = {("t", 0): 300, ("t", 1): 200, ("t", 2): 5}
+    capped = rate_limit(starts, ends, 40)
+    assert sum(capped[tp] - starts[tp] for tp in ends) == 40
+    assert capped[("t", 0)] - 0 == 30 and capped[("t", 1)] - 100 == 10
+    assert rate_limit(starts, ends, 10_000) == ends
+
+
+# -- through Spark --------------------------------------------------------------------------
+
+
+def test_bad_options_fail_the_query_with_the_message(spark, broker):
+    def attempt(**options):
+        reader = spark.read.format("trilog")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        with pytest.raises(Exception) as info:
+            reader.load().collect()
+        return str(info.value)
+
+    with pytest.raises(Exception, match="exactly one of the options subscribe"):
+        spark.read.format("trilog").option("bootstrap.servers", broker.bootstrap).load()
+
+    assert "exactly one of the options bootstrap.servers" in attempt(subscribe="t")
+    assert "topic 'nope' (subscribe) does not exist" in attempt(
+        **{"bootstrap.servers": broker.bootstrap, "subscribe": "nope"})
+    assert "is not valid JSON" in attempt(
+        **{"bootstrap.servers": broker.bootstrap, "subscribe": "t", "startingOffsets": "{x"})
+    assert "startingOffsets=latest is not allowed" in attempt(
+        **{"bootstrap.servers": broker.bootstrap, "subscribe": "t", "startingOffsets": "latest"})
+    stream = (spark.readStream.format("trilog").option("bootstrap.servers", broker.bootstrap)
+              .option("subscribe", "t").option("endingOffsets", "latest").load())
+    with pytest.raises(Exception, match="for batch queries"):
+        stream.writeStream.format("noop").start().awaitTermination(60)

@@ -1,0 +1,7 @@
+"""``python -m trilog``: the same as the ``trilog`` command."""
+
+import sys
+
+from trilog.cli import main
+
+sys.exit(main())

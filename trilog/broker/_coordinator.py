@@ -1,0 +1,512 @@
+"""The group coordinator: FindCoordinator, the group APIs and the offset APIs.
+
+A group's coordinator is the leader of partition ``abs(hashCode(group)) % n`` of
+``__consumer_offsets`` (``offsets.topic.num.partitions``, or the topic's real count once it
+exists).  The topic is created on the first FindCoordinator (standalone: here; ZooKeeper
+mode: through the cluster, spread over the live brokers like any topic).
+
+Answers before a group can be served, as Kafka's:
+
+- COORDINATOR_NOT_AVAILABLE: the offsets topic does not exist yet, its partition has no
+  leader, or this broker is shutting down;
+- NOT_COORDINATOR: another broker leads the group's partition;
+- COORDINATOR_LOAD_IN_PROGRESS: this broker leads it but is still reading it (see
+  ``_offsets.py``).
+
+Membership is ``_groups.py``; committed offsets are ``_offsets.py``.  ``run()`` holds the
+background work in one nursery: a watcher that takes on (loads) and lets go of offsets
+partitions as leadership shows up in the cluster view, one timer task for every group
+deadline (join phases, sessions), and the periodic offset expiry.  On broker shutdown every
+parked JoinGroup/SyncGroup is answered (NOT_COORDINATOR) so connections can drain.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import time
+
+import trio
+
+from trilog.broker._cluster import Cluster
+from trilog.broker._config import BrokerConfig
+from trilog.broker._groups import Group, GroupState, JoinResult, Reply, SyncResult
+from trilog.broker._offsets import (
+    OFFSETS_TOPIC,
+    OffsetAndMetadata,
+    OffsetManager,
+    partition_for,
+)
+from trilog.errors import (
+    ApiError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    InvalidSessionTimeoutError,
+    NotCoordinatorError,
+    OffsetMetadataTooLargeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from trilog.protocol import (
+    ApiKey,
+    DescribeGroupsResponse,
+    FindCoordinatorResponse,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListGroupsResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from trilog.storage import LogManager
+
+log = logging.getLogger("trilog.broker.groups")
+
+#: ``host:port`` of the connection whose request is being handled; the broker sets it per
+#: request (the group APIs report a member's host, as Kafka's DescribeGroups does).
+client_address: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "trilog_client_address", default="")
+
+#: Kafka's ``offset.metadata.max.bytes``.
+OFFSET_METADATA_MAX_BYTES = 4096
+#: How often the partition watcher looks at the cluster view when nothing woke it.
+WATCH_INTERVAL_S = 0.5
+
+NOT_AVAILABLE = CoordinatorNotAvailableError.code
+NOT_COORDINATOR = NotCoordinatorError.code
+LOADING = CoordinatorLoadInProgressError.code
+
+
+class GroupCoordinator:
+    """Serves the group and offset APIs of the groups whose offsets partition this broker
+    leads.  Runs in the trio thread; ``register`` it with the request handler and run
+    ``run()`` in the broker's nursery."""
+
+    def __init__(self, config: BrokerConfig, cluster: Cluster, logs: LogManager,
+                 limiter: trio.CapacityLimiter) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.logs = logs
+        segment_bytes = config["offsets.topic.segment.bytes"]
+        logs.update_topic_config(
+            OFFSETS_TOPIC, OffsetManager.topic_config(logs.default_config, segment_bytes))
+        self.offsets = OffsetManager(logs, limiter, segment_bytes=segment_bytes,
+                                     retention_ms=config["offsets.retention.minutes"] * 60_000)
+        self.groups: dict[str, Group] = {}
+        self._min_session_ms = config["group.min.session.timeout.ms"]
+        self._max_session_ms = config["group.max.session.timeout.ms"]
+        self._initial_delay_s = config["group.initial.rebalance.delay.ms"] / 1000
+        self._active = True
+        self._create_lock = trio.Lock()
+        self._timer_wakeup = trio.Event()
+        self._watch_wakeup = trio.Event()
+
+    def register(self, handler) -> None:
+        """Serve our APIs through ``handler`` (a ``RequestHandler``)."""
+        for key, fn in (
+            (ApiKey.FIND_COORDINATOR, self.find_coordinator),
+            (ApiKey.OFFSET_COMMIT, self.offset_commit),
+            (ApiKey.OFFSET_FETCH, self.offset_fetch),
+            (ApiKey.JOIN_GROUP, self.join_group),
+            (ApiKey.HEARTBEAT, self.heartbeat),
+            (ApiKey.LEAVE_GROUP, self.leave_group),
+            (ApiKey.SYNC_GROUP, self.sync_group),
+            (ApiKey.DESCRIBE_GROUPS, self.describe_groups),
+            (ApiKey.LIST_GROUPS, self.list_groups),
+        ):
+            handler.register(key, fn)
+
+    # -- background work -------------------------------------------------------------------------
+
+    async def run(self, shutdown_requested: trio.Event | None = None) -> None:
+        """The coordinator's tasks; with ``shutdown_requested``, returns after it is set and
+        every parked request is answered."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_partitions, nursery)
+            nursery.start_soon(self._timers)
+            nursery.start_soon(self._expire_offsets_periodically)
+            if shutdown_requested is not None:
+                await shutdown_requested.wait()
+                self.shutdown()
+                nursery.cancel_scope.cancel()
+
+    def shutdown(self) -> None:
+        """Stop serving: answer parked requests, refuse new ones (COORDINATOR_NOT_AVAILABLE)."""
+        self._active = False
+        for group in self.groups.values():
+            group.shutdown(NOT_COORDINATOR)
+        self.groups.clear()
+        self._timer_wakeup.set()
+
+    async def _watch_partitions(self, nursery: trio.Nursery) -> None:
+        me = self.cluster.broker.node_id
+        while True:
+            self._watch_wakeup = trio.Event()
+            parts = self.cluster.partitions(OFFSETS_TOPIC) or {}
+            mine = {p for p, leader in parts.items()
+                    if leader == me and (OFFSETS_TOPIC, p) in self.logs}
+            owned = self.offsets.owned()
+            for p in sorted(mine - owned):
+                self.offsets.begin_load(p)
+                nursery.start_soon(self.offsets.load, p)
+            for p in owned - mine:
+                self._unload(p, len(parts))
+            with trio.move_on_after(WATCH_INTERVAL_S):
+                await self._watch_wakeup.wait()
+
+    def _unload(self, partition: int, num_partitions: int) -> None:
+        self.offsets.unload(partition)
+        for gid in [g for g in self.groups
+                    if num_partitions and partition_for(g, num_partitions) == partition]:
+            self.groups.pop(gid).shutdown(NOT_COORDINATOR)
+        log.info("no longer coordinating the groups of %s-%d", OFFSETS_TOPIC, partition)
+
+    async def _timers(self) -> None:
+        """One task for every deadline of every group."""
+        while True:
+            self._timer_wakeup = trio.Event()
+            now = trio.current_time()
+            deadline = math.inf
+            for group in list(self.groups.values()):
+                for member_id in group.poll(now):
+                    log.info("member %s of group %s expired (no heartbeat)", member_id,
+                             group.group_id)
+                deadline = min(deadline, group.next_deadline())
+            with trio.move_on_at(deadline):
+                await self._timer_wakeup.wait()
+
+    def _wake_timers(self) -> None:
+        self._timer_wakeup.set()
+
+    async def _expire_offsets_periodically(self) -> None:
+        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        while True:
+            await trio.sleep(interval)
+            await self.expire_offsets()
+
+    async def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Delete expired offsets of member-less groups; forget empty groups without offsets."""
+        now_ms = _now_ms() if now_ms is None else now_ms
+
+        def has_members(gid: str) -> bool:
+            group = self.groups.get(gid)
+            return group is not None and not group.is_empty
+
+        total = 0
+        for p in sorted(self.offsets.owned()):
+            total += await self.offsets.expire(p, now_ms, has_members)
+        n = self._num_partitions()
+        for gid, group in list(self.groups.items()):
+            if (group.state is GroupState.EMPTY and group.is_empty
+                    and not self.offsets.has_offsets(partition_for(gid, n), gid)):
+                del self.groups[gid]
+        return total
+
+    # -- where groups live -----------------------------------------------------------------------
+
+    def _num_partitions(self) -> int:
+        parts = self.cluster.partitions(OFFSETS_TOPIC)
+        return len(parts) if parts else self.config["offsets.topic.num.partitions"]
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self._num_partitions())
+
+    def _error_for(self, group_id: str) -> int:
+        """0 if this broker serves ``group_id`` now, else the error code to answer."""
+        if not self._active:
+            return NOT_AVAILABLE
+        parts = self.cluster.partitions(OFFSETS_TOPIC)
+        if not parts:
+            return NOT_AVAILABLE
+        p = partition_for(group_id, len(parts))
+        leader = parts.get(p, -1)
+        if leader < 0:
+            return NOT_AVAILABLE
+        if leader != self.cluster.broker.node_id:
+            return NOT_COORDINATOR
+        if not self.offsets.is_loaded(p):
+            return LOADING
+        return 0
+
+    async def _create_offsets_topic(self) -> None:
+        async with self._create_lock:
+            if self.cluster.partitions(OFFSETS_TOPIC):
+                return
+            n = self.config["offsets.topic.num.partitions"]
+            try:
+                await self.cluster.create_topic(OFFSETS_TOPIC, n)
+            except TopicAlreadyExistsError:
+                pass
+            except ApiError as exc:
+                log.warning("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
+        self._watch_wakeup.set()
+
+    # -- FindCoordinator -------------------------------------------------------------------------
+
+    async def find_coordinator(self, request, header):
+        R = FindCoordinatorResponse
+
+        def fail(code: int, message: str):
+            return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
+                     host="", port=-1)
+
+        key_type = request.key_type if header.api_version >= 1 else 0
+        if key_type != 0:
+            await trio.lowlevel.checkpoint()
+            return fail(InvalidRequestError.code, "trilog has no transaction coordinator")
+        if not self._active:
+            await trio.lowlevel.checkpoint()
+            return fail(NOT_AVAILABLE, "the broker is shutting down")
+        if not self.cluster.partitions(OFFSETS_TOPIC):
+            await self._create_offsets_topic()
+        else:
+            await trio.lowlevel.checkpoint()
+        parts = self.cluster.partitions(OFFSETS_TOPIC)
+        if not parts:
+            return fail(NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
+        leader = parts.get(partition_for(request.key, len(parts)), -1)
+        node = next((b for b in self.cluster.brokers() if b.node_id == leader), None)
+        if node is None:
+            return fail(NOT_AVAILABLE, "the group's offsets partition has no leader now")
+        return R(throttle_time_ms=0, error_code=0, error_message=None, node_id=node.node_id,
+                 host=node.host, port=node.port)
+
+    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------------------
+
+    def _group_error(self, group_id: str) -> int:
+        if not group_id:
+            return InvalidGroupIdError.code
+        return self._error_for(group_id)
+
+    async def join_group(self, request, header):
+        await trio.lowlevel.checkpoint()
+        R = JoinGroupResponse
+        gid, member_id = request.group_id, request.member_id
+
+        def answer(result: JoinResult):
+            return R(throttle_time_ms=0, error_code=result.error,
+                     generation_id=result.generation, protocol_name=result.protocol,
+                     leader=result.leader, member_id=result.member_id,
+                     members=[R.JoinGroupResponseMember(member_id=m, metadata=data)
+                              for m, data in result.members])
+
+        code = self._group_error(gid)
+        if not code and not (self._min_session_ms <= request.session_timeout_ms
+                             <= self._max_session_ms):
+            code = InvalidSessionTimeoutError.code
+        group = self.groups.get(gid)
+        if not code and group is None:
+            if member_id:
+                code = 25  # UNKNOWN_MEMBER_ID
+            else:
+                group = self.groups[gid] = Group(gid, self._initial_delay_s)
+        if code:
+            return answer(JoinResult(code, member_id=member_id))
+        assert group is not None
+        rebalance_ms = (request.rebalance_timeout_ms if header.api_version >= 1
+                        else request.session_timeout_ms)
+        result = group.join(
+            member_id,
+            client_id=header.client_id or "",
+            client_host=_client_host(),
+            session_timeout_s=request.session_timeout_ms / 1000,
+            rebalance_timeout_s=rebalance_ms / 1000,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+            now=trio.current_time(),
+        )
+        self._wake_timers()
+        if isinstance(result, Reply):
+            result = await result.wait()
+        return answer(result)
+
+    async def sync_group(self, request, header):
+        await trio.lowlevel.checkpoint()
+        R = SyncGroupResponse
+        code = self._group_error(request.group_id)
+        group = self.groups.get(request.group_id)
+        if code or group is None:
+            return R(throttle_time_ms=0, error_code=code or 25, assignment=b"")
+        result = group.sync(request.member_id, request.generation_id,
+                            {a.member_id: bytes(a.assignment) for a in request.assignments},
+                            trio.current_time())
+        self._wake_timers()
+        if isinstance(result, Reply):
+            result = await result.wait()
+        assert isinstance(result, SyncResult)
+        return R(throttle_time_ms=0, error_code=result.error, assignment=result.assignment)
+
+    async def heartbeat(self, request, header):
+        await trio.lowlevel.checkpoint()
+        code = self._group_error(request.group_id)
+        group = self.groups.get(request.group_id)
+        if not code:
+            code = (25 if group is None else
+                    group.heartbeat(request.member_id, request.generation_id,
+                                    trio.current_time()))
+        return HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+    async def leave_group(self, request, header):
+        await trio.lowlevel.checkpoint()
+        code = self._group_error(request.group_id)
+        group = self.groups.get(request.group_id)
+        if not code:
+            code = 25 if group is None else group.leave(request.member_id, trio.current_time())
+            if not code:
+                log.info("member %s left group %s", request.member_id, request.group_id)
+        self._wake_timers()
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
+
+    # -- OffsetCommit / OffsetFetch ----------------------------------------------------------------
+
+    async def offset_commit(self, request, header):
+        version = header.api_version
+        gid = request.group_id
+        generation = request.generation_id_or_member_epoch if version >= 1 else -1
+        member_id = request.member_id if version >= 1 else ""
+        now_ms = _now_ms()
+        code = self._error_for(gid)
+        if not code:
+            group = self.groups.get(gid)
+            if group is None:
+                # No group: a simple consumer may commit; a member of a forgotten generation
+                # may not.
+                code = 0 if generation < 0 else 22  # ILLEGAL_GENERATION
+            else:
+                code = group.validate_commit(member_id, generation, trio.current_time())
+        retention_ms = request.retention_time_ms if 2 <= version <= 4 else -1
+        results: dict[tuple[str, int], int] = {}
+        to_store: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for topic in request.topics:
+            for part in topic.partitions:
+                tp = (topic.name, part.partition_index)
+                if code:
+                    results[tp] = code
+                    continue
+                if self.cluster.leader(*tp) is None:
+                    results[tp] = UnknownTopicOrPartitionError.code
+                    continue
+                metadata = part.committed_metadata or ""
+                if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                    results[tp] = OffsetMetadataTooLargeError.code
+                    continue
+                commit_ts = now_ms
+                if version == 1 and part.commit_timestamp >= 0:
+                    commit_ts = part.commit_timestamp
+                to_store[tp] = OffsetAndMetadata(
+                    offset=part.committed_offset,
+                    leader_epoch=part.committed_leader_epoch if version >= 6 else -1,
+                    metadata=metadata,
+                    commit_timestamp=commit_ts,
+                    expire_timestamp=now_ms + retention_ms if retention_ms >= 0 else -1,
+                )
+        if to_store:
+            stored = await self.offsets.commit(self.partition_of(gid), gid, to_store)
+            for tp in to_store:
+                results[tp] = stored
+        else:
+            await trio.lowlevel.checkpoint()
+        R = OffsetCommitResponse
+        by_topic: dict[str, list] = {}
+        for (name, index), error in results.items():
+            by_topic.setdefault(name, []).append(
+                R.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                    partition_index=index, error_code=error))
+        return R(throttle_time_ms=0,
+                 topics=[R.OffsetCommitResponseTopic(name=n, partitions=ps)
+                         for n, ps in by_topic.items()])
+
+    async def offset_fetch(self, request, header):
+        await trio.lowlevel.checkpoint()
+        version = header.api_version
+        gid = request.group_id
+        R = OffsetFetchResponse
+        T = R.OffsetFetchResponseTopic
+        P = T.OffsetFetchResponsePartition
+        code = self._error_for(gid)
+        if code and version >= 2:
+            return R(throttle_time_ms=0, topics=[], error_code=code)
+        stored = {} if code else self.offsets.fetch(self.partition_of(gid), gid)
+        if request.topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(stored):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {}
+            for t in request.topics:
+                wanted.setdefault(t.name, []).extend(t.partition_indexes)
+        topics = []
+        for name, partitions in wanted.items():
+            parts = []
+            for index in partitions:
+                om = stored.get((name, index))
+                if om is None:
+                    parts.append(P(partition_index=index, committed_offset=-1,
+                                   committed_leader_epoch=-1, metadata="", error_code=code))
+                else:
+                    parts.append(P(partition_index=index, committed_offset=om.offset,
+                                   committed_leader_epoch=om.leader_epoch,
+                                   metadata=om.metadata, error_code=0))
+            topics.append(T(name=name, partitions=parts))
+        return R(throttle_time_ms=0, topics=topics, error_code=0)
+
+    # -- DescribeGroups / ListGroups ------------------------------------------------------------------
+
+    async def describe_groups(self, request, header):
+        await trio.lowlevel.checkpoint()
+        R = DescribeGroupsResponse
+        G = R.DescribedGroup
+        out = []
+        for gid in request.groups:
+            code = self._error_for(gid)
+            group = self.groups.get(gid)
+            if code:
+                out.append(G(error_code=code, group_id=gid, group_state="", protocol_type="",
+                             protocol_data="", members=[]))
+            elif group is None:
+                has_offsets = self.offsets.has_offsets(self.partition_of(gid), gid)
+                out.append(G(error_code=0, group_id=gid,
+                             group_state="Empty" if has_offsets else "Dead",
+                             protocol_type="", protocol_data="", members=[]))
+            else:
+                summary = group.describe()
+                members = [G.DescribedGroupMember(**m) for m in summary.pop("members")]
+                out.append(G(error_code=0, group_id=gid, members=members, **summary))
+        return R(throttle_time_ms=0, groups=out)
+
+    async def list_groups(self, request, header):
+        await trio.lowlevel.checkpoint()
+        R = ListGroupsResponse
+        if not self._active:
+            return R(throttle_time_ms=0, error_code=NOT_AVAILABLE, groups=[])
+        listed = {gid: g.protocol_type or "" for gid, g in self.groups.items()}
+        for gid in self.offsets.groups():
+            listed.setdefault(gid, "")
+        code = LOADING if self.offsets.is_loading() else 0
+        return R(throttle_time_ms=0, error_code=code,
+                 groups=[R.ListedGroup(group_id=g, protocol_type=t)
+                         for g, t in sorted(listed.items())])
+
+    # -- for tests and statistics() ---------------------------------------------------------------------
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "groups": len(self.groups),
+            "members": sum(len(g.members) for g in self.groups.values()),
+            "offsets_partitions": len(self.offsets.owned()),
+        }
+
+
+def _client_host() -> str:
+    """Kafka reports a member's host as ``/<ip>``."""
+    address = client_address.get()
+    host = address.rpartition(":")[0] if ":" in address else address
+    return f"/{host}" if host else ""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,433 @@
+"""Group membership, Kafka's state machine (``GroupMetadata`` + ``GroupCoordinator``).
+
+::
+
+    Empty --join--> PreparingRebalance --all joined / timeout--> CompletingRebalance
+      ^                 ^        |                                   |  leader's SyncGroup
+      |                 |        +--no member left--> Empty          v
+      |                 +---- join, leave, session expiry ------- Stable
+
+- **PreparingRebalance** collects JoinGroups.  From Empty it waits
+  ``group.initial.rebalance.delay.ms`` (again, while new members keep coming, up to the
+  rebalance timeout); otherwise it ends as soon as every known member has rejoined, or when
+  the largest rebalance timeout of the members passes, dropping those who did not.  The
+  generation goes up, a protocol every member supports is chosen (by vote of each member's
+  first choice), the leader (the first member, kept while it stays) receives every
+  member's metadata, the followers none.
+- **CompletingRebalance** waits for the leader's SyncGroup with the assignments; members'
+  SyncGroups park until then.  Any membership change sends the group back to
+  PreparingRebalance (parked SyncGroups get REBALANCE_IN_PROGRESS).
+- **Stable**: heartbeats keep members alive; a member silent for its session timeout is
+  removed (as by LeaveGroup), which starts a rebalance.
+
+Parked JoinGroup/SyncGroup requests wait on a ``Reply``.  The class does no I/O and reads no
+clock: every method takes ``now`` (trio time, seconds), and ``poll(now)`` runs what is due;
+``next_deadline()`` says when to call it next.  Runs in the trio thread only.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import trio
+
+NONE = 0
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class Reply:
+    """The answer to a parked request: set once (later sets are ignored), awaited once."""
+
+    __slots__ = ("_event", "value")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self.value: Any = None
+
+    def set(self, value: Any) -> None:
+        if not self._event.is_set():
+            self.value = value
+            self._event.set()
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> Any:
+        await self._event.wait()
+        return self.value
+
+
+class JoinResult(NamedTuple):
+    error: int
+    generation: int = -1
+    protocol: str = ""
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[tuple[str, bytes], ...] = ()
+
+
+class SyncResult(NamedTuple):
+    error: int
+    assignment: bytes = b""
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_s: float
+    rebalance_timeout_s: float
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_reply: Reply | None = None
+    sync_reply: Reply | None = None
+    heartbeat_deadline: float = math.inf
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, data in self.protocols:
+            if name == protocol:
+                return data
+        return b""
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        return self.protocols == protocols
+
+    def keep_alive(self, now: float) -> None:
+        self.heartbeat_deadline = now + self.session_timeout_s
+
+
+def select_protocol(members: list[Member]) -> str | None:
+    """The protocol every member supports that most members list first among those (ties:
+    the order the first member lists them).  None if there is no common protocol."""
+    if not members:
+        return None
+    candidates = set(members[0].protocol_names())
+    for m in members[1:]:
+        candidates &= set(m.protocol_names())
+    if not candidates:
+        return None
+    votes: Counter[str] = Counter()
+    for m in members:
+        votes[next(n for n in m.protocol_names() if n in candidates)] += 1
+    order = [n for n in members[0].protocol_names() if n in candidates]
+    return max(order, key=lambda n: (votes[n], -order.index(n)))
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    initial_delay_s: float
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    #: When the current PreparingRebalance ends at the latest.
+    join_deadline: float | None = None
+    #: While in the initial delay of an empty group: how much longer it may be extended.
+    initial_delay_left: float | None = None
+    new_member_added: bool = False
+
+    # -- questions ------------------------------------------------------------------------------
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def rebalance_timeout_s(self) -> float:
+        return max((m.rebalance_timeout_s for m in self.members.values()), default=0.0)
+
+    def supports(self, protocols: list[tuple[str, bytes]]) -> bool:
+        if not self.members:
+            return True
+        candidates: set[str] | None = None
+        for m in self.members.values():
+            names = set(m.protocol_names())
+            candidates = names if candidates is None else candidates & names
+        return bool(candidates & {name for name, _ in protocols})
+
+    def next_deadline(self) -> float:
+        deadline = self.join_deadline if self.join_deadline is not None else math.inf
+        for m in self.members.values():
+            if m.join_reply is None and m.sync_reply is None:
+                deadline = min(deadline, m.heartbeat_deadline)
+        return deadline
+
+    def _current_join(self, member: Member) -> JoinResult:
+        members: tuple[tuple[str, bytes], ...] = ()
+        if member.member_id == self.leader_id:
+            members = tuple((m.member_id, m.metadata(self.protocol))
+                            for m in self.members.values())
+        return JoinResult(NONE, self.generation, self.protocol or "", self.leader_id or "",
+                          member.member_id, members)
+
+    # -- JoinGroup ------------------------------------------------------------------------------
+
+    def join(self, member_id: str, *, client_id: str, client_host: str,
+             session_timeout_s: float, rebalance_timeout_s: float, protocol_type: str,
+             protocols: list[tuple[str, bytes]], now: float) -> JoinResult | Reply:
+        """A JoinGroup: an immediate ``JoinResult`` or a ``Reply`` to wait for."""
+        if self.state is GroupState.EMPTY:
+            if not protocols or not protocol_type:
+                return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        elif protocol_type != self.protocol_type or not self.supports(protocols):
+            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        if self.state is GroupState.DEAD or (member_id and member_id not in self.members):
+            return JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
+        reply = Reply()
+        if not member_id:
+            member = Member(f"{client_id}-{uuid.uuid4()}", client_id, client_host,
+                            session_timeout_s, rebalance_timeout_s, protocol_type,
+                            protocols, join_reply=reply)
+            if not self.members:
+                self.protocol_type = protocol_type
+            if self.leader_id is None:
+                self.leader_id = member.member_id
+            self.members[member.member_id] = member
+            if self.initial_delay_left is not None:
+                self.new_member_added = True
+            self._maybe_prepare_rebalance(now)
+        else:
+            member = self.members[member_id]
+            state = self.state
+            unchanged = member.matches(protocols)
+            if state is GroupState.COMPLETING_REBALANCE and unchanged:
+                # It lost our JoinGroup answer: the same again.
+                return self._current_join(member)
+            if (state is GroupState.STABLE and unchanged
+                    and member_id != self.leader_id):
+                return self._current_join(member)
+            self._update(member, reply, client_id, client_host, session_timeout_s,
+                         rebalance_timeout_s, protocols)
+            self._maybe_prepare_rebalance(now)
+        self.poll(now)
+        return reply
+
+    def _update(self, member: Member, reply: Reply, client_id: str, client_host: str,
+                session_timeout_s: float, rebalance_timeout_s: float,
+                protocols: list[tuple[str, bytes]]) -> None:
+        if member.join_reply is not None:
+            # Its earlier JoinGroup came on a connection it has given up on.
+            member.join_reply.set(JoinResult(REBALANCE_IN_PROGRESS, member_id=member.member_id))
+        member.join_reply = reply
+        member.client_id, member.client_host = client_id, client_host
+        member.session_timeout_s = session_timeout_s
+        member.rebalance_timeout_s = rebalance_timeout_s
+        member.protocols = protocols
+
+    def _maybe_prepare_rebalance(self, now: float) -> None:
+        if self.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(now)
+        self._maybe_complete_join(now)
+
+    def _prepare_rebalance(self, now: float) -> None:
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            for m in self.members.values():
+                m.assignment = b""
+                if m.sync_reply is not None:
+                    m.sync_reply.set(SyncResult(REBALANCE_IN_PROGRESS))
+                    m.sync_reply = None
+        if self.state is GroupState.EMPTY:
+            delay = self.initial_delay_s
+            self.initial_delay_left = max(self.rebalance_timeout_s() - delay, 0.0)
+            self.new_member_added = False
+            self.join_deadline = now + delay
+        else:
+            self.initial_delay_left = None
+            self.join_deadline = now + self.rebalance_timeout_s()
+        self.state = GroupState.PREPARING_REBALANCE
+
+    def _maybe_complete_join(self, now: float) -> None:
+        if (self.state is GroupState.PREPARING_REBALANCE and self.initial_delay_left is None
+                and all(m.join_reply is not None for m in self.members.values())):
+            self._complete_join(now)
+
+    def _complete_join(self, now: float) -> None:
+        for m in list(self.members.values()):
+            if m.join_reply is None:  # did not rejoin in time
+                self._remove(m)
+        self.join_deadline = None
+        self.initial_delay_left = None
+        self.new_member_added = False
+        self.generation += 1
+        if not self.members:
+            self.state = GroupState.EMPTY
+            self.protocol = None
+            return
+        members = list(self.members.values())
+        self.protocol = select_protocol(members) or members[0].protocol_names()[0]
+        self.state = GroupState.COMPLETING_REBALANCE
+        for m in members:
+            reply, m.join_reply = m.join_reply, None
+            assert reply is not None
+            reply.set(self._current_join(m))
+            m.keep_alive(now)
+
+    # -- SyncGroup ------------------------------------------------------------------------------
+
+    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes],
+             now: float) -> SyncResult | Reply:
+        member = self.members.get(member_id)
+        if member is None:
+            return SyncResult(UNKNOWN_MEMBER_ID)
+        if generation != self.generation:
+            return SyncResult(ILLEGAL_GENERATION)
+        if self.state in (GroupState.EMPTY, GroupState.DEAD):
+            return SyncResult(UNKNOWN_MEMBER_ID)
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return SyncResult(REBALANCE_IN_PROGRESS)
+        member.keep_alive(now)
+        if self.state is GroupState.STABLE:
+            return SyncResult(NONE, member.assignment)
+        # CompletingRebalance
+        reply = Reply()
+        if member.sync_reply is not None:
+            member.sync_reply.set(SyncResult(REBALANCE_IN_PROGRESS))
+        member.sync_reply = reply
+        if member_id == self.leader_id:
+            for m in self.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            self.state = GroupState.STABLE
+            for m in self.members.values():
+                if m.sync_reply is not None:
+                    m.sync_reply.set(SyncResult(NONE, m.assignment))
+                    m.sync_reply = None
+                    m.keep_alive(now)
+        return reply
+
+    # -- Heartbeat, LeaveGroup, commits -----------------------------------------------------------
+
+    def heartbeat(self, member_id: str, generation: int, now: float) -> int:
+        member = self.members.get(member_id)
+        if self.state is GroupState.DEAD or member is None:
+            return UNKNOWN_MEMBER_ID
+        if generation != self.generation:
+            return ILLEGAL_GENERATION
+        member.keep_alive(now)
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    def leave(self, member_id: str, now: float) -> int:
+        member = self.members.get(member_id)
+        if self.state is GroupState.DEAD or member is None:
+            return UNKNOWN_MEMBER_ID
+        self._remove_and_rebalance(member, now)
+        return NONE
+
+    def validate_commit(self, member_id: str, generation: int, now: float) -> int:
+        """The error an OffsetCommit from ``member_id`` at ``generation`` gets (0: store)."""
+        if generation < 0 and self.state is GroupState.EMPTY:
+            return NONE  # a "simple" consumer's commit: no group management
+        if self.state is GroupState.DEAD:
+            return UNKNOWN_MEMBER_ID
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        member = self.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        if generation != self.generation:
+            return ILLEGAL_GENERATION
+        member.keep_alive(now)
+        return NONE
+
+    def _remove(self, member: Member) -> None:
+        if member.join_reply is not None:
+            member.join_reply.set(JoinResult(UNKNOWN_MEMBER_ID, member_id=member.member_id))
+            member.join_reply = None
+        if member.sync_reply is not None:
+            member.sync_reply.set(SyncResult(UNKNOWN_MEMBER_ID))
+            member.sync_reply = None
+        del self.members[member.member_id]
+        if self.leader_id == member.member_id:
+            self.leader_id = next(iter(self.members), None)
+
+    def _remove_and_rebalance(self, member: Member, now: float) -> None:
+        self._remove(member)
+        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(now)
+        self._maybe_complete_join(now)
+
+    # -- time -----------------------------------------------------------------------------------
+
+    def poll(self, now: float) -> list[str]:
+        """Run what is due at ``now``: the end of a join phase, session expiries.  Returns the
+        ids of the members that expired."""
+        if (self.state is GroupState.PREPARING_REBALANCE and self.join_deadline is not None
+                and now >= self.join_deadline):
+            left = self.initial_delay_left
+            if left is not None and self.new_member_added and left > 0:
+                step = min(self.initial_delay_s, left)
+                self.initial_delay_left = left - step
+                self.new_member_added = False
+                self.join_deadline = now + step
+            else:
+                self._complete_join(now)
+        expired = []
+        for m in list(self.members.values()):
+            if (m.join_reply is None and m.sync_reply is None and m.heartbeat_deadline <= now
+                    and m.member_id in self.members):
+                expired.append(m.member_id)
+                self._remove_and_rebalance(m, now)
+        return expired
+
+    def shutdown(self, error: int = NOT_COORDINATOR) -> None:
+        """Answer every parked request with ``error`` and forget the members (the broker
+        stops coordinating this group)."""
+        for m in self.members.values():
+            if m.join_reply is not None:
+                m.join_reply.set(JoinResult(error, member_id=m.member_id))
+                m.join_reply = None
+            if m.sync_reply is not None:
+                m.sync_reply.set(SyncResult(error))
+                m.sync_reply = None
+        self.members.clear()
+        self.leader_id = None
+        self.join_deadline = None
+        self.state = GroupState.DEAD
+
+    # -- DescribeGroups -----------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """Kafka's group summary: metadata and assignments only when Stable."""
+        stable = self.state is GroupState.STABLE
+        return {
+            "group_state": self.state.value,
+            "protocol_type": self.protocol_type or "",
+            "protocol_data": (self.protocol or "") if stable else "",
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata(self.protocol) if stable else b"",
+                    "member_assignment": m.assignment if stable else b"",
+                }
+                for m in self.members.values()
+            ],
+        }

@@ -1,0 +1,336 @@
+"""The data source's options, parsed and checked before any I/O (pure: no pyspark, no network).
+
+Names follow Spark's Kafka source (``subscribe``, ``startingOffsets``, ``failOnDataLoss``...);
+Spark hands them over case-insensitively, so every lookup here is on lower-cased keys.
+A bad or missing option raises ``OptionError`` naming the option and what it accepts, so the
+query fails at planning time instead of inside a task.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from trilog.errors import TrilogError
+
+#: Offsets in the JSON form of ``startingOffsets``/``endingOffsets``: as Spark's Kafka source.
+EARLIEST = -2
+LATEST = -1
+
+
+class OptionError(TrilogError, ValueError):
+    """An option of the ``trilog`` data source is missing, unknown in value, or conflicting."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the cluster is: exactly one of the two is set.  Picklable, holds no socket."""
+
+    bootstrap_servers: str | None = None
+    zookeeper: str | None = None
+
+    def kwargs(self) -> dict:
+        if self.bootstrap_servers is not None:
+            return {"bootstrap_servers": self.bootstrap_servers}
+        return {"zookeeper": self.zookeeper}
+
+    def describe(self) -> str:
+        return self.bootstrap_servers or f"zookeeper {self.zookeeper}"
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One of ``subscribe`` (``topics``), ``subscribePattern`` (``pattern``) or ``assign``
+    (``assigned``: topic -> partitions)."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def kind(self) -> str:
+        if self.pattern is not None:
+            return "subscribePattern"
+        return "assign" if self.assigned else "subscribe"
+
+    def matches(self, topic: str) -> bool:
+        """Whether a topic name is covered (internal ``__`` topics only when named)."""
+        if self.pattern is not None:
+            return not topic.startswith("__") and re.fullmatch(self.pattern, topic) is not None
+        if self.assigned:
+            return topic in dict(self.assigned)
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """``earliest``, ``latest``, or per-partition offsets (``EARLIEST``/``LATEST`` allowed)."""
+
+    kind: str  # "earliest" | "latest" | "json"
+    offsets: tuple[tuple[str, int, int], ...] = ()  # (topic, partition, offset), sorted
+
+    def as_dict(self) -> dict[tuple[str, int], int]:
+        return {(t, p): o for t, p, o in self.offsets}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    connection: Connection
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
+    #: "latest": a partition with no record at/after the timestamp starts at its end;
+    #: "error": such a partition fails the query (Spark's Kafka default).
+    timestamp_strategy: str = "latest"
+    min_partitions: int | None = None
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    max_partition_fetch_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    connection: Connection
+    topic: str | None = None
+    producer: dict = field(default_factory=dict)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): v for k, v in options.items() if v is not None}
+
+
+def _first(opts: dict[str, str], *names: str) -> str | None:
+    for name in names:
+        if name.lower() in opts:
+            return opts[name.lower()]
+    return None
+
+
+def _int(opts: dict[str, str], name: str, *, low: int | None = None) -> int | None:
+    raw = _first(opts, name)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"option {name}={raw!r} is not an integer") from None
+    if low is not None and value < low:
+        raise OptionError(f"option {name}={value} must be at least {low}")
+    return value
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = _first(opts, name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise OptionError(f"option {name}={raw!r} must be true or false")
+    return text == "true"
+
+
+def parse_connection(options: Mapping[str, str]) -> Connection:
+    opts = _lower(options)
+    servers = _first(opts, "bootstrap.servers", "kafka.bootstrap.servers")
+    zookeeper = _first(opts, "zookeeper.connect", "kafka.zookeeper.connect")
+    if (servers is None) == (zookeeper is None):
+        raise OptionError(
+            "give exactly one of the options bootstrap.servers (host:port[,host:port]) "
+            "and zookeeper.connect (host:port[/chroot])"
+            + ("; both were given" if servers is not None else "")
+        )
+    if servers is not None:
+        items = [s.strip() for s in servers.split(",") if s.strip()]
+        for item in items:
+            host, sep, port = item.rpartition(":")
+            if not sep or not port.isdigit():
+                raise OptionError(f"option bootstrap.servers: {item!r} is not host:port")
+        if not items:
+            raise OptionError("option bootstrap.servers is empty")
+        return Connection(bootstrap_servers=",".join(items))
+    if not zookeeper.strip():
+        raise OptionError("option zookeeper.connect is empty")
+    return Connection(zookeeper=zookeeper.strip())
+
+
+def _json(name: str, raw: str, example: str):
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise OptionError(f"option {name} is not valid JSON ({exc}); expected e.g. {example}"
+                          ) from None
+
+
+def parse_subscription(opts: dict[str, str]) -> Subscription:
+    given = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in opts]
+    if len(given) != 1:
+        raise OptionError(
+            "give exactly one of the options subscribe (topic list), subscribePattern "
+            "(regular expression) and assign (JSON {\"topic\": [0, 1]})"
+            + (f"; got {', '.join(given)}" if given else "")
+        )
+    name = given[0]
+    raw = opts[name.lower()]
+    if name == "subscribe":
+        topics = tuple(sorted({t.strip() for t in raw.split(",") if t.strip()}))
+        if not topics:
+            raise OptionError("option subscribe names no topic")
+        return Subscription(topics=topics)
+    if name == "subscribePattern":
+        if not raw.strip():
+            raise OptionError("option subscribePattern is empty")
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern={raw!r} is not a regular expression: "
+                              f"{exc}") from None
+        return Subscription(pattern=raw)
+    value = _json("assign", raw, '{"events": [0, 1]}')
+    if not isinstance(value, dict) or not value:
+        raise OptionError(f"option assign={raw!r} must be a JSON object like "
+                          '{"events": [0, 1]}')
+    assigned = []
+    for topic, parts in sorted(value.items()):
+        if not isinstance(parts, list) or not parts or \
+                not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts):
+            raise OptionError(f"option assign: topic {topic!r} needs a non-empty list of "
+                              f"partition numbers, not {parts!r}")
+        assigned.append((topic, tuple(sorted(set(parts)))))
+    return Subscription(assigned=tuple(assigned))
+
+
+def parse_offsets(name: str, raw: str | None, default: str, *, allow_earliest: bool = True,
+                  allow_latest: bool = True) -> OffsetSpec:
+    text = (raw if raw is not None else default).strip()
+    if text.lower() in ("earliest", "latest"):
+        kind = text.lower()
+        if kind == "earliest" and not allow_earliest:
+            raise OptionError(f"option {name}=earliest is not allowed here")
+        if kind == "latest" and not allow_latest:
+            raise OptionError(f"option {name}=latest is not allowed here")
+        return OffsetSpec(kind)
+    example = '{"events": {"0": 23, "1": -2}}'
+    value = _json(name, text, f"earliest, latest or {example}")
+    if not isinstance(value, dict):
+        raise OptionError(f"option {name} must be earliest, latest or JSON like {example}")
+    offsets = []
+    for topic, parts in value.items():
+        if not isinstance(parts, dict):
+            raise OptionError(f"option {name}: topic {topic!r} needs an object of "
+                              f"partition -> offset, not {parts!r}")
+        for part, offset in parts.items():
+            try:
+                p = int(part)
+            except (TypeError, ValueError):
+                raise OptionError(f"option {name}: {part!r} of topic {topic!r} is not a "
+                                  "partition number") from None
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST \
+                    or p < 0:
+                raise OptionError(f"option {name}: offset {offset!r} of {topic}-{part} must be "
+                                  "an offset >= 0, -2 (earliest) or -1 (latest)")
+            if offset == EARLIEST and not allow_earliest:
+                raise OptionError(f"option {name}: -2 (earliest) is not allowed for "
+                                  f"{topic}-{p}")
+            if offset == LATEST and not allow_latest:
+                raise OptionError(f"option {name}: -1 (latest) is not allowed for {topic}-{p}")
+            offsets.append((topic, p, offset))
+    if not offsets:
+        raise OptionError(f"option {name} names no partition")
+    return OffsetSpec("json", tuple(sorted(offsets)))
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
+    """Check every read option; ``streaming`` changes defaults and what is allowed (``None``:
+    not known yet, as in ``DataSource.schema()``; only the checks common to both are made)."""
+    opts = _lower(options)
+    connection = parse_connection(opts)
+    subscription = parse_subscription(opts)
+    raw_start = _first(opts, "startingOffsets")
+    raw_end = _first(opts, "endingOffsets")
+    start_ts = _int(opts, "startingTimestamp", low=0)
+    end_ts = _int(opts, "endingTimestamp", low=0)
+    if start_ts is not None and raw_start is not None:
+        raise OptionError("give only one of the options startingOffsets and startingTimestamp")
+    if raw_end is not None and end_ts is not None:
+        raise OptionError("give only one of the options endingOffsets and endingTimestamp")
+    max_per_trigger = _int(opts, "maxOffsetsPerTrigger", low=1)
+    if streaming:
+        if raw_end is not None or end_ts is not None:
+            raise OptionError("options endingOffsets and endingTimestamp are for batch queries; "
+                              "a streaming query has no end")
+        starting = parse_offsets("startingOffsets", raw_start, "latest")
+    else:
+        starting = parse_offsets("startingOffsets", raw_start, "earliest",
+                                 allow_latest=streaming is None)
+        if max_per_trigger is not None and streaming is False:
+            raise OptionError("option maxOffsetsPerTrigger is for streaming queries")
+    ending = parse_offsets("endingOffsets", raw_end, "latest", allow_earliest=False)
+    strategy = (_first(opts, "startingOffsetsByTimestampStrategy") or "latest").strip().lower()
+    if strategy not in ("latest", "error"):
+        raise OptionError(f"option startingOffsetsByTimestampStrategy={strategy!r} must be "
+                          "latest or error")
+    return ReadOptions(
+        connection=connection,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        starting_timestamp=start_ts,
+        ending_timestamp=end_ts,
+        timestamp_strategy=strategy,
+        min_partitions=_int(opts, "minPartitions", low=1),
+        max_offsets_per_trigger=max_per_trigger,
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        include_headers=_bool(opts, "includeHeaders", False),
+        max_partition_fetch_bytes=_int(opts, "kafka.max.partition.fetch.bytes", low=1)
+        or _int(opts, "max.partition.fetch.bytes", low=1) or (1 << 20),
+    )
+
+
+_ACKS = {"all": "all", "-1": "all", "1": 1, "0": 0}
+
+#: Producer settings a write may pass, with or without Spark's ``kafka.`` prefix.
+_PRODUCER_INTS = {
+    "linger.ms": "linger_ms",
+    "batch.size": "batch_size",
+    "buffer.memory": "buffer_memory",
+    "retries": "retries",
+    "delivery.timeout.ms": "delivery_timeout_ms",
+    "request.timeout.ms": "request_timeout_ms",
+    "max.request.size": "max_request_size",
+}
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    opts = _lower(options)
+    connection = parse_connection(opts)
+    topic = _first(opts, "topic")
+    if topic is not None and not topic.strip():
+        raise OptionError("option topic is empty")
+    producer: dict = {"acks": "all"}
+    acks = _first(opts, "acks", "kafka.acks")
+    if acks is not None:
+        if str(acks).strip().lower() not in _ACKS:
+            raise OptionError(f"option acks={acks!r} must be all, -1, 1 or 0")
+        producer["acks"] = _ACKS[str(acks).strip().lower()]
+    if producer["acks"] == 0:
+        # acks=0 gives no acknowledgement to check: the sink could not promise at least once.
+        raise OptionError("option acks=0 is not allowed: the sink waits for every "
+                          "acknowledgement (at least once)")
+    for name, kwarg in _PRODUCER_INTS.items():
+        for spelled in (name, "kafka." + name):
+            value = _int(opts, spelled, low=0)
+            if value is not None:
+                producer[kwarg] = value
+    compression = _first(opts, "compression.type", "kafka.compression.type")
+    if compression is not None:
+        producer["compression_type"] = None if compression == "none" else compression
+    return WriteOptions(connection=connection, topic=topic.strip() if topic else None,
+                        producer=producer)
