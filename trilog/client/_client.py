@@ -237,22 +237,33 @@ class Client:
             async with aclosing(ids.eventual_values(lambda v: v is not None)) as values:
                 async for children in values:
                     await read_brokers(children)
-                    await self._refresh_quietly()
+                    wanted = set(self._zk_brokers or ())
+                    # The broker we ask may not have seen the change yet: ask until its
+                    # answer lists every broker ZooKeeper does.
+                    await self._refresh_until(lambda m: wanted <= {
+                        (n.host, n.port) for n in m.brokers.values()})
 
         async def on_topics() -> None:
             async with aclosing(topics.eventual_values(lambda v: v is not None)) as values:
-                async for _children in values:
-                    await self._refresh_quietly()
+                async for children in values:
+                    wanted = {t for t in children}
+                    await self._refresh_until(lambda m: wanted <= set(m.partitions))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(on_brokers)
             nursery.start_soon(on_topics)
 
-    async def _refresh_quietly(self) -> None:
-        try:
-            await self.refresh_metadata()
-        except TrilogError as exc:
-            log.warning("metadata refresh after a ZooKeeper change failed: %s", exc)
+    async def _refresh_until(self, done, attempts: int = 8) -> None:
+        """Refresh metadata (backing off) until ``done(metadata)``; give up quietly."""
+        delay = 0.05
+        for _ in range(attempts):
+            try:
+                if done(await self.refresh_metadata()):
+                    return
+            except TrilogError as exc:
+                log.warning("metadata refresh after a ZooKeeper change failed: %s", exc)
+            await trio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 async def _first_value(value: AsyncValue):

@@ -61,7 +61,7 @@ class FetchedRecords:
     """
 
     __slots__ = ("topic", "partition", "offset", "high_watermark", "log_start_offset",
-                 "_data", "_key_deserializer", "_value_deserializer", "next_offset")
+                 "_data", "_key_deserializer", "_value_deserializer", "next_offset", "_cached")
 
     def __init__(self, topic: str, partition: int, offset: int, data, high_watermark: int,
                  log_start_offset: int, key_deserializer=None, value_deserializer=None) -> None:
@@ -73,6 +73,7 @@ class FetchedRecords:
         self._data = data if data is not None else b""
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
+        self._cached: list[ConsumerRecord] | None = None
         next_offset = offset
         for batch in MemoryRecords(self._data).batches():
             next_offset = max(next_offset, batch.next_offset)
@@ -83,25 +84,37 @@ class FetchedRecords:
         return len(self._data)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
+        if self._cached is not None:
+            return iter(self._cached)
+        return self._decode()
+
+    def _decode(self) -> Iterator[ConsumerRecord]:
         topic, partition, start = self.topic, self.partition, self.offset
         kd, vd = self._key_deserializer, self._value_deserializer
         new = tuple.__new__
-        for rec in MemoryRecords(self._data).records():
-            if rec.offset < start:
-                continue
-            if kd is None and vd is None:
-                yield new(ConsumerRecord, (topic, partition) + tuple(rec))
-            else:
-                key = kd(rec.key) if kd is not None and rec.key is not None else rec.key
-                value = vd(rec.value) if vd is not None and rec.value is not None else rec.value
-                yield ConsumerRecord(topic, partition, rec.offset, rec.timestamp, key, value,
-                                     rec.headers, rec.timestamp_type)
+        prefix = (topic, partition)
+        for batch in MemoryRecords(self._data).batches():
+            if batch.next_offset <= start:
+                continue  # wholly before the asked offset: not even decoded
+            for rec in batch:
+                if rec.offset < start:
+                    continue
+                if kd is None and vd is None:
+                    yield new(ConsumerRecord, prefix + rec)
+                else:
+                    key = kd(rec.key) if kd is not None and rec.key is not None else rec.key
+                    value = vd(rec.value) if vd is not None and rec.value is not None else rec.value
+                    yield ConsumerRecord(topic, partition, rec.offset, rec.timestamp, key, value,
+                                         rec.headers, rec.timestamp_type)
 
     def records(self) -> list[ConsumerRecord]:
-        return list(self)
+        """Every record, decoded once (and kept: ``len`` and later iterations reuse it)."""
+        if self._cached is None:
+            self._cached = list(self._decode())
+        return self._cached
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self.records())
 
     def __repr__(self) -> str:
         return (f"FetchedRecords({self.topic}-{self.partition}, offset={self.offset}, "

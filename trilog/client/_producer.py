@@ -178,7 +178,7 @@ class Producer:
         self._writers: dict[int, trio.MemorySendChannel] = {}
         self._topic_cache: dict[str, tuple] = {}  # topic -> (metadata, partitions, available)
         self._last_yield = 0.0
-        self.records_sent = 0
+        self._has_serializers = key_serializer is not None or value_serializer is not None
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -193,15 +193,14 @@ class Producer:
         await trio.lowlevel.checkpoint_if_cancelled()
         if topic not in self._topic_cache and not self._client.metadata.value.partitions_for(topic):
             await self._client.partitions_for(topic)
-        try:
-            delivery = self.send_nowait(topic, value, key, partition=partition,
-                                        timestamp_ms=timestamp_ms, headers=headers)
-        except BufferFullError:
-            key_bytes, value_bytes = self._serialize(key, value)
-            needed = _record_size(key_bytes, value_bytes, headers)
-            await self._wait_for_room(needed)
-            delivery = self._append(topic, key_bytes, value_bytes, partition, timestamp_ms,
-                                    headers, needed)
+        while True:
+            try:
+                delivery = self.send_nowait(topic, value, key, partition=partition,
+                                            timestamp_ms=timestamp_ms, headers=headers)
+                break
+            except BufferFullError:
+                k, v = self._serialize(key, value)
+                await self._wait_for_room(self._reservation(k, v, headers))
         now = trio.current_time()
         if now - self._last_yield >= YIELD_INTERVAL_S:
             self._last_yield = now
@@ -209,10 +208,6 @@ class Producer:
         return delivery
 
     async def _wait_for_room(self, needed: int) -> None:
-        if needed > self._buffer_memory:
-            raise MessageTooLargeError(
-                f"a record of {needed} bytes is larger than buffer_memory ({self._buffer_memory})"
-            )
         deadline = trio.current_time() + self._delivery_timeout_s
         while self._buffer_used + needed > self._buffer_memory:
             if self._closed:
@@ -230,19 +225,60 @@ class Producer:
         ``UnknownTopicOrPartitionError`` if the topic's partitions are not known yet (``await
         producer.partitions_for(topic)`` first, or use ``send``).
 
-        This is the per-record hot path: it stays a straight line for plain bytes."""
-        if type(key) is not bytes or type(value) is not bytes or \
-                self._key_serializer is not None or self._value_serializer is not None:
+        This is the per-record hot path: for plain bytes it is a dictionary lookup and one
+        ``RecordBatchBuilder.append``; memory is reserved per batch, not per record."""
+        if (key is not None and type(key) is not bytes) or \
+                (value is not None and type(value) is not bytes) or self._has_serializers:
             key, value = self._serialize(key, value)
-        size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + \
-            (len(value) if value is not None else 0)
-        if headers:
-            size += _headers_size(headers)
-        if self._buffer_used + size > self._buffer_memory:
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        if partition is None:
+            partition = self._choose_partition(topic, key)
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        batch = self._open.get((topic, partition))
+        if batch is not None:
+            index = batch.builder.append(timestamp, key, value, headers or ())
+            if index is not None:
+                batch.timestamps.append(timestamp)
+                if batch.callbacks is not None:
+                    batch.callbacks.append(index)
+                return Delivery(batch, index)
+            self._seal(batch)
+        return self._new_batch(topic, partition, timestamp, key, value, headers)
+
+    def _reservation(self, key, value, headers) -> int:
+        """Bytes a new batch for this record reserves from ``buffer_memory``."""
+        needed = _record_size(key, value, headers) + HEADER_SIZE
+        if needed > self._max_request_size:
+            raise MessageTooLargeError(
+                f"a record of {needed} bytes is larger than max_request_size "
+                f"({self._max_request_size})")
+        if needed > self._buffer_memory:
+            raise MessageTooLargeError(
+                f"a record of {needed} bytes is larger than buffer_memory ({self._buffer_memory})")
+        return max(min(self._batch_size, self._buffer_memory), needed)
+
+    def _new_batch(self, topic, partition, timestamp, key, value, headers) -> Delivery:
+        reserve = self._reservation(key, value, headers)
+        if self._buffer_used + reserve > self._buffer_memory:
             raise BufferFullError(
-                f"buffer_memory ({self._buffer_memory} bytes) is full; wait with send()"
-            )
-        return self._append(topic, key, value, partition, timestamp_ms, headers, size)
+                f"buffer_memory ({self._buffer_memory} bytes) is full; wait with send()")
+        batch = _Batch(topic, partition,
+                       RecordBatchBuilder(compression_type=self._codec, max_bytes=self._batch_size),
+                       trio.current_time(), self._delivery_timeout_s)
+        batch.size = reserve
+        self._buffer_used += reserve
+        self._open[(topic, partition)] = batch
+        self._unfinished.add(batch)
+        if self._on_delivery is not None:
+            batch.callbacks = []
+        if not self._wakeup.is_set():
+            self._wakeup.set()  # the sender computes the new linger deadline
+        index = batch.builder.append(timestamp, key, value, headers or ())
+        batch.timestamps.append(timestamp)
+        if batch.callbacks is not None:
+            batch.callbacks.append(index)
+        return Delivery(batch, index)
 
     async def send_and_wait(self, topic: str, value=None, key=None, **kwargs) -> RecordMetadata:
         """The sync path: send one record and wait for its acknowledgement."""
@@ -288,45 +324,6 @@ class Producer:
                 raise ValueError(f"partitioner returned {chosen}, not one of {partitions}")
             return chosen
         return self._partitioner.partition(topic, key, partitions, available)
-
-    def _append(self, topic, key, value, partition, timestamp_ms, headers, size) -> Delivery:
-        if self._closed:
-            raise ProducerClosedError("the producer is closed")
-        if partition is None:
-            partition = self._choose_partition(topic, key)
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        tp = (topic, partition)
-        batch = self._open.get(tp)
-        index = None
-        if batch is not None:
-            index = batch.builder.append(timestamp, key, value, headers or ())
-            if index is None:
-                self._seal(batch)
-        if index is None:
-            if size + HEADER_SIZE > self._max_request_size:
-                raise MessageTooLargeError(
-                    f"a record of {size} bytes is larger than max_request_size "
-                    f"({self._max_request_size})"
-                )
-            batch = _Batch(topic, partition,
-                           RecordBatchBuilder(compression_type=self._codec,
-                                              max_bytes=self._batch_size),
-                           trio.current_time(), self._delivery_timeout_s)
-            self._open[tp] = batch
-            self._unfinished.add(batch)
-            if not self._wakeup.is_set():
-                self._wakeup.set()  # the sender computes the new linger deadline
-            index = batch.builder.append(timestamp, key, value, headers or ())
-        batch.timestamps.append(timestamp)
-        batch.size += size
-        self._buffer_used += size
-        self.records_sent += 1
-        delivery = Delivery(batch, index)
-        if self._on_delivery is not None:
-            if batch.callbacks is None:
-                batch.callbacks = []
-            batch.callbacks.append(index)
-        return delivery
 
     def _seal(self, batch: _Batch | None) -> None:
         """Close an open batch: build its bytes once and queue it for the sender."""
