@@ -95,8 +95,8 @@ def kafka_producer(bootstrap: str, **kw):
     """kafka-python's producer with its defaults (acks='all', idempotence) unless overridden."""
     from kafka import KafkaProducer
 
-    settings = dict(bootstrap_servers=bootstrap, linger_ms=5, request_timeout_ms=15000,
-                    max_block_ms=15000)
+    settings = {"bootstrap_servers": bootstrap, "linger_ms": 5, "request_timeout_ms": 15000,
+                "max_block_ms": 15000}
     settings.update(kw)
     return KafkaProducer(**settings)
 

@@ -16,9 +16,9 @@ VALUE = bytes(1000)
 
 
 def _stuck_producer(broker, **kw):
-    settings = dict(bootstrap_servers=broker.bootstrap, buffer_memory=BUFFER,
-                    delivery_timeout_ms=int(TIMEOUT_S * 1000), retries=1_000_000,
-                    retry_backoff_ms=50, batch_size=8192, linger_ms=5)
+    settings = {"bootstrap_servers": broker.bootstrap, "buffer_memory": BUFFER,
+                "delivery_timeout_ms": int(TIMEOUT_S * 1000), "retries": 1_000_000,
+                "retry_backoff_ms": 50, "batch_size": 8192, "linger_ms": 5}
     settings.update(kw)
     return trilog.open_producer(**settings)
 
@@ -29,7 +29,8 @@ def _fill(producer, topic: str) -> list:
     with pytest.raises(trilog.BufferFullError):
         for i in range(1000):
             deliveries.append(producer.send_nowait(topic, value=VALUE, partition=i % 2))
-    assert BUFFER // 1100 <= len(deliveries) <= BUFFER // 1000
+    # At least half the buffer holds records (per-batch reservations may leave the rest).
+    assert BUFFER // 2 // len(VALUE) <= len(deliveries) <= BUFFER // len(VALUE)
     return deliveries
 
 
@@ -104,13 +105,9 @@ async def test_backpressure_with_the_broker_stopped(broker, broker_process):
     assert stored[0] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: delivery_timeout_ms is not enforced while the broker is unreachable: batches fail "
-    "with the last NetworkError ('cannot connect to ...') 1.7-3x later than "
-    "delivery_timeout_ms, not with DeliveryTimeoutError on time (Producer._retry_or_fail "
-    "completes a batch past its deadline with the retriable error; _expire only expires "
-    "batches in _ready, not those queued behind _node_writer's reconnect backoff)"))
 async def test_deliveries_fail_with_delivery_timeout_error_on_time(broker):
+    """Regression: batches queued behind the reconnect backoff used to fail late (1.7-3x
+    delivery_timeout_ms) with the last NetworkError instead of DeliveryTimeoutError."""
     await create_topic(broker.bootstrap, "late", 2)
     async with _stuck_producer(broker) as producer:
         await producer.partitions_for("late")

@@ -12,13 +12,13 @@ N = 200
 
 
 def _record(i: int) -> dict:
-    return dict(
-        key=None if i % 10 == 0 else f"key-{i}".encode(),
-        value=None if i % 17 == 0 and i % 10 else (f"value-{i}-" * (i % 7)).encode(),
-        headers=[] if i % 3 == 0 else [("trace", b"%d" % i), ("empty", b""),
-                                       ("\u00fcnicode", "h\u00e9".encode())],
-        timestamp_ms=1_600_000_000_000 + i * 1000,
-    )
+    return {
+        "key": None if i % 10 == 0 else f"key-{i}".encode(),
+        "value": None if i % 17 == 0 and i % 10 else (f"value-{i}-" * (i % 7)).encode(),
+        "headers": [] if i % 3 == 0 else [("trace", b"%d" % i), ("empty", b""),
+                                          ("\u00fcnicode", "h\u00e9".encode())],
+        "timestamp_ms": 1_600_000_000_000 + i * 1000,
+    }
 
 
 async def test_trilog_reads_what_kafka_python_wrote(broker):

@@ -51,7 +51,7 @@ async def test_keyed_placement_equals_kafka_python(broker):
 
     metas = await trio.to_thread.run_sync(
         kafka_produce, broker.bootstrap, "by-kafka-python",
-        [dict(key=k, value=b"v") for k in KEYS])
+        [{"key": k, "value": b"v"} for k in KEYS])
     kafka_map = {k: m.partition for k, m in zip(KEYS, metas)}
 
     assert len(set(trilog_map.values())) == PARTITIONS  # the keys cover every partition

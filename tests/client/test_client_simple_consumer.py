@@ -162,10 +162,10 @@ async def test_iterate_follows_new_records_with_long_polls(broker):
 
     assert [(o, v) for _t, o, v in received] == [(i, b"live-%d" % i) for i in range(10)]
     idle = [t for t in fetch_times if t < start + 1.9]
-    assert 3 <= len(idle) <= 8, f"{len(idle)} fetches in 1.9 idle seconds (long poll: ~5)"
+    assert 2 <= len(idle) <= 10, f"{len(idle)} fetches in 1.9 idle seconds (long poll: ~5)"
     # A long poll answers as soon as data arrives, not at the end of its wait.
     lags = [t - sent_at[v] for t, _o, v in received]
-    assert max(lags) < 0.3, lags
+    assert max(lags) < 0.35, lags
 
 
 async def test_iterate_prefetches_while_the_caller_works(broker):

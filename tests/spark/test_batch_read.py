@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from conftest import keyed, load, produce
+from spark_helpers import keyed, load, produce
 
 
 def _expected(metas, records, topic):
@@ -143,3 +143,21 @@ def test_fail_on_data_loss_both_ways(spark, retention_broker):
     offsets = sorted(r.offset for r in rows)
     assert offsets[0] >= log_start
     assert offsets == list(range(offsets[0], 120))
+
+
+def test_an_empty_topic_reads_as_no_rows(spark, broker):
+    import trilog.sync as ts
+
+    with ts.Producer(broker.bootstrap) as producer:
+        producer.partitions_for("empty")  # auto-creates it
+    assert load(spark, broker.bootstrap, subscribe="empty").count() == 0
+    assert load(spark, broker.bootstrap, subscribePattern="no-such-.*").count() == 0
+
+
+def test_read_through_zookeeper(spark, broker_process, zookeeper):
+    broker = broker_process(zookeeper=zookeeper, overrides={"num.partitions": 2})
+    records = [(i % 2, None, b"zk%d" % i) for i in range(50)]
+    expected = _expected(produce(broker.bootstrap, "via-zk", records), records, "via-zk")
+    df = (spark.read.format("trilog").option("zookeeper.connect", zookeeper)
+          .option("subscribePattern", "via-.*").load())
+    assert set(keyed(df)) == expected

@@ -3,6 +3,7 @@ check that a bad option fails the query with the message, before any task runs).
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -88,7 +89,7 @@ def test_split_ranges_reaches_min_partitions_and_covers_every_offset():
     for p, (lo, hi) in ((0, (0, 300)), (1, (0, 100))):
         pieces = sorted((r.start, r.end) for r in split if r.partition == p)
         assert pieces[0][0] == lo and pieces[-1][1] == hi
-        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(pieces))
     assert split_ranges(ranges, None) == ranges[:2]  # empty ranges dropped
     assert len(split_ranges([OffsetRange("t", 0, 0, 3)], 10)) == 3  # not below one record
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import produce, read_back
+from spark_helpers import produce, read_back
 
 
 def test_batch_write_with_topic_option_and_key(spark, broker):

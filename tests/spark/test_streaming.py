@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import produce
+from spark_helpers import produce
 
 
 class Batches:
@@ -47,7 +47,7 @@ def _values(topic, n, start=0, partitions=4):
 def test_available_now_twice_on_one_checkpoint_reads_each_record_once(spark, broker, tmp_path):
     produce(broker.bootstrap, "ev-a", _values("ev-a", 100))
     sink = Batches()
-    options = dict(subscribePattern="ev-.*", startingOffsets="earliest")
+    options = {"subscribePattern": "ev-.*", "startingOffsets": "earliest"}
     _run_available_now(spark, broker.bootstrap, tmp_path / "ckpt", sink, **options)
     assert sorted(v for *_, v in sink.rows) == sorted(v for *_, v in _values("ev-a", 100))
 

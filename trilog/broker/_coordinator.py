@@ -31,7 +31,15 @@ import trio
 
 from trilog.broker._cluster import Cluster
 from trilog.broker._config import BrokerConfig
-from trilog.broker._groups import Group, GroupState, JoinResult, Reply, SyncResult
+from trilog.broker._groups import (
+    ILLEGAL_GENERATION,
+    UNKNOWN_MEMBER_ID,
+    Group,
+    GroupState,
+    JoinResult,
+    Reply,
+    SyncResult,
+)
 from trilog.broker._offsets import (
     OFFSETS_TOPIC,
     OffsetAndMetadata,
@@ -301,7 +309,7 @@ class GroupCoordinator:
         group = self.groups.get(gid)
         if not code and group is None:
             if member_id:
-                code = 25  # UNKNOWN_MEMBER_ID
+                code = UNKNOWN_MEMBER_ID
             else:
                 group = self.groups[gid] = Group(gid, self._initial_delay_s)
         if code:
@@ -330,7 +338,7 @@ class GroupCoordinator:
         code = self._group_error(request.group_id)
         group = self.groups.get(request.group_id)
         if code or group is None:
-            return R(throttle_time_ms=0, error_code=code or 25, assignment=b"")
+            return R(throttle_time_ms=0, error_code=code or UNKNOWN_MEMBER_ID, assignment=b"")
         result = group.sync(request.member_id, request.generation_id,
                             {a.member_id: bytes(a.assignment) for a in request.assignments},
                             trio.current_time())
@@ -345,7 +353,7 @@ class GroupCoordinator:
         code = self._group_error(request.group_id)
         group = self.groups.get(request.group_id)
         if not code:
-            code = (25 if group is None else
+            code = (UNKNOWN_MEMBER_ID if group is None else
                     group.heartbeat(request.member_id, request.generation_id,
                                     trio.current_time()))
         return HeartbeatResponse(throttle_time_ms=0, error_code=code)
@@ -355,7 +363,7 @@ class GroupCoordinator:
         code = self._group_error(request.group_id)
         group = self.groups.get(request.group_id)
         if not code:
-            code = 25 if group is None else group.leave(request.member_id, trio.current_time())
+            code = UNKNOWN_MEMBER_ID if group is None else group.leave(request.member_id, trio.current_time())
             if not code:
                 log.info("member %s left group %s", request.member_id, request.group_id)
         self._wake_timers()
@@ -375,7 +383,7 @@ class GroupCoordinator:
             if group is None:
                 # No group: a simple consumer may commit; a member of a forgotten generation
                 # may not.
-                code = 0 if generation < 0 else 22  # ILLEGAL_GENERATION
+                code = 0 if generation < 0 else ILLEGAL_GENERATION
             else:
                 code = group.validate_commit(member_id, generation, trio.current_time())
         retention_ms = request.retention_time_ms if 2 <= version <= 4 else -1

@@ -36,13 +36,20 @@ from typing import Any, NamedTuple
 
 import trio
 
+from trilog.errors import (
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    NotCoordinatorError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+
 NONE = 0
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
+NOT_COORDINATOR = NotCoordinatorError.code
+ILLEGAL_GENERATION = IllegalGenerationError.code
+INCONSISTENT_GROUP_PROTOCOL = InconsistentGroupProtocolError.code
+UNKNOWN_MEMBER_ID = UnknownMemberIdError.code
+REBALANCE_IN_PROGRESS = RebalanceInProgressError.code
 
 
 class GroupState(enum.Enum):

@@ -7,16 +7,23 @@ may run planning in forked workers, so no connection outlives the call that made
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import trio
 
 import trilog
 import trilog.sync as ts
 from trilog.errors import TrilogError, UnknownTopicOrPartitionError
-from trilog.spark._options import EARLIEST, LATEST, Connection, OffsetSpec, OptionError, \
-    ReadOptions, Subscription
+from trilog.spark._options import (
+    EARLIEST,
+    LATEST,
+    Connection,
+    OffsetSpec,
+    OptionError,
+    ReadOptions,
+    Subscription,
+)
 from trilog.spark._planning import Positions
 
 

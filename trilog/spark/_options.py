@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from trilog.errors import TrilogError
 
@@ -150,7 +150,7 @@ def parse_connection(options: Mapping[str, str]) -> Connection:
     if servers is not None:
         items = [s.strip() for s in servers.split(",") if s.strip()]
         for item in items:
-            host, sep, port = item.rpartition(":")
+            _host, sep, port = item.rpartition(":")
             if not sep or not port.isdigit():
                 raise OptionError(f"option bootstrap.servers: {item!r} is not host:port")
         if not items:

@@ -8,9 +8,10 @@ engine's string comparison of two equal offsets always says "equal".
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 Positions = dict[tuple[str, int], int]
 
@@ -63,7 +64,7 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
     for r, n in zip(ranges, parts):
         bounds = [r.start + r.size * k // n for k in range(n + 1)]
         out.extend(OffsetRange(r.topic, r.partition, a, b)
-                   for a, b in zip(bounds, bounds[1:]) if b > a)
+                   for a, b in itertools.pairwise(bounds) if b > a)
     return sorted(out)
 
 

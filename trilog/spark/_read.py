@@ -9,7 +9,7 @@ the fork would refuse to work) and closed when the range is done.
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema

@@ -13,7 +13,7 @@ in ``end`` but not in ``start`` is new (a new partition, or a new topic matching
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -73,12 +73,12 @@ class TrilogDataSource(DataSource):
         # makes a bad one fail there.  Batch- or streaming-only rules wait for reader().
         return row_schema(parse_read_options(self.options, streaming=None).include_headers)
 
-    def reader(self, schema: StructType) -> "TrilogBatchReader":
+    def reader(self, schema: StructType) -> TrilogBatchReader:
         options = parse_read_options(self.options, streaming=False)
         _check_schema(schema, options)
         return TrilogBatchReader(options)
 
-    def streamReader(self, schema: StructType) -> "TrilogStreamReader":
+    def streamReader(self, schema: StructType) -> TrilogStreamReader:
         options = parse_read_options(self.options, streaming=True)
         _check_schema(schema, options)
         return TrilogStreamReader(options)
@@ -124,7 +124,7 @@ class TrilogBatchReader(DataSourceReader):
         return _input_partitions(self.plan(), self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.options, partition.value)
+        return _read(self.options, partition)
 
 
 class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -199,13 +199,21 @@ class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _input_partitions(ranges, o)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.options, partition.value)
+        return _read(self.options, partition)
 
     def commit(self, end: dict) -> None:
         pass  # the checkpoint is the only state: nothing is committed to the cluster
 
     def stop(self) -> None:
         pass  # no connection outlives a call
+
+
+def _read(options: ReadOptions, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+    r = getattr(partition, "value", None)
+    if r is None:
+        # With no input partitions planned, Spark still runs one task with an empty one.
+        return iter(())
+    return read_range(options, r)
 
 
 def _moved_back(behind: Positions, starts: Positions) -> str:

@@ -10,8 +10,8 @@ is why ``abort`` has nothing to undo.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
