@@ -7,6 +7,8 @@ import itertools
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trilog.spark._options import OptionError, parse_read_options, parse_write_options
 from trilog.spark._planning import (
@@ -129,3 +131,39 @@ def test_bad_options_fail_the_query_with_the_message(spark, broker):
               .option("subscribe", "t").option("endingOffsets", "latest").load())
     with pytest.raises(Exception, match="for batch queries"):
         stream.writeStream.format("noop").start().awaitTermination(60)
+
+
+_ranges = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 1000), st.integers(0, 300)),
+                   max_size=8, unique_by=lambda t: t[0])
+
+
+@given(_ranges, st.one_of(st.none(), st.integers(1, 64)))
+def test_split_ranges_properties(spec, min_partitions):
+    ranges = [OffsetRange("t", p, s, s + n) for p, s, n in spec]
+    split = split_ranges(ranges, min_partitions)
+    covered = sorted((r.partition, o) for r in split for o in range(r.start, r.end))
+    assert covered == sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
+    total = sum(r.size for r in ranges)
+    if min_partitions:
+        assert len(split) >= min(min_partitions, total)
+    assert split == split_ranges(ranges, min_partitions)  # deterministic
+
+
+@given(st.dictionaries(st.integers(0, 7), st.tuples(st.integers(0, 500), st.integers(0, 500)),
+                       max_size=8), st.integers(1, 600))
+def test_rate_limit_properties(spec, limit):
+    starts = {("t", p): s for p, (s, _) in spec.items()}
+    ends = {("t", p): s + n for p, (s, n) in spec.items()}
+    capped = rate_limit(starts, ends, limit)
+    assert all(starts[tp] <= capped[tp] <= ends[tp] for tp in ends)
+    lag = sum(ends[tp] - starts[tp] for tp in ends)
+    assert sum(capped[tp] - starts[tp] for tp in ends) == min(lag, limit)
+
+
+def test_public_surface():
+    import trilog.spark
+
+    for name in trilog.spark.__all__:
+        assert getattr(trilog.spark, name) is not None
+    assert trilog.spark.TrilogDataSource.name() == "trilog"
+    assert issubclass(trilog.spark.OptionError, ValueError)

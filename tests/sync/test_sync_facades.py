@@ -132,3 +132,24 @@ def test_fork_parent_facade_refuses_child_facade_works(bootstrap):
     with ts.SimpleConsumer(bootstrap) as consumer:
         assert [r.value for r in consumer.fetch("forked", 0, 0)] == \
             [b"parent", b"child", b"parent again"]
+
+
+def test_group_consumer_facade_reads_with_blocking_streams(zookeeper, broker_process):
+    broker = broker_process(zookeeper=zookeeper, broker_id=1, overrides={"num.partitions": 2})
+    with ts.Producer(broker.bootstrap) as producer:
+        for i in range(40):
+            producer.send("grouped", b"%d" % i, partition=i % 2)
+        producer.flush()
+    with ts.Consumer("sync-group", zookeeper=zookeeper, topics={"grouped": 2},
+                     auto_offset_reset="smallest", consumer_timeout_ms=1500) as consumer:
+        got: list = []
+        readers = [threading.Thread(target=lambda s=s: got.extend(s))
+                   for s in consumer.streams["grouped"]]
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join()
+        assert sorted(consumer.owned) == [("grouped", 0), ("grouped", 1)]
+        consumer.commit_offsets()
+    assert sorted(int(r.value) for r in got) == list(range(40))
+    assert _no_loop_thread_left()

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from trilog import __version__
-from trilog.cli import _broker, _consume, _perf, _produce, _topics, _zookeeper
+from trilog.cli import _broker, _consume, _groups, _perf, _produce, _topics, _zookeeper
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
     _broker.add_parser(sub)
     _topics.add_parser(sub)
+    _groups.add_parser(sub)
     _produce.add_parser(sub)
     _consume.add_parser(sub)
     _perf.add_parser(sub)

@@ -22,7 +22,13 @@ from trilog.client._consumer import (
     SimpleConsumer,
     open_simple_consumer,
 )
-from trilog.client._group import MessageStream, ZooKeeperConsumerConnector, open_consumer
+from trilog.client._group import (
+    GroupConsumerConnector,
+    MessageStream,
+    ZooKeeperConsumerConnector,
+    open_consumer,
+)
+from trilog.client._group_broker import BrokerConsumerConnector
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._partitioner import DefaultPartitioner, murmur2, partition_for_key
 from trilog.client._producer import (
@@ -34,9 +40,20 @@ from trilog.client._producer import (
     RecordMetadata,
     open_producer,
 )
+from trilog.client._groups_admin import (
+    GroupAdmin,
+    GroupDescription,
+    GroupMember,
+    OffsetReset,
+    PartitionOffsets,
+    ResetPlan,
+    open_group_admin,
+)
 
 __all__ = [
     "Blacklist",
+    "BrokerConsumerConnector",
+    "GroupConsumerConnector",
     "MessageStream",
     "TopicFilter",
     "Whitelist",
@@ -71,4 +88,11 @@ __all__ = [
     "open_simple_consumer",
     "parse_bootstrap",
     "partition_for_key",
+    "GroupAdmin",
+    "GroupDescription",
+    "GroupMember",
+    "OffsetReset",
+    "PartitionOffsets",
+    "ResetPlan",
+    "open_group_admin",
 ]

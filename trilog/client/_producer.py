@@ -40,6 +40,7 @@ from trilog.errors import (
     RequestTimedOutError,
     TrilogError,
     UnknownServerError,
+    UnknownTopicOrPartitionError,
     error_for_code,
 )
 from trilog.protocol import ProduceRequest
@@ -179,6 +180,7 @@ class Producer:
         self._topic_cache: dict[str, tuple] = {}  # topic -> (metadata, partitions, available)
         self._last_yield = 0.0
         self._has_serializers = key_serializer is not None or value_serializer is not None
+        self._refreshing = False
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -234,6 +236,8 @@ class Producer:
             raise ProducerClosedError("the producer is closed")
         if partition is None:
             partition = self._choose_partition(topic, key)
+        elif (topic, partition) not in self._open:
+            self._check_partition(topic, partition)
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         batch = self._open.get((topic, partition))
         if batch is not None:
@@ -303,6 +307,16 @@ class Producer:
                 )
         return key, value
 
+    def _check_partition(self, topic: str, partition: int) -> None:
+        """An explicit partition must exist (else the record could only time out)."""
+        partitions = self._client.metadata.value.partitions_for(topic)
+        if not partitions:
+            raise UnknownTopicOrPartitionError(
+                f"partitions of {topic!r} are not known yet; use send() or partitions_for()")
+        if partition not in partitions:
+            raise UnknownTopicOrPartitionError(
+                f"{topic!r} has no partition {partition} (it has {len(partitions)})")
+
     def _choose_partition(self, topic: str, key: bytes | None) -> int:
         meta = self._client.metadata.value
         cached = self._topic_cache.get(topic)
@@ -310,8 +324,6 @@ class Producer:
             # Per metadata snapshot, not per record: the lists are computed once.
             partitions = meta.partitions_for(topic)
             if not partitions:
-                from trilog.errors import UnknownTopicOrPartitionError
-
                 raise UnknownTopicOrPartitionError(
                     f"partitions of {topic!r} are not known yet; use send() or partitions_for()"
                 )
@@ -434,7 +446,7 @@ class Producer:
         """Start Produce requests for ready batches; True if any was started."""
         meta = self._client.metadata.value
         by_node: dict[int, list[_Batch]] = {}
-        need_metadata = False
+        need_metadata: set[str] = set()
         for tp, queue in self._ready.items():
             if not queue or tp in self._busy_partitions:
                 continue
@@ -443,11 +455,12 @@ class Producer:
                 continue
             node = meta.leader_for(*tp)
             if node is None:
-                need_metadata = True
+                need_metadata.add(tp[0])
                 continue
             by_node.setdefault(node.node_id, []).append(batch)
-        if need_metadata:
-            nursery.start_soon(self._refresh_metadata)
+        if need_metadata and not self._refreshing:
+            self._refreshing = True
+            nursery.start_soon(self._refresh_metadata, sorted(need_metadata))
         started = False
         for node_id, batches in by_node.items():
             slots = self._node_slots.setdefault(node_id, trio.Semaphore(self._max_in_flight))
@@ -482,12 +495,14 @@ class Producer:
             nursery.start_soon(self._node_writer, node, receive, nursery)
         return channel
 
-    async def _refresh_metadata(self) -> None:
+    async def _refresh_metadata(self, topics: list[str]) -> None:
+        """Learn the leaders of ``topics`` (named, so the broker may auto-create them)."""
         try:
-            await self._client.refresh_metadata()
+            await self._client.refresh_metadata(topics)
         except TrilogError as exc:
             log.debug("metadata refresh failed: %s", exc)
-            await trio.sleep(self._retry_backoff_s)
+        await trio.sleep(self._retry_backoff_s)  # at most one refresh per backoff
+        self._refreshing = False
         self._wakeup.set()
 
     async def _node_writer(self, node, queue: trio.MemoryReceiveChannel,

@@ -8,7 +8,21 @@ of the process; methods are thread-safe and block the caller.  A facade created 
 ``fork()`` refuses to work in the child (``ForkedFacadeError``); create one in the child.
 """
 
-from trilog.sync._facades import Producer, SimpleConsumer, SyncDelivery
+from trilog.sync._facades import (
+    Consumer,
+    Producer,
+    SimpleConsumer,
+    SyncDelivery,
+    SyncMessageStream,
+)
 from trilog.sync._portal import FacadeClosedError, ForkedFacadeError
 
-__all__ = ["FacadeClosedError", "ForkedFacadeError", "Producer", "SimpleConsumer", "SyncDelivery"]
+__all__ = [
+    "Consumer",
+    "FacadeClosedError",
+    "ForkedFacadeError",
+    "Producer",
+    "SimpleConsumer",
+    "SyncDelivery",
+    "SyncMessageStream",
+]

@@ -15,6 +15,8 @@ import trio
 
 from trilog.client import (
     LATEST,
+    MessageStream,
+    open_consumer,
     BufferFullError,
     ConsumerRecord,
     Delivery,
@@ -141,3 +143,50 @@ class SimpleConsumer(_Facade):
                     return
                 yield record
             position = fetched.next_offset
+
+
+class SyncMessageStream:
+    """A blocking iterator over a group ``MessageStream``."""
+
+    def __init__(self, stream: MessageStream, portal: Portal) -> None:
+        self._stream = stream
+        self._portal = portal
+        self.name = stream.name
+
+    def __iter__(self) -> "SyncMessageStream":
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        try:
+            return self._portal.run(self._stream.__anext__)
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def mark_processed(self) -> None:
+        self._portal.run_sync(self._stream.mark_processed)
+
+
+class Consumer(_Facade):
+    """``trilog.open_consumer`` (the group consumer) for threads.
+
+    ``streams`` has the async twin's shape (``{topic: [stream, ...]}`` for ``topics=``, a
+    list for ``topic_filter=``) with blocking iterators; each stream may be read from its
+    own thread.
+    """
+
+    def __init__(self, group_id: str, **kwargs: Any) -> None:
+        self._portal = Portal(open_consumer(group_id, **kwargs), "trilog.sync.Consumer")
+        self._connector = self._portal.value
+        streams = self._connector.streams
+        if isinstance(streams, dict):
+            self.streams: Any = {t: [SyncMessageStream(s, self._portal) for s in ss]
+                                 for t, ss in streams.items()}
+        else:
+            self.streams = [SyncMessageStream(s, self._portal) for s in streams]
+
+    def commit_offsets(self) -> None:
+        self._portal.run(self._connector.commit_offsets)
+
+    @property
+    def owned(self) -> dict:
+        return dict(self._portal.run_sync(lambda: self._connector.owned))

@@ -1,0 +1,362 @@
+"""The broker-coordinated group consumer (Kafka's group protocol, no ZooKeeper): the pure
+ConsumerProtocol and assignor, then real brokers, trilog members and kafka-python members."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from contextlib import AsyncExitStack
+
+import pytest
+import trio
+
+import trilog
+from trilog.broker import open_broker
+from trilog.client import open_client
+from trilog.client._consumer_protocol import (
+    assign_members,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+    spread_over_streams,
+)
+from trilog.client._offsets import BrokerOffsetStore
+from trilog.errors import RemoteProtocolError
+
+# -- pure: ConsumerProtocol bytes, the range assignor over members, streams -------------------
+
+
+def test_consumer_protocol_matches_kafka_python_both_ways():
+    from kafka.protocol.consumer.metadata import (
+        ConsumerProtocolAssignment,
+        ConsumerProtocolSubscription,
+    )
+
+    ours = encode_subscription(["b", "a"], b"x")
+    theirs = ConsumerProtocolSubscription.decode(ours)
+    assert (theirs.version, theirs.topics, theirs.user_data) == (0, ["a", "b"], b"x")
+    assert decode_subscription(ConsumerProtocolSubscription(
+        version=0, topics=["t", "u"], user_data=b"").encode()).topics == ("t", "u")
+
+    ours = encode_assignment({"t": [2, 0, 1], "a": [5]})
+    theirs = ConsumerProtocolAssignment.decode(ours)
+    assert sorted((tp.topic, tp.partitions) for tp in theirs.assigned_partitions) == \
+        [("a", [5]), ("t", [0, 1, 2])]
+    back = ConsumerProtocolAssignment(
+        version=0, assigned_partitions=[("t", [3, 1])], user_data=None).encode()
+    assert decode_assignment(back).partitions == {"t": (1, 3)}
+    assert decode_assignment(b"").partitions == {}
+
+
+def test_newer_versions_are_read_by_their_v0_prefix_and_garbage_is_refused():
+    newer = bytearray(encode_subscription(["t"]))
+    newer[0:2] = b"\x00\x03"
+    newer += b"\x00\x00\x00\x00" * 3  # owned partitions, generation, rack...
+    assert decode_subscription(bytes(newer)).topics == ("t",)
+    for bad in (b"\x00", b"\x00\x00\x7f\xff\xff\xff", b"\x00\x00\x00\x00\x00\x01\x00\x09ab"):
+        with pytest.raises(RemoteProtocolError):
+            decode_subscription(bad)
+    with pytest.raises(RemoteProtocolError):
+        decode_assignment(b"\x00\x00\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x05\x00")
+
+
+def test_range_assignor_assigns_per_member_and_members_deal_over_streams():
+    plan = assign_members({"m2": ["t"], "m1": ["t", "u"], "m3": ["t"]},
+                          {"t": range(8), "u": [0, 1]})
+    assert plan == {"m1": {"t": [0, 1, 2], "u": [0, 1]}, "m2": {"t": [3, 4, 5]},
+                    "m3": {"t": [6, 7]}}
+    assert assign_members({"a": ["missing"], "b": []}, {}) == {"a": {}, "b": {}}
+    assert spread_over_streams({"t": [0, 1, 2], "u": [0, 1]}, {"t": 2, "u": 1}) == {
+        ("t", 0): 0, ("t", 1): 1, ("t", 2): 0, ("u", 0): 0, ("u", 1): 0}
+    assert spread_over_streams({"t": [0, 1, 2], "u": [0]}, 2) == {
+        ("t", 0): 0, ("t", 1): 1, ("t", 2): 0, ("u", 0): 1}
+    assert spread_over_streams({"x": [0]}, {"t": 1}) == {}
+
+
+# -- against a broker ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def broker(tmp_path):
+    """A standalone in-process broker: no ZooKeeper anywhere."""
+    async with open_broker({"port": 0, "log.dirs": str(tmp_path / "data"), "num.partitions": 8,
+                            "group.initial.rebalance.delay.ms": 0,
+                            "group.min.session.timeout.ms": 500,
+                            "offsets.topic.num.partitions": 3}) as b:
+        yield b
+
+
+def options(broker, **kw):
+    opts = dict(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                heartbeat_interval_ms=100, session_timeout_ms=2000, metadata_max_age_ms=300,
+                retry_backoff_ms=50)
+    opts.update(kw)
+    return opts
+
+
+async def produce(bootstrap, topic, n, partitions=8, start=0):
+    async with trilog.open_admin(bootstrap) as admin:
+        try:
+            await admin.create_topic(topic, partitions)
+        except trilog.ApiError as exc:
+            if exc.code != 36:  # TOPIC_ALREADY_EXISTS
+                raise
+    async with trilog.open_producer(bootstrap) as producer:
+        for i in range(start, start + n):
+            await producer.send(topic, b"%d" % i, key=b"%d" % i)
+
+
+async def drain(stream, out, limit=None):
+    async for record in stream:
+        out.append(record)
+        if limit is not None and len(out) >= limit:
+            return
+
+
+async def wait_until(predicate, timeout=20, what="condition"):
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.02)
+
+
+def split_exactly(consumers, topic, partitions):
+    owned = [set(c.owned) for c in consumers]
+    every = sorted(tp for o in owned for tp in o)
+    return every == [(topic, p) for p in range(partitions)] and all(owned)
+
+
+async def test_members_split_partitions_consume_everything_and_take_over_on_leave(broker):
+    await produce(broker.bootstrap, "events", 800)
+    opts = options(broker, topics={"events": 1}, consumer_timeout_ms=1000)
+    async with AsyncExitStack() as stack:
+        consumers = [await stack.enter_async_context(trilog.open_consumer("g", **opts))
+                     for _ in range(2)]
+        async with trilog.open_consumer("g", **opts) as c3:
+            consumers.append(c3)
+            assert isinstance(c3, trilog.client.BrokerConsumerConnector)
+            await wait_until(lambda: split_exactly(consumers, "events", 8))
+            assert sorted(len(c.owned) for c in consumers) == [2, 3, 3]
+            assert len({c.generation_id for c in consumers}) == 1
+            assert sum(c.is_leader for c in consumers) == 1
+            got: list[list] = [[] for _ in consumers]
+            async with trio.open_nursery() as nursery:
+                for c, out in zip(consumers, got):
+                    nursery.start_soon(drain, c.streams["events"][0], out)
+            assert sorted(int(r.value) for out in got for r in out) == list(range(800))
+            for c, out in zip(consumers, got):  # each read only its own partitions
+                assert {(r.topic, r.partition) for r in out} == set(c.owned)
+        # c3 committed what it processed and left: the others take its partitions now.
+        remaining = consumers[:2]
+        await wait_until(lambda: split_exactly(remaining, "events", 8), timeout=10)
+        await produce(broker.bootstrap, "events", 80, start=800)
+        more: list = []
+        async with trio.open_nursery() as nursery:
+            for c in remaining:
+                nursery.start_soon(drain, c.streams["events"][0], more)
+        # Nothing processed before (by anyone) is seen again: commits carried over.
+        assert sorted(int(r.value) for r in more) == list(range(800, 880))
+
+
+async def test_a_member_that_stops_heartbeating_loses_its_partitions(broker):
+    await produce(broker.bootstrap, "beats", 0)
+    opts = options(broker, topics={"beats": 1}, auto_commit_enable=False)
+    async with trilog.open_consumer("h", **opts) as c1, trilog.open_consumer("h", **opts) as c2, \
+            trilog.open_consumer("h", **opts) as c3:
+        await wait_until(lambda: split_exactly([c1, c2, c3], "beats", 8))
+        c3._heartbeat_scope.cancel()  # c3 hangs, as far as the group can tell
+        silent_at = trio.current_time()
+        await wait_until(lambda: split_exactly([c1, c2], "beats", 8), timeout=15)
+        # The session timeout (2 s) plus a rejoin, not more.
+        assert trio.current_time() - silent_at < 2 + 2
+
+
+CONSUMER_SCRIPT = textwrap.dedent("""
+    import json, sys, trio, trilog
+    async def main(bootstrap, group):
+        async with trilog.open_consumer(group, bootstrap_servers=bootstrap,
+                                        topics={"kill": 2}, auto_offset_reset="earliest",
+                                        auto_commit_interval_ms=100, session_timeout_ms=2000,
+                                        heartbeat_interval_ms=100, retry_backoff_ms=50) as c:
+            print(json.dumps({"id": c.member_id}), flush=True)
+            async def follow(stream):
+                async for r in stream:
+                    print(json.dumps({"p": r.partition, "o": r.offset}), flush=True)
+            async with trio.open_nursery() as nursery:
+                for s in c.streams["kill"]:
+                    nursery.start_soon(follow, s)
+    trio.run(main, sys.argv[1], sys.argv[2])
+""")
+
+
+@pytest.mark.slow
+async def test_sigkill_moves_the_partitions_within_the_session_timeout(broker):
+    await produce(broker.bootstrap, "kill", 0)
+    opts = options(broker, topics={"kill": 1}, auto_commit_interval_ms=100)
+    procs = [subprocess.Popen([sys.executable, "-c", CONSUMER_SCRIPT, broker.bootstrap, "k"],
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    lines: list[list[dict]] = [[] for _ in procs]
+
+    def pump(i: int) -> None:  # one thread per process: its stdout into lines[i]
+        for line in procs[i].stdout:
+            lines[i].append(json.loads(line))
+
+    readers = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(2)]
+    for reader in readers:
+        reader.start()
+
+    def consumed_by(ls) -> set:
+        return {(x["p"], x["o"]) for x in list(ls) if "p" in x}
+
+    try:
+        async with trilog.open_consumer("k", **opts) as me:
+            mine: list = []
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain, me.streams["kill"][0], mine)
+                await wait_until(lambda: all(ls and "id" in ls[0] for ls in lines), 30)
+                # Three members: 2 or 3 partitions each.
+                await wait_until(lambda: len(me.owned) in (2, 3), 30)
+                await produce(broker.bootstrap, "kill", 200)
+                await wait_until(lambda: all(consumed_by(ls) for ls in lines) and mine, 30)
+                procs[0].send_signal(signal.SIGKILL)
+                procs[0].wait()
+                killed_at = trio.current_time()
+                before = len(me.owned)
+                await wait_until(lambda: len(me.owned) == 4, 15)  # 8 over the two left
+                assert before < 4 and trio.current_time() - killed_at < 2 + 3
+                # Everything is consumed at least once, the victim's share included.
+                counts = [0] * 8
+                for i in range(200):
+                    counts[trilog.client.partition_for_key(b"%d" % i, 8)] += 1
+                produced = {(p, o) for p in range(8) for o in range(counts[p])}
+                await wait_until(lambda: produced <= {(r.partition, r.offset) for r in mine}
+                                 | consumed_by(lines[0]) | consumed_by(lines[1]), 30)
+                nursery.cancel_scope.cancel()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+            p.wait(20)
+            p.stdout.close()
+
+
+async def test_commit_offsets_and_restart_resume_from_the_committed_offset(broker):
+    await produce(broker.bootstrap, "resume", 30, partitions=1)
+    opts = options(broker, topics={"resume": 1}, auto_commit_enable=False)
+    async with trilog.open_consumer("r", **opts) as c:
+        stream = c.streams["resume"][0]
+        seen = [await stream.__anext__() for _ in range(10)]
+        stream.mark_processed()
+        await c.commit_offsets()
+        async with open_client(broker.bootstrap) as client:
+            assert await BrokerOffsetStore(client, "r").fetch([("resume", 0)]) == \
+                {("resume", 0): 10}
+        assert [r.offset for r in seen] == list(range(10))
+    async with trilog.open_consumer("r", **opts, consumer_timeout_ms=800) as c:
+        assert [r.offset async for r in c.streams["resume"][0]] == list(range(10, 30))
+
+
+async def test_cancelled_consumer_restarts_from_the_first_unprocessed_record(broker):
+    await produce(broker.bootstrap, "work", 50, partitions=1)
+    processed = []
+    opts = options(broker, topics={"work": 1}, auto_commit_interval_ms=50)
+    with trio.move_on_after(10) as scope:
+        async with trilog.open_consumer("c", **opts) as consumer:
+            async for record in consumer.streams["work"][0]:
+                if record.offset == 20:
+                    scope.cancel()
+                    await trio.sleep(1)  # cancelled here, mid-record: 20 is not processed
+                processed.append(record.offset)
+    assert scope.cancelled_caught and processed == list(range(20))
+    async with trilog.open_consumer("c", **opts, consumer_timeout_ms=1000) as consumer:
+        rest = [r.offset async for r in consumer.streams["work"][0]]
+    assert rest == list(range(20, 50))  # no loss, and nothing processed is seen again
+
+
+async def test_topic_filter_picks_up_a_new_matching_topic(broker):
+    await produce(broker.bootstrap, "logs.a", 10, partitions=2)
+    await produce(broker.bootstrap, "other", 10, partitions=2)
+    got: list = []
+    async with trilog.open_consumer("w", **options(
+            broker, topic_filter=trilog.Whitelist(r"logs\..*"), num_streams=2)) as c:
+        assert {t for t, _ in c.owned} == {"logs.a"}
+        assert len(c.streams) == 2 and sorted(c.owned.values()) == [0, 1]
+        await produce(broker.bootstrap, "logs.b", 10, partitions=2, start=100)
+        await wait_until(lambda: {t for t, _ in c.owned} == {"logs.a", "logs.b"}, 10)
+        with trio.move_on_after(5):
+            async with trio.open_nursery() as nursery:
+                for s in c.streams:
+                    nursery.start_soon(drain, s, got)
+                await wait_until(lambda: len(got) >= 20)
+                nursery.cancel_scope.cancel()
+    assert sorted((r.topic, int(r.value)) for r in got) == \
+        [("logs.a", i) for i in range(10)] + [("logs.b", i) for i in range(100, 110)]
+
+
+# -- with kafka-python's KafkaConsumer in the same group -------------------------------------------
+
+
+def kafka_python_member(bootstrap, group, topic, stop, out, assigned, client_id):
+    """A kafka-python member polling until ``stop``; its records into ``out``, its current
+    assignment into ``assigned`` (a set, replaced in place)."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
+                             auto_offset_reset="earliest", enable_auto_commit=True,
+                             auto_commit_interval_ms=100, session_timeout_ms=2000,
+                             heartbeat_interval_ms=100, request_timeout_ms=15000,
+                             fetch_max_wait_ms=100, retry_backoff_ms=50,
+                             metadata_max_age_ms=500)
+    try:
+        consumer.subscribe([topic])
+        while not stop.is_set():
+            for _tp, records in consumer.poll(timeout_ms=50).items():
+                out.extend((r.partition, int(r.value)) for r in records)
+            assigned.clear()
+            assigned.update(tp.partition for tp in consumer.assignment())
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("first", ["trilog", "kafka-python"])
+async def test_trilog_and_kafka_python_members_share_a_group(broker, first):
+    topic, group = "mixed", f"mixed-{first}"
+    await produce(broker.bootstrap, topic, 0, partitions=4)
+    theirs: list = []
+    their_partitions: set = set()
+    stop = threading.Event()
+    ours: list = []
+
+    async def run_kafka_python():
+        await trio.to_thread.run_sync(kafka_python_member, broker.bootstrap, group, topic,
+                                      stop, theirs, their_partitions, "kp")
+
+    async with trio.open_nursery() as nursery:
+        try:
+            if first == "kafka-python":  # the leader: it assigns, we decode its plan
+                nursery.start_soon(run_kafka_python)
+                await wait_until(lambda: len(their_partitions) == 4, 20)
+            async with trilog.open_consumer(group, **options(broker, topics={topic: 2})) as c:
+                if first == "trilog":  # the leader: we assign, kafka-python decodes
+                    nursery.start_soon(run_kafka_python)
+                await wait_until(lambda: len(c.owned) == 2 and len(their_partitions) == 2
+                                 and not {p for _, p in c.owned} & their_partitions, 20)
+                assert c.is_leader == (first == "trilog")
+                mine = {p for _, p in c.owned}
+                await produce(broker.bootstrap, topic, 200, partitions=4)
+                async with trio.open_nursery() as readers:
+                    for s in c.streams[topic]:
+                        readers.start_soon(drain, s, ours)
+                    await wait_until(lambda: len(ours) + len(theirs) >= 200, 20)
+                    readers.cancel_scope.cancel()
+                assert {r.partition for r in ours} == mine
+                assert {p for p, _ in theirs} == their_partitions
+                assert sorted([int(r.value) for r in ours] + [v for _, v in theirs]) == \
+                    list(range(200))
+        finally:
+            stop.set()

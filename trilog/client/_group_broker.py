@@ -1,0 +1,476 @@
+"""The broker-coordinated group consumer: Kafka's group protocol, no ZooKeeper.
+
+    async with open_consumer("g", bootstrap_servers="h:9092", topics={"events": 2}) as c:
+        async for record in c.streams["events"][0]: ...
+
+This is what kafka-python's ``KafkaConsumer(group_id=...)`` and Kafka's Java consumer do,
+on the wire and in the group: protocol type ``consumer``, assignor ``range``, the standard
+ConsumerProtocol bytes (``_consumer_protocol.py``), so trilog and other Kafka consumers can
+share a group.  One **rebalance loop** task runs a member's life:
+
+1. find the coordinator (FindCoordinator) and open a connection of our own to it (a
+   JoinGroup parks there for the whole rebalance; see ``_offsets.Coordinator``);
+2. JoinGroup with our subscription (the topics, or what the topic filter matches now); the
+   coordinator answers once every member has (re)joined, the leader with everyone's
+   subscriptions;
+3. the leader reads the topics' partitions (Metadata) and range-assigns them over the
+   members (``assign_members``; Kafka assigns to members, not to threads); SyncGroup
+   carries the leader's plan and brings each member its share;
+4. the member deals its partitions round robin over its streams, starts heartbeating every
+   ``heartbeat_interval_ms``, reads the committed offsets (OffsetFetch; ``auto_offset_reset``
+   where there are none) and starts the fetchers (``GroupConsumerConnector``, shared with
+   the ZooKeeper connector).
+
+Then it waits for a reason to rejoin: a heartbeat answered REBALANCE_IN_PROGRESS (a member
+came or went), ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID (we were dropped, say after missing
+our session timeout), a coordinator error or a lost connection (find it again), a commit
+the coordinator fenced, a topic filter that now matches other topics, or, for the leader,
+a subscribed topic whose partitions changed (checked every ``metadata_max_age_ms``).  A
+rejoin stops the heartbeats and fetchers, commits the processed offsets if we are still a
+member of the generation (commits carry our generation and member id), gives every
+partition up and goes back to 2.
+
+Clean shutdown: stop, commit the processed offsets, LeaveGroup (so the others rebalance now,
+not a session timeout later).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import trio
+
+from trilog._concurrency import unwrap_exception_group
+from trilog.client._assignment import TopicFilter
+from trilog.client._client import Client, open_client
+from trilog.client._consumer import SimpleConsumer
+from trilog.client._consumer_protocol import (
+    PROTOCOL_TYPE,
+    RANGE,
+    assign_members,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+    spread_over_streams,
+)
+from trilog.client._group import GroupConsumerConnector
+from trilog.client._metadata import ClusterMetadata
+from trilog.client._offsets import BrokerOffsetStore, Coordinator
+from trilog.errors import (
+    ApiError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    IllegalGenerationError,
+    NetworkError,
+    NotCoordinatorError,
+    ProtocolError,
+    RebalanceInProgressError,
+    RequestTimedOutError,
+    TrilogError,
+    UnknownMemberIdError,
+    error_for_code,
+)
+from trilog.protocol import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+)
+
+log = logging.getLogger("trilog.consumer.group")
+
+#: Errors after which the coordinator must be found again.
+_COORDINATOR_ERRORS = (NotCoordinatorError, CoordinatorNotAvailableError, NetworkError,
+                       RequestTimedOutError)
+#: Errors that mean "rejoin", not "fail".
+_REJOIN_ERRORS = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
+
+
+class BrokerConsumerConnector(GroupConsumerConnector):
+    """See the module docstring.  Create with ``open_consumer(..., coordination="broker")``.
+
+    ``member_id``, ``generation_id`` and ``leader_id`` are the group's current view of us;
+    ``consumer_id`` is the member id once joined.
+    """
+
+    def __init__(self, *, group_id: str, client: Client, consumer: SimpleConsumer,
+                 coordinator: Coordinator, topics: dict[str, int] | None,
+                 topic_filter: TopicFilter | None, num_streams: int, auto_offset_reset: str,
+                 auto_commit_enable: bool, auto_commit_interval_ms: int,
+                 consumer_timeout_ms: int, queued_max_chunks: int, fetch_max_bytes: int,
+                 fetch_wait_max_ms: int, session_timeout_ms: int, heartbeat_interval_ms: int,
+                 rebalance_timeout_ms: int, metadata_max_age_ms: int,
+                 retry_backoff_ms: int) -> None:
+        super().__init__(
+            group_id=group_id, client=client, consumer=consumer, topics=topics,
+            topic_filter=topic_filter, num_streams=num_streams,
+            auto_offset_reset=auto_offset_reset, auto_commit_enable=auto_commit_enable,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            consumer_timeout_ms=consumer_timeout_ms, queued_max_chunks=queued_max_chunks,
+            fetch_max_bytes=fetch_max_bytes, fetch_wait_max_ms=fetch_wait_max_ms)
+        if not 0 < heartbeat_interval_ms < session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be positive and below "
+                             "session_timeout_ms")
+        if rebalance_timeout_ms <= 0:
+            raise ValueError("rebalance_timeout_ms must be positive")
+        self._coordinator = coordinator
+        self._store = BrokerOffsetStore(client, group_id, coordinator=coordinator)
+        self._stores.append(self._store)
+        self._session_timeout_ms = session_timeout_ms
+        self._rebalance_timeout_ms = rebalance_timeout_ms
+        self._heartbeat_s = heartbeat_interval_ms / 1000
+        self._metadata_max_age_s = metadata_max_age_ms / 1000
+        self._backoff_s = retry_backoff_ms / 1000
+        # A JoinGroup waits for the whole join phase: Kafka allows it the rebalance timeout
+        # plus a margin.
+        self._join_timeout_s = max(client.request_timeout_s, rebalance_timeout_ms / 1000 + 5)
+        self.member_id = ""
+        self.generation_id = -1
+        self.leader_id = ""
+        #: True while we are a member of ``generation_id`` (our commits count).
+        self._in_generation = False
+        self._subscription: tuple[str, ...] = ()
+        #: the leader's: topic -> the partitions its last assignment was computed from
+        self._group_partitions: dict[str, tuple[int, ...]] = {}
+        self._rejoin_needed = trio.Event()
+        self._heartbeat_scope: trio.CancelScope | None = None
+
+    @property
+    def consumer_id(self) -> str:
+        return self.member_id or self._client.client_id
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self.member_id) and self.member_id == self.leader_id
+
+    # -- the rebalance loop ------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await self._rebalance(nursery)
+            if self._auto_commit:
+                nursery.start_soon(self._auto_committer)
+            nursery.start_soon(self._watch_metadata)
+            task_status.started()
+            while True:
+                await self._rejoin_needed.wait()
+                await self._rebalance(nursery)
+
+    def _request_rejoin(self, reason: str) -> None:
+        if not self._rejoin_needed.is_set():
+            log.info("consumer %s (group %s): rejoining: %s", self.consumer_id, self.group_id,
+                     reason)
+        self._rejoin_needed.set()
+
+    async def _rebalance(self, nursery: trio.Nursery) -> None:
+        """Leave the current generation and join the next, until that works.  Raises only
+        the errors rejoining cannot fix (an inconsistent protocol, a bad session timeout)."""
+        while True:
+            self._rejoin_needed = trio.Event()
+            await self._revoke_partitions()
+            try:
+                assigned = await self._join_and_sync()
+                streams = self._static if self._static is not None else self._num_streams
+                mine = spread_over_streams(assigned, streams)
+                self._start_heartbeat(nursery)
+                await self._assign(mine, nursery)
+            except ApiError as exc:
+                await self._after_error(exc)
+                continue
+            except TrilogError as exc:  # a malformed assignment, say: try again
+                log.warning("consumer %s (group %s): rebalance failed: %s", self.consumer_id,
+                            self.group_id, exc)
+                await trio.sleep(self._backoff_s)
+                continue
+            self._rebalance_completed()
+            log.info("consumer %s (group %s, generation %d%s) owns %s", self.consumer_id,
+                     self.group_id, self.generation_id, ", leader" if self.is_leader else "",
+                     sorted(mine))
+            return
+
+    async def _after_error(self, exc: ApiError) -> None:
+        if isinstance(exc, UnknownMemberIdError):
+            self.member_id = ""  # join as a new member, now
+            self.generation_id = -1
+            await trio.lowlevel.checkpoint()
+        elif isinstance(exc, (RebalanceInProgressError, IllegalGenerationError)):
+            await trio.lowlevel.checkpoint()  # the next join is what the group waits for
+        elif exc.retriable:
+            if isinstance(exc, _COORDINATOR_ERRORS):
+                self._coordinator.reset()
+            log.info("consumer %s (group %s): %s; retrying", self.consumer_id, self.group_id,
+                     exc)
+            await trio.sleep(self._backoff_s)
+        else:
+            raise exc
+
+    async def _join_and_sync(self) -> dict[str, tuple[int, ...]]:
+        """Steps 1-3: our share of the partitions, ``{topic: partitions}``."""
+        self._in_generation = False
+        meta = await self._client.refresh_metadata()
+        self._subscription = self._subscribed_topics(meta)
+        conn = await self._coordinator.connection()
+        J = JoinGroupRequest
+        join = await conn.request(J(
+            group_id=self.group_id, session_timeout_ms=self._session_timeout_ms,
+            rebalance_timeout_ms=self._rebalance_timeout_ms, member_id=self.member_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=[J.JoinGroupRequestProtocol(
+                name=RANGE, metadata=encode_subscription(self._subscription))],
+        ), timeout_s=self._join_timeout_s)
+        if join.error_code:
+            raise error_for_code(join.error_code)
+        self.member_id = join.member_id
+        self.generation_id = join.generation_id
+        self.leader_id = join.leader
+        assignments = []
+        if self.is_leader:
+            assignments = await self._plan(join.members)
+        sync = await conn.request(SyncGroupRequest(
+            group_id=self.group_id, generation_id=self.generation_id,
+            member_id=self.member_id, assignments=assignments,
+        ), timeout_s=self._join_timeout_s)
+        if sync.error_code:
+            raise error_for_code(sync.error_code)
+        self._store.generation_id = self.generation_id
+        self._store.member_id = self.member_id
+        self._in_generation = True
+        assigned = decode_assignment(sync.assignment).partitions
+        unwanted = set(assigned) - set(self._subscription)
+        if unwanted:
+            log.warning("consumer %s: the leader assigned topics we did not subscribe to: %s",
+                        self.consumer_id, sorted(unwanted))
+        return {t: ps for t, ps in assigned.items() if t in self._subscription}
+
+    async def _plan(self, members) -> list:
+        """The leader's step 3: every member's assignment, as SyncGroup carries them."""
+        subscriptions: dict[str, tuple[str, ...]] = {}
+        for member in members:
+            try:
+                subscriptions[member.member_id] = decode_subscription(member.metadata).topics
+            except ProtocolError as exc:
+                log.warning("member %s of group %s sent a bad subscription (%s); it gets "
+                            "nothing", member.member_id, self.group_id, exc)
+                subscriptions[member.member_id] = ()
+        meta = await self._client.refresh_metadata()  # the join phase may have been long
+        wanted = {t for topics in subscriptions.values() for t in topics}
+        self._group_partitions = {t: tuple(meta.partitions_for(t) or ()) for t in wanted}
+        plan = assign_members(subscriptions, self._group_partitions)
+        A = SyncGroupRequest.SyncGroupRequestAssignment
+        return [A(member_id=m, assignment=encode_assignment(plan[m])) for m in subscriptions]
+
+    def _subscribed_topics(self, meta: ClusterMetadata) -> tuple[str, ...]:
+        if self._static is not None:
+            return tuple(sorted(self._static))
+        return tuple(self._filter.select(meta.partitions))
+
+    async def _revoke_partitions(self, commit_timeout_s: float | None = None) -> None:
+        """Stop heartbeating and fetching, commit what was processed (if the generation is
+        still ours), and give every partition up."""
+        await self._stop_heartbeat()
+        await self._stop_fetchers()
+        if self._in_generation and self.owned:
+            timeout = (self._session_timeout_ms / 2000 if commit_timeout_s is None
+                       else commit_timeout_s)
+            with trio.move_on_after(timeout):
+                try:
+                    await self.commit_offsets()
+                except TrilogError as exc:
+                    log.warning("consumer %s: could not commit before rejoining: %s",
+                                self.consumer_id, exc)
+        self._revoke()
+        # Nothing to commit until the next assignment (and no commit may queue behind a
+        # parked JoinGroup on the coordinator's connection).
+        self._processed_offsets = {}
+        self._committed = {}
+        self._positions = {}
+
+    # -- heartbeats --------------------------------------------------------------------------
+
+    def _start_heartbeat(self, nursery: trio.Nursery) -> None:
+        scope = trio.CancelScope()
+        self._heartbeat_scope = scope
+        nursery.start_soon(self._heartbeat, scope, self.generation_id, self.member_id)
+
+    async def _stop_heartbeat(self) -> None:
+        if self._heartbeat_scope is not None:
+            self._heartbeat_scope.cancel()
+            self._heartbeat_scope = None
+        await trio.lowlevel.checkpoint()
+
+    async def _heartbeat(self, scope: trio.CancelScope, generation_id: int,
+                         member_id: str) -> None:
+        """Keep our session alive; on any answer but NONE, ask for a rejoin and stop."""
+        request = HeartbeatRequest(group_id=self.group_id, generation_id=generation_id,
+                                   member_id=member_id)
+        with scope:
+            while True:
+                await trio.sleep(self._heartbeat_s)
+                try:
+                    conn = await self._coordinator.connection()
+                    response = await conn.request(
+                        request, timeout_s=min(self._client.request_timeout_s,
+                                               self._session_timeout_ms / 1000))
+                    if response.error_code:
+                        raise error_for_code(response.error_code)
+                except _REJOIN_ERRORS as exc:
+                    if not isinstance(exc, RebalanceInProgressError):
+                        self._in_generation = False  # our commits would be refused
+                    self._request_rejoin(exc.name)
+                    return
+                except ApiError as exc:
+                    if isinstance(exc, _COORDINATOR_ERRORS + (CoordinatorLoadInProgressError,)):
+                        self._coordinator.reset()
+                    self._request_rejoin(f"heartbeat failed: {exc}")
+                    return
+
+    # -- topic and partition changes -------------------------------------------------------------
+
+    async def _watch_metadata(self) -> None:
+        """Every ``metadata_max_age_ms``: does our subscription still match the cluster's
+        topics, and (leader) do the group's topics still have the partitions it assigned?"""
+        while True:
+            await trio.sleep(self._metadata_max_age_s)
+            if self._rejoin_needed.is_set():
+                continue
+            try:
+                meta = await self._client.refresh_metadata()
+            except TrilogError as exc:
+                log.debug("metadata refresh failed: %s", exc)
+                continue
+            topics = self._subscribed_topics(meta)
+            if topics != self._subscription:
+                self._request_rejoin(f"subscribed topics changed: {list(self._subscription)} "
+                                     f"-> {list(topics)}")
+            elif self.is_leader and any(tuple(meta.partitions_for(t) or ()) != parts
+                                        for t, parts in self._group_partitions.items()):
+                self._request_rejoin("the partitions of a subscribed topic changed")
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def commit_offsets(self) -> None:
+        """Commit the offsets the application finished processing (only changed ones).
+
+        Raises ``IllegalGenerationError``, ``UnknownMemberIdError`` or
+        ``RebalanceInProgressError`` when the group has moved on (the member then rejoins;
+        the partitions may already be someone else's)."""
+        try:
+            await super().commit_offsets()
+        except _REJOIN_ERRORS as exc:
+            if not isinstance(exc, RebalanceInProgressError):
+                self._in_generation = False
+            self._request_rejoin(f"commit refused: {exc.name}")
+            raise
+
+    # -- closing ----------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Commit processed offsets and leave the group (clean shutdown)."""
+        await self._stop_heartbeat()
+        await self._stop_fetchers()
+        member_id = self.member_id
+        try:
+            if member_id:
+                # Our own connection: the tasks holding the usual ones may be cancelled.
+                async with self._coordinator.connection_in_this_task():
+                    try:
+                        await self._revoke_partitions(commit_timeout_s=5)
+                    finally:
+                        await self._leave_group(member_id)
+        finally:
+            self._in_generation = False
+            await self._revoke_partitions()  # only local now: nothing left to commit
+            self.member_id = ""
+            self.generation_id = -1
+            self._coordinator.reset()
+
+    async def _leave_group(self, member_id: str) -> None:
+        try:
+            with trio.move_on_after(5):
+                conn = await self._coordinator.connection()
+                response = await conn.request(
+                    LeaveGroupRequest(group_id=self.group_id, member_id=member_id))
+                if response.error_code:
+                    log.info("consumer %s: LeaveGroup: %s", member_id,
+                             error_for_code(response.error_code))
+        except TrilogError as exc:
+            log.info("consumer %s: LeaveGroup failed: %s", member_id, exc)
+
+
+@asynccontextmanager
+async def open_broker_consumer(
+    group_id: str,
+    *,
+    bootstrap_servers: str | list[str] | None,
+    zookeeper: str | None,
+    topics: dict[str, int] | None,
+    topic_filter: TopicFilter | None,
+    num_streams: int,
+    auto_offset_reset: str,
+    auto_commit_enable: bool,
+    auto_commit_interval_ms: int,
+    consumer_timeout_ms: int,
+    queued_max_chunks: int,
+    fetch_max_bytes: int,
+    fetch_wait_max_ms: int,
+    client_id: str | None,
+    session_timeout_ms: int,
+    heartbeat_interval_ms: int,
+    rebalance_timeout_ms: int,
+    metadata_max_age_ms: int,
+    retry_backoff_ms: int,
+    request_timeout_ms: int,
+) -> AsyncIterator[BrokerConsumerConnector]:
+    """``open_consumer(..., coordination="broker")`` (see there and the module docstring)."""
+    if bootstrap_servers is None and zookeeper is None:
+        raise ValueError("a broker-coordinated group consumer needs bootstrap_servers=... "
+                         "(or zookeeper=... to find the brokers)")
+    client_id = client_id or f"trilog-{group_id}"
+    with unwrap_exception_group():
+        async with open_client(bootstrap_servers,
+                               zookeeper=zookeeper if bootstrap_servers is None else None,
+                               client_id=client_id, request_timeout_ms=request_timeout_ms,
+                               metadata_max_age_ms=metadata_max_age_ms,
+                               allow_auto_create_topics=False) as client:
+            # The coordinator's connection lives in its own nursery, which outlives the
+            # member's tasks: close() still commits and leaves through it.
+            async with trio.open_nursery() as holder:
+                coordinator = Coordinator(client, group_id, nursery=holder)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        consumer = SimpleConsumer(
+                            client, nursery, fetch_max_wait_ms=fetch_wait_max_ms,
+                            fetch_min_bytes=1, max_partition_fetch_bytes=fetch_max_bytes,
+                            key_deserializer=None, value_deserializer=None)
+                        connector = BrokerConsumerConnector(
+                            group_id=group_id, client=client, consumer=consumer,
+                            coordinator=coordinator, topics=topics, topic_filter=topic_filter,
+                            num_streams=num_streams, auto_offset_reset=auto_offset_reset,
+                            auto_commit_enable=auto_commit_enable,
+                            auto_commit_interval_ms=auto_commit_interval_ms,
+                            consumer_timeout_ms=consumer_timeout_ms,
+                            queued_max_chunks=queued_max_chunks,
+                            fetch_max_bytes=fetch_max_bytes, fetch_wait_max_ms=fetch_wait_max_ms,
+                            session_timeout_ms=session_timeout_ms,
+                            heartbeat_interval_ms=heartbeat_interval_ms,
+                            rebalance_timeout_ms=rebalance_timeout_ms,
+                            metadata_max_age_ms=metadata_max_age_ms,
+                            retry_backoff_ms=retry_backoff_ms,
+                        )
+                        await nursery.start(connector.run)
+                        try:
+                            yield connector
+                        finally:
+                            nursery.cancel_scope.cancel()
+                            with trio.CancelScope(shield=True):
+                                with trio.move_on_after(10):
+                                    try:
+                                        await connector.close()
+                                    except (TrilogError, OSError) as exc:
+                                        log.warning("consumer %s: clean shutdown failed: %s",
+                                                    connector.consumer_id, exc)
+                finally:
+                    holder.cancel_scope.cancel()

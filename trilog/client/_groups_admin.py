@@ -1,0 +1,641 @@
+"""Consumer-group administration: list groups, describe their offsets and lag, reset offsets.
+
+Two kinds of groups, two backends behind one ``GroupAdmin`` interface:
+
+- ``open_group_admin(bootstrap_servers="h:9092")``: groups coordinated by brokers (Kafka's
+  group protocol; offsets in ``__consumer_offsets``).  Each broker coordinates some groups,
+  so listing asks every broker (ListGroups); describing asks the group's coordinator
+  (FindCoordinator, DescribeGroups, OffsetFetch with null topics); a reset commits with
+  generation -1 and an empty member id, which a coordinator accepts only from outside an
+  inactive group.
+- ``open_group_admin(zookeeper="h:2181/chroot")``: the seeds' ZooKeeper consumer connector
+  (``/consumers/<group>/{ids,owners,offsets}``), read and written directly; log offsets
+  come from a broker registered under ``/brokers/ids``.
+
+Log start/end offsets and offsets by time come from ListOffsets to each partition's leader.
+A reset is planned first (``ResetPlan``) and written only with ``execute=True``; a group
+with live members is refused (``NonEmptyGroupError``), as Kafka refuses it: its consumers
+would overwrite the new offsets with their next commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+from trilog.client._client import Client, open_client
+from trilog.client._consumer import EARLIEST, LATEST
+from trilog.client._metadata import Node
+from trilog.errors import (
+    ApiError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    NetworkError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    RemoteProtocolError,
+    RequestTimedOutError,
+    TrilogError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from trilog.protocol import (
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    ListGroupsRequest,
+    ListOffsetsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    Reader,
+)
+
+TopicPartition = tuple[str, int]
+
+#: How often a retriable answer (coordinator moving or loading, leader changing) is retried.
+_ATTEMPTS = 10
+#: Broker group states in which the group has (or is gathering) members.
+_ACTIVE_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable")
+#: The states a broker reports for a group it knows nothing about.
+_UNKNOWN_STATES = ("Dead", "")
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """A live member: a broker group's member, or a ZooKeeper connector's registration."""
+
+    member_id: str
+    client_id: str = ""
+    host: str = ""
+    #: the partitions it owns (broker groups: from its ConsumerProtocol assignment, known
+    #: only while the group is Stable; ZooKeeper groups: from the owner nodes)
+    assignment: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """One partition of a group: committed offset, log end, and who consumes it."""
+
+    topic: str
+    partition: int
+    current_offset: int | None  # None: nothing committed
+    log_end_offset: int | None  # None: unknown (topic gone, no leader)
+    consumer_id: str | None = None  # member id (broker) or consumer thread id (ZooKeeper)
+    host: str | None = None
+    client_id: str | None = None
+
+    @property
+    def lag(self) -> int | None:
+        if self.current_offset is None or self.log_end_offset is None:
+            return None
+        return max(self.log_end_offset - self.current_offset, 0)
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    #: "broker" or "zookeeper": where the group's offsets live
+    storage: str
+    #: Kafka's state (Empty, PreparingRebalance, CompletingRebalance, Stable) for broker
+    #: groups; "Active" (registered consumers) or "Empty" for ZooKeeper groups
+    state: str
+    members: tuple[GroupMember, ...]
+    partitions: tuple[PartitionOffsets, ...]
+    protocol_type: str = ""
+    protocol: str = ""  # the assignor, e.g. "range" (broker groups, while Stable)
+    coordinator: Node | None = None
+
+    @property
+    def active(self) -> bool:
+        return _is_active(self.state, len(self.members))
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    topic: str
+    partition: int
+    current_offset: int | None
+    new_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    group_id: str
+    state: str
+    active_members: int
+    resets: tuple[OffsetReset, ...]
+    executed: bool
+
+    @property
+    def active(self) -> bool:
+        """Whether the group had live members (an ``execute`` would be refused)."""
+        return _is_active(self.state, self.active_members)
+
+
+def decode_consumer_assignment(data: bytes) -> list[TopicPartition]:
+    """The partitions of a ConsumerProtocol assignment (what a ``consumer`` group's leader
+    hands each member in SyncGroup, and DescribeGroups shows)::
+
+        version          int16
+        assignment       int32 N, then N of: topic string, int32 M, then M int32 partitions
+        user_data        nullable bytes (absent in some old encodings)
+
+    Empty input (a group not Stable) is no assignment; anything malformed raises
+    ``RemoteProtocolError``.  Lengths are checked by ``Reader`` before anything is
+    allocated."""
+    if not data:
+        return []
+    r = Reader(data)
+    r.int16()  # version: later versions only append fields
+    out: list[TopicPartition] = []
+    count = r.check_length(r.int32(), "assignment", nullable=True, item_size=6)
+    for _ in range(max(count, 0)):
+        topic = r.string()
+        n = r.check_length(r.int32(), "partitions", nullable=True, item_size=4)
+        out.extend((topic, r.int32()) for _ in range(max(n, 0)))
+    return out
+
+
+class GroupAdmin:
+    """See the module docstring.  Create with ``open_group_admin``."""
+
+    storage = ""
+
+    def __init__(self, client: Client | None) -> None:
+        self._client = client
+
+    async def list_groups(self) -> list[str]:
+        raise NotImplementedError
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        """Members, state and every partition with committed offsets or an owner.
+        ``GroupIdNotFoundError`` if the group does not exist."""
+        raise NotImplementedError
+
+    async def reset_offsets(self, group_id: str, topic: str,
+                            partitions: Iterable[int] | None = None, *,
+                            offset: int | None = None, timestamp_ms: int | None = None,
+                            execute: bool = False) -> ResetPlan:
+        """Plan new committed offsets for ``topic`` (all its partitions, or ``partitions``),
+        and write them if ``execute``.
+
+        Exactly one target: ``offset`` (clamped to the partition's log start..end, as Kafka
+        does), or ``timestamp_ms``: ``EARLIEST``, ``LATEST``, or a time in ms (the first
+        offset whose record timestamp is at or after it; the log end if there is none).
+        With ``execute``, a group that has live members raises ``NonEmptyGroupError``.
+        """
+        if (offset is None) == (timestamp_ms is None):
+            raise ValueError("give exactly one of offset and timestamp_ms")
+        all_partitions = await self._partitions_of(topic)
+        if partitions is None:
+            wanted = list(all_partitions)
+        else:
+            wanted = sorted(set(partitions))
+            missing = [p for p in wanted if p not in all_partitions]
+            if missing:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has no partition {missing[0]} (it has "
+                    f"{_ranges(all_partitions)})")
+        tps = [(topic, p) for p in wanted]
+        state, members = await self._activity(group_id)
+        current = await self._committed(group_id, tps)
+        starts = await self._list_offsets(tps, EARLIEST)
+        ends = await self._list_offsets(tps, LATEST)
+        unknown = [tp for tp in tps if tp not in starts or tp not in ends]
+        if unknown:
+            raise UnknownTopicOrPartitionError(
+                f"cannot find the log offsets of {unknown[0][0]}-{unknown[0][1]} "
+                "(no leader now?)")
+        if offset is not None:
+            new = {tp: min(max(offset, starts[tp]), ends[tp]) for tp in tps}
+        elif timestamp_ms == EARLIEST:
+            new = dict(starts)
+        elif timestamp_ms == LATEST:
+            new = dict(ends)
+        else:
+            found = await self._list_offsets(tps, timestamp_ms)
+            new = {tp: found[tp] if found.get(tp, -1) >= 0 else ends[tp] for tp in tps}
+        resets = tuple(OffsetReset(t, p, current.get((t, p)), new[(t, p)], starts[(t, p)],
+                                   ends[(t, p)]) for t, p in tps)
+        if execute:
+            if _is_active(state, members):
+                raise _not_inactive(group_id, state, members)
+            await self._commit(group_id, {(r.topic, r.partition): r.new_offset for r in resets})
+        return ResetPlan(group_id, state, members, resets, executed=execute)
+
+    # -- what each backend provides ----------------------------------------------------------
+
+    async def _activity(self, group_id: str) -> tuple[str, int]:
+        """``(state, number of live members)``."""
+        raise NotImplementedError
+
+    async def _committed(self, group_id: str, tps: list[TopicPartition]
+                         ) -> dict[TopicPartition, int]:
+        raise NotImplementedError
+
+    async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        raise NotImplementedError
+
+    # -- log offsets through the brokers ---------------------------------------------------------
+
+    def _need_client(self) -> Client:
+        if self._client is None:
+            raise NetworkError("no brokers are registered in ZooKeeper: cannot read log offsets")
+        return self._client
+
+    async def _partitions_of(self, topic: str) -> tuple[int, ...]:
+        meta = await self._need_client().refresh_metadata([topic])
+        parts = meta.partitions_for(topic)
+        if parts:
+            return parts
+        code = meta.topic_errors.get(topic)
+        if code is None or code == UnknownTopicOrPartitionError.code:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        err = error_for_code(code)
+        raise type(err)(f"topic {topic!r}: {err}")
+
+    async def _list_offsets(self, tps: list[TopicPartition], timestamp: int
+                            ) -> dict[TopicPartition, int]:
+        """ListOffsets to each partition's leader (one request per leader).  A partition
+        that keeps failing is left out; ``-1`` means no record at or after ``timestamp``."""
+        client = self._need_client()
+        out: dict[TopicPartition, int] = {}
+        todo = sorted(set(tps))
+        if todo:
+            await client.refresh_metadata(sorted({t for t, _ in todo}))
+        delay = 0.05
+        for attempt in range(_ATTEMPTS):
+            meta = client.metadata.value
+            by_leader: dict[Node, list[TopicPartition]] = {}
+            for tp in todo:
+                node = meta.leader_for(*tp)
+                if node is not None:
+                    by_leader.setdefault(node, []).append(tp)
+            retry = [tp for tp in todo if meta.leader_for(*tp) is None
+                     and tp[1] in (meta.partitions_for(tp[0]) or ())]
+            for node, wanted in by_leader.items():
+                retry += await self._list_offsets_from(client, node, wanted, timestamp, out)
+            if not retry or attempt == _ATTEMPTS - 1:
+                break
+            todo = sorted(retry)
+            await trio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            await client.refresh_metadata(sorted({t for t, _ in todo}))
+        return out
+
+    @staticmethod
+    async def _list_offsets_from(client: Client, node: Node, wanted: list[TopicPartition],
+                                 timestamp: int, out: dict) -> list[TopicPartition]:
+        R = ListOffsetsRequest
+        by_topic: dict[str, list] = {}
+        for topic, partition in wanted:
+            by_topic.setdefault(topic, []).append(R.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=partition, timestamp=timestamp))
+        try:
+            conn = await client.connection(node)
+            response = await conn.request(R(replica_id=-1, isolation_level=0, topics=[
+                R.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))
+        except (NetworkError, RequestTimedOutError):
+            return wanted
+        retry = []
+        for t in response.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if p.error_code == 0:
+                    out[tp] = p.offset
+                elif error_for_code(p.error_code).retriable:
+                    retry.append(tp)
+        return retry
+
+
+# -- groups coordinated by brokers ------------------------------------------------------------------
+
+
+class _BrokerGroupAdmin(GroupAdmin):
+    storage = "broker"
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(client)
+        self._coordinators: dict[str, Node] = {}
+
+    async def list_groups(self) -> list[str]:
+        client = self._need_client()
+        meta = await client.refresh_metadata([])
+        groups: set[str] = set()
+        for node in sorted(meta.brokers.values(), key=lambda n: n.node_id):
+            groups.update(await self._list_groups_of(client, node))
+        return sorted(groups)
+
+    @staticmethod
+    async def _list_groups_of(client: Client, node: Node) -> list[str]:
+        delay = 0.05
+        for attempt in range(_ATTEMPTS):
+            try:
+                conn = await client.connection(node)
+                response = await conn.request(ListGroupsRequest())
+            except (NetworkError, RequestTimedOutError) as exc:
+                raise NetworkError(f"cannot list the groups of broker {node.node_id} "
+                                   f"({node.host}:{node.port}): {exc}") from None
+            if response.error_code == 0:
+                return [g.group_id for g in response.groups]
+            err = error_for_code(response.error_code)
+            if not err.retriable or attempt == _ATTEMPTS - 1:
+                raise type(err)(f"broker {node.node_id} cannot list its groups: {err}")
+            await trio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    async def _coordinator(self, group_id: str) -> Node:
+        node = self._coordinators.get(group_id)
+        if node is not None:
+            return node
+        conn = await self._need_client().any_connection()
+        response = await conn.request(FindCoordinatorRequest(key=group_id, key_type=0))
+        if response.error_code:
+            err = error_for_code(response.error_code)
+            raise type(err)(f"no coordinator for group {group_id!r}: {err}")
+        node = self._coordinators[group_id] = Node(response.node_id, response.host,
+                                                   response.port)
+        return node
+
+    async def _ask(self, group_id: str, request, error_of: Callable[[object], int]):
+        """Send ``request`` to the group's coordinator, finding it again and retrying while
+        it moves, loads or cannot be reached.  A non-retriable error code is raised."""
+        delay = 0.05
+        last: BaseException | None = None
+        for _ in range(_ATTEMPTS):
+            try:
+                node = await self._coordinator(group_id)
+                conn = await self._need_client().connection(node)
+                response = await conn.request(request)
+                code = error_of(response)
+                if not code:
+                    return response
+                raise error_for_code(code)
+            except (NetworkError, RequestTimedOutError, ApiError) as exc:
+                if isinstance(exc, ApiError) and not exc.retriable:
+                    raise
+                last = exc
+                self._coordinators.pop(group_id, None)
+                await trio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        assert last is not None
+        raise last
+
+    async def _describe(self, group_id: str):
+        response = await self._ask(group_id, DescribeGroupsRequest(groups=[group_id]),
+                                   lambda r: r.groups[0].error_code)
+        return response.groups[0]
+
+    async def _fetch(self, group_id: str, tps: list[TopicPartition] | None
+                     ) -> dict[TopicPartition, int]:
+        R = OffsetFetchRequest
+        topics = None
+        if tps is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in tps:
+                by_topic.setdefault(topic, []).append(partition)
+            topics = [R.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                      for t, ps in by_topic.items()]
+        response = await self._ask(group_id, R(group_id=group_id, topics=topics),
+                                   lambda r: r.error_code)
+        return {(t.name, p.partition_index): p.committed_offset
+                for t in response.topics for p in t.partitions
+                if p.error_code == 0 and p.committed_offset >= 0}
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        described = await self._describe(group_id)
+        committed = await self._fetch(group_id, None)
+        if described.group_state in _UNKNOWN_STATES and not committed \
+                and not described.members:
+            raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+        members = []
+        owners: dict[TopicPartition, GroupMember] = {}
+        for m in described.members:
+            assignment: list[TopicPartition] = []
+            if described.protocol_type == "consumer":
+                try:
+                    assignment = decode_consumer_assignment(bytes(m.member_assignment))
+                except RemoteProtocolError:
+                    assignment = []  # a client's own format: show the member without it
+            member = GroupMember(m.member_id, m.client_id, m.client_host,
+                                 tuple(sorted(assignment)))
+            members.append(member)
+            for tp in assignment:
+                owners[tp] = member
+        tps = sorted(set(committed) | set(owners))
+        ends = await self._list_offsets(tps, LATEST)
+        rows = []
+        for tp in tps:
+            owner = owners.get(tp)
+            rows.append(PartitionOffsets(
+                tp[0], tp[1], committed.get(tp), ends.get(tp) if ends.get(tp, -1) >= 0 else None,
+                owner.member_id if owner else None, owner.host if owner else None,
+                owner.client_id if owner else None))
+        return GroupDescription(
+            group_id, self.storage, described.group_state, tuple(members), tuple(rows),
+            described.protocol_type, described.protocol_data,
+            self._coordinators.get(group_id))
+
+    async def _activity(self, group_id: str) -> tuple[str, int]:
+        described = await self._describe(group_id)
+        return described.group_state, len(described.members)
+
+    async def _committed(self, group_id, tps):
+        return await self._fetch(group_id, tps)
+
+    async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        R = OffsetCommitRequest
+        P = R.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+        by_topic: dict[str, list] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(P(
+                partition_index=partition, committed_offset=offset, committed_metadata=""))
+        request = R(group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+                    retention_time_ms=-1,
+                    topics=[R.OffsetCommitRequestTopic(name=t, partitions=ps)
+                            for t, ps in by_topic.items()])
+        try:
+            await self._ask(group_id, request, _first_partition_error)
+        except (UnknownMemberIdError, IllegalGenerationError, RebalanceInProgressError):
+            # The coordinator refuses a commit from outside a group with members: one
+            # joined after we looked.
+            state, members = await self._activity(group_id)
+            raise _not_inactive(group_id, state, members) from None
+
+
+def _first_partition_error(response) -> int:
+    for t in response.topics:
+        for p in t.partitions:
+            if p.error_code:
+                return p.error_code
+    return 0
+
+
+# -- groups of the ZooKeeper consumer connector -----------------------------------------------------
+
+
+class _ZooKeeperGroupAdmin(GroupAdmin):
+    storage = "zookeeper"
+
+    def __init__(self, zk, client: Client | None) -> None:
+        super().__init__(client)
+        self._zk = zk
+
+    async def _children(self, path: str) -> list[str]:
+        from trilog.zk import NoNodeError
+
+        try:
+            return sorted(await self._zk.get_children(path))
+        except NoNodeError:
+            return []
+
+    async def _get(self, path: str) -> bytes | None:
+        from trilog.zk import NoNodeError
+
+        try:
+            return await self._zk.get(path)
+        except NoNodeError:
+            return None
+
+    async def list_groups(self) -> list[str]:
+        from trilog.zk import CONSUMERS
+
+        return await self._children(CONSUMERS)
+
+    async def _members(self, group_id: str) -> list[str]:
+        from trilog.zk import consumer_ids_path
+
+        return await self._children(consumer_ids_path(group_id))
+
+    async def _tree(self, base: str) -> dict[TopicPartition, bytes]:
+        """``{(topic, partition): data}`` of ``base/<topic>/<partition>`` nodes."""
+        out = {}
+        for topic in await self._children(base):
+            for child in await self._children(f"{base}/{topic}"):
+                if not child.isdigit():
+                    continue
+                data = await self._get(f"{base}/{topic}/{child}")
+                if data is not None:
+                    out[(topic, int(child))] = data
+        return out
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        from trilog.zk import CONSUMERS
+
+        if not await self._zk.exists(f"{CONSUMERS}/{group_id}"):
+            raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+        members = await self._members(group_id)
+        owners = {tp: data.decode("utf-8", "replace")
+                  for tp, data in (await self._tree(f"{CONSUMERS}/{group_id}/owners")).items()}
+        committed = _parse_offsets(await self._tree(f"{CONSUMERS}/{group_id}/offsets"))
+        # An owner node holds a consumer thread id, "<consumer id>-<n>".
+        described = [GroupMember(member, assignment=tuple(sorted(
+            tp for tp, thread in owners.items() if thread.rpartition("-")[0] == member)))
+            for member in members]
+        tps = sorted(set(committed) | set(owners))
+        ends = await self._list_offsets(tps, LATEST) if tps else {}
+        rows = tuple(PartitionOffsets(
+            t, p, committed.get((t, p)),
+            ends.get((t, p)) if ends.get((t, p), -1) >= 0 else None,
+            owners.get((t, p))) for t, p in tps)
+        return GroupDescription(group_id, self.storage, "Active" if described else "Empty",
+                                tuple(described), rows)
+
+    async def _activity(self, group_id: str) -> tuple[str, int]:
+        members = await self._members(group_id)
+        return ("Active" if members else "Empty"), len(members)
+
+    async def _committed(self, group_id, tps):
+        from trilog.zk import consumer_offset_path
+
+        raw = {}
+        for topic, partition in tps:
+            data = await self._get(consumer_offset_path(group_id, topic, partition))
+            if data is not None:
+                raw[(topic, partition)] = data
+        return _parse_offsets(raw)
+
+    async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        from trilog.zk import consumer_offset_path
+
+        for (topic, partition), offset in sorted(offsets.items()):
+            await self._zk.put(consumer_offset_path(group_id, topic, partition),
+                               str(offset).encode())
+
+
+def _parse_offsets(raw: dict[TopicPartition, bytes]) -> dict[TopicPartition, int]:
+    out = {}
+    for tp, data in raw.items():
+        try:
+            out[tp] = int(data.decode().strip())
+        except (UnicodeDecodeError, ValueError):
+            continue  # not an offset: shown as nothing committed
+    return out
+
+
+def _is_active(state: str, members: int) -> bool:
+    return members > 0 or state in _ACTIVE_STATES
+
+
+def _not_inactive(group_id: str, state: str, members: int) -> NonEmptyGroupError:
+    return NonEmptyGroupError(
+        f"offsets of group {group_id!r} can only be reset while it is inactive, but it has "
+        f"{members} active member(s) (state {state}): stop its consumers first")
+
+
+def _ranges(partitions) -> str:
+    ps = sorted(partitions)
+    return f"0..{ps[-1]}" if ps == list(range(len(ps))) and ps else \
+        ", ".join(map(str, ps)) or "none"
+
+
+@asynccontextmanager
+async def open_group_admin(bootstrap_servers: str | list[str] | None = None, *,
+                           zookeeper: str | None = None, client_id: str = "trilog-groups",
+                           request_timeout_ms: int = 30_000,
+                           connect_timeout_ms: int = 10_000) -> AsyncIterator[GroupAdmin]:
+    """A ``GroupAdmin`` for broker-coordinated groups (``bootstrap_servers``) or for the
+    ZooKeeper connector's groups (``zookeeper``); connections close on exit."""
+    if (bootstrap_servers is None) == (zookeeper is None):
+        raise ValueError("give exactly one of bootstrap_servers and zookeeper")
+    options = {"client_id": client_id, "request_timeout_ms": request_timeout_ms,
+               "connect_timeout_ms": connect_timeout_ms, "allow_auto_create_topics": False}
+    async with AsyncExitStack() as stack:
+        if zookeeper is None:
+            client = await stack.enter_async_context(open_client(bootstrap_servers, **options))
+            yield _BrokerGroupAdmin(client)
+            return
+        from trilog.zk import open_zookeeper
+
+        zk = await stack.enter_async_context(open_zookeeper(
+            zookeeper, connection_timeout_ms=connect_timeout_ms))
+        brokers = await _registered_brokers(zk)
+        client = None
+        if brokers:
+            client = await stack.enter_async_context(open_client(brokers, **options))
+        yield _ZooKeeperGroupAdmin(zk, client)
+
+
+async def _registered_brokers(zk) -> list[str]:
+    from trilog.zk import BROKER_IDS, BrokerRegistration, NoNodeError, broker_path
+
+    try:
+        ids = await zk.get_children(BROKER_IDS)
+    except NoNodeError:
+        return []
+    out = []
+    for child in sorted(ids):
+        if not child.isdigit():
+            continue
+        try:
+            reg = BrokerRegistration.decode(int(child), await zk.get(broker_path(int(child))))
+        except (NoNodeError, TrilogError):
+            continue
+        out.append(f"{reg.host}:{reg.port}")
+    return out
