@@ -153,3 +153,16 @@ def test_group_consumer_facade_reads_with_blocking_streams(zookeeper, broker_pro
         consumer.commit_offsets()
     assert sorted(int(r.value) for r in got) == list(range(40))
     assert _no_loop_thread_left()
+
+
+def test_send_many_and_list_topics(bootstrap):
+    with ts.Producer(bootstrap) as producer:
+        deliveries = producer.send_many(
+            [("bulk", b"%d" % i, None, i % 4) for i in range(100)]
+            + [("bulk", b"h", b"k", 0, [("trace", b"1")])])
+        metas = [d.get(timeout=30) for d in deliveries]
+    assert [m.partition for m in metas[:100]] == [i % 4 for i in range(100)]
+    with ts.SimpleConsumer(bootstrap) as consumer:
+        assert "bulk" in consumer.list_topics()
+        last = list(consumer.fetch("bulk", 0, metas[-1].offset))
+        assert (last[0].key, last[0].headers[0].key) == (b"k", "trace")

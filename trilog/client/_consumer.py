@@ -138,6 +138,10 @@ class SimpleConsumer:
     async def partitions_for(self, topic: str) -> tuple[int, ...]:
         return await self._client.partitions_for(topic)
 
+    async def list_topics(self) -> list[str]:
+        """Every topic of the cluster (internal ones included), from fresh metadata."""
+        return sorted((await self._client.refresh_metadata()).partitions)
+
     # -- fetch ---------------------------------------------------------------------------------
 
     async def fetch(self, topic: str, partition: int = 0, offset: int = 0,

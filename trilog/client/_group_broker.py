@@ -316,16 +316,21 @@ class BrokerConsumerConnector(GroupConsumerConnector):
                                                self._session_timeout_ms / 1000))
                     if response.error_code:
                         raise error_for_code(response.error_code)
-                except _REJOIN_ERRORS as exc:
-                    if not isinstance(exc, RebalanceInProgressError):
-                        self._in_generation = False  # our commits would be refused
-                    self._request_rejoin(exc.name)
-                    return
                 except ApiError as exc:
-                    if isinstance(exc, _COORDINATOR_ERRORS + (CoordinatorLoadInProgressError,)):
-                        self._coordinator.reset()
-                    self._request_rejoin(f"heartbeat failed: {exc}")
+                    if scope.cancel_called:
+                        return  # answered just as the rebalance loop stopped us: stale
+                    self._heartbeat_failed(exc)
                     return
+
+    def _heartbeat_failed(self, exc: ApiError) -> None:
+        if isinstance(exc, _REJOIN_ERRORS):
+            if not isinstance(exc, RebalanceInProgressError):
+                self._in_generation = False  # our commits would be refused
+            self._request_rejoin(exc.name)
+            return
+        if isinstance(exc, _COORDINATOR_ERRORS + (CoordinatorLoadInProgressError,)):
+            self._coordinator.reset()
+        self._request_rejoin(f"heartbeat failed: {exc}")
 
     # -- topic and partition changes -------------------------------------------------------------
 

@@ -369,6 +369,7 @@ class _BrokerGroupAdmin(GroupAdmin):
         delay = 0.05
         last: BaseException | None = None
         for _ in range(_ATTEMPTS):
+            node = None
             try:
                 node = await self._coordinator(group_id)
                 conn = await self._need_client().connection(node)
@@ -380,6 +381,8 @@ class _BrokerGroupAdmin(GroupAdmin):
             except (NetworkError, RequestTimedOutError, ApiError) as exc:
                 if isinstance(exc, ApiError) and not exc.retriable:
                     raise
+                if node is None and isinstance(exc, (NetworkError, RequestTimedOutError)):
+                    raise  # no broker answers at all: retrying will not find the coordinator
                 last = exc
                 self._coordinators.pop(group_id, None)
                 await trio.sleep(delay)

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import trio
-
 import trilog
 import trilog.sync as ts
 from trilog.errors import TrilogError, UnknownTopicOrPartitionError
@@ -38,16 +36,9 @@ def open_consumer(connection: Connection, **kwargs) -> Iterator[ts.SimpleConsume
         yield c
 
 
-def list_topics(connection: Connection) -> list[str]:
-    """Every topic of the cluster (for ``subscribePattern``), through the admin API.
-
-    The blocking facade has no topic listing, so this runs its own short trio loop."""
-
-    async def ask() -> list[str]:
-        async with trilog.open_admin(**connection.kwargs(), client_id="trilog-spark") as admin:
-            return await admin.list_topics()
-
-    return trio.run(ask)
+def list_topics(consumer: ts.SimpleConsumer) -> list[str]:
+    """Every topic of the cluster (for ``subscribePattern``)."""
+    return consumer.list_topics()
 
 
 def topic_partitions(consumer: ts.SimpleConsumer, options: ReadOptions, *,
@@ -58,7 +49,7 @@ def topic_partitions(consumer: ts.SimpleConsumer, options: ReadOptions, *,
     waits for it to appear).  An assigned partition the topic lacks is always an error."""
     sub: Subscription = options.subscription
     if sub.pattern is not None:
-        topics = [t for t in list_topics(options.connection) if sub.matches(t)]
+        topics = [t for t in list_topics(consumer) if sub.matches(t)]
     elif sub.assigned:
         topics = [t for t, _ in sub.assigned]
     else:

@@ -87,7 +87,6 @@ def write_rows(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Tril
     producer_kwargs = dict(options.producer)
     timeout_s = producer_kwargs.get("delivery_timeout_ms", 120_000) / 1000 + 30
     written = 0
-    known: set[str] = set()
     pending: deque[ts.SyncDelivery] = deque()
     with ts.Producer(**options.connection.kwargs(), client_id="trilog-spark-sink",
                      **producer_kwargs) as producer:
@@ -102,19 +101,15 @@ def write_rows(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> Tril
                 topics = batch.column("topic").to_pylist()
             parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
             headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
+            rows = []
             for i in range(n):
                 topic = topics[i]
-                if topic not in known:
-                    if topic is None:
-                        raise TrilogError("a row has a null 'topic' and no topic option is set")
-                    # Load the topic's metadata first: a send with an explicit partition to a
-                    # topic the client has not looked up yet is never delivered (see report).
-                    producer.partitions_for(topic)
-                    known.add(topic)
+                if topic is None:
+                    raise TrilogError("a row has a null 'topic' and no topic option is set")
                 hdrs = headers[i]
-                pending.append(producer.send(
-                    topic, _bytes(values[i]), _bytes(keys[i]), partition=parts[i],
-                    headers=[(h["key"], _bytes(h["value"])) for h in hdrs] if hdrs else None))
+                rows.append((topic, _bytes(values[i]), _bytes(keys[i]), parts[i],
+                             [(h["key"], _bytes(h["value"])) for h in hdrs] if hdrs else None))
+            pending.extend(producer.send_many(rows))  # one hop into the loop per Arrow batch
             written += n
             if len(pending) >= _CHECK_EVERY:
                 while pending and pending[0].done():

@@ -92,6 +92,20 @@ class Producer(_Facade):
                 functools.partial(self._producer.send, topic, value, key, **kwargs))
         return SyncDelivery(delivery, self._portal)
 
+    def send_many(self, records) -> list[SyncDelivery]:
+        """Queue many records with one hop into the loop thread (for bulk writers).
+
+        ``records`` are ``(topic, value[, key[, partition[, headers]]])`` tuples; blocks
+        while ``buffer_memory`` is full, like ``send``."""
+        batch = [tuple(r) + (None,) * (5 - len(r)) for r in records]
+        producer = self._producer
+
+        async def send_all() -> list[Delivery]:
+            return [await producer.send(topic, value, key, partition=partition, headers=headers)
+                    for topic, value, key, partition, headers in batch]
+
+        return [SyncDelivery(d, self._portal) for d in self._portal.run(send_all)]
+
     def send_and_wait(self, topic: str, value=None, key=None, **kwargs: Any) -> RecordMetadata:
         return self._portal.run(
             functools.partial(self._producer.send_and_wait, topic, value, key, **kwargs))
@@ -113,6 +127,9 @@ class SimpleConsumer(_Facade):
 
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         return self._portal.run(self._consumer.partitions_for, topic)
+
+    def list_topics(self) -> list[str]:
+        return self._portal.run(self._consumer.list_topics)
 
     def fetch(self, topic: str, partition: int = 0, offset: int = 0,
               max_bytes: int | None = None, **kwargs: Any) -> FetchedRecords:
