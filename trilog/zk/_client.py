@@ -78,8 +78,10 @@ class ZooKeeper:
     an expiry (a new generation).
     """
 
-    def __init__(self, client: KazooClient, limiter: trio.CapacityLimiter) -> None:
+    def __init__(self, client: KazooClient, limiter: trio.CapacityLimiter,
+                 operation_timeout_s: float = 10.0) -> None:
         self._client = client
+        self._operation_timeout_s = operation_timeout_s
         self._limiter = limiter
         self._token = trio.lowlevel.current_trio_token()
         self._closed = False
@@ -92,11 +94,16 @@ class ZooKeeper:
 
     async def _call(self, fn: Callable, *args, **kwargs):
         try:
-            return await trio.to_thread.run_sync(
-                functools.partial(fn, *args, **kwargs),
-                limiter=self._limiter,
-                abandon_on_cancel=True,  # a call blocked on a dead ZooKeeper must not pin us
-            )
+            # While ZooKeeper is unreachable kazoo queues a call until the connection comes
+            # back: bound the wait, and abandon the thread rather than pin the caller.
+            with trio.move_on_after(self._operation_timeout_s):
+                return await trio.to_thread.run_sync(
+                    functools.partial(fn, *args, **kwargs),
+                    limiter=self._limiter,
+                    abandon_on_cancel=True,
+                )
+            raise ZooKeeperUnavailableError(
+                f"ZooKeeper did not answer within {self._operation_timeout_s:.1f} s")
         except Exception as exc:
             translated = _translate(exc)
             if translated is exc:
@@ -226,7 +233,8 @@ async def open_zookeeper(
         logger=log,
     )
     await _start(client, connect, connection_timeout_ms)
-    zk = ZooKeeper(client, trio.CapacityLimiter(max_threads))
+    zk = ZooKeeper(client, trio.CapacityLimiter(max_threads),
+                   operation_timeout_s=max(session_timeout_ms / 1000, 2.0))
     try:
         yield zk
     finally:
