@@ -238,3 +238,33 @@ def _count_by_partition(n: int, partitions: int) -> dict[int, int]:
     for i in range(n):
         counts[partition_for_key(b"%d" % i, partitions)] += 1
     return counts
+
+
+@pytest.mark.parametrize("storage", ["kafka", "dual"])
+async def test_zookeeper_connector_with_broker_stored_offsets(cluster, zookeeper, storage):
+    b1, _ = cluster
+    await produce(b1.bootstrap, f"kept-{storage}", 40, partitions=2)
+    opts = dict(zookeeper=zookeeper, topics={f"kept-{storage}": 1}, auto_offset_reset="smallest",
+                offsets_storage="kafka", dual_commit_enabled=storage == "dual")
+    seen = []
+    with trio.move_on_after(20) as scope:
+        async with trilog.open_consumer(f"bk-{storage}", **opts) as consumer:
+            async for record in consumer.streams[f"kept-{storage}"][0]:
+                seen.append(record)
+                if len(seen) == 25:
+                    consumer.streams[f"kept-{storage}"][0].mark_processed()
+                    scope.cancel()  # cancelled: close() must still commit through the broker
+                    await trio.sleep(1)
+    assert scope.cancelled_caught
+    async with trilog.open_consumer(f"bk-{storage}", **opts, consumer_timeout_ms=1500) as consumer:
+        rest = [r async for r in consumer.streams[f"kept-{storage}"][0]]
+    assert sorted(int(r.value) for r in seen + rest) == list(range(40))
+    assert len(rest) == 15  # exactly the unprocessed ones
+    zk = KazooClient(zookeeper)
+    zk.start(timeout=10)
+    try:
+        in_zk = zk.exists(f"/consumers/bk-{storage}/offsets/kept-{storage}/0") is not None
+    finally:
+        zk.stop()
+        zk.close()
+    assert in_zk == (storage == "dual")

@@ -40,7 +40,7 @@ import os
 import socket
 import time
 import uuid
-from contextlib import aclosing, asynccontextmanager
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
 import trio
@@ -545,7 +545,15 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector):
 
         await self._stop_fetchers()
         try:
-            await self.commit_offsets()
+            async with AsyncExitStack() as stack:
+                # Broker-stored offsets go on connections this task owns: when the scope
+                # around the consumer was cancelled, the tasks holding the client's
+                # connections are gone (see Coordinator.connection_in_this_task).
+                for store in self._stores:
+                    if isinstance(store, BrokerOffsetStore):
+                        await stack.enter_async_context(
+                            store.coordinator.connection_in_this_task())
+                await self.commit_offsets()
         finally:
             await self._release_all()
             try:
