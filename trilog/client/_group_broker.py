@@ -56,7 +56,7 @@ from trilog.client._consumer_protocol import (
     encode_subscription,
     spread_over_streams,
 )
-from trilog.client._group import GroupConsumerConnector
+from trilog.client._group import GroupConsumerConnector, running
 from trilog.client._metadata import ClusterMetadata
 from trilog.client._offsets import BrokerOffsetStore, Coordinator
 from trilog.errors import (
@@ -465,17 +465,7 @@ async def open_broker_consumer(
                             metadata_max_age_ms=metadata_max_age_ms,
                             retry_backoff_ms=retry_backoff_ms,
                         )
-                        await nursery.start(connector.run)
-                        try:
+                        async with running(nursery, connector):
                             yield connector
-                        finally:
-                            nursery.cancel_scope.cancel()
-                            with trio.CancelScope(shield=True):
-                                with trio.move_on_after(10):
-                                    try:
-                                        await connector.close()
-                                    except (TrilogError, OSError) as exc:
-                                        log.warning("consumer %s: clean shutdown failed: %s",
-                                                    connector.consumer_id, exc)
                 finally:
                     holder.cancel_scope.cancel()
