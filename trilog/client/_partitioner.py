@@ -57,21 +57,22 @@ class DefaultPartitioner:
     """
 
     def __init__(self, rng: random.Random | None = None) -> None:
-        self._sticky: dict[str, int] = {}
+        #: topic -> the partition unkeyed records go to until its batch closes
+        self.sticky: dict[str, int] = {}
         self._rng = rng or random.Random()
 
     def partition(self, topic: str, key: bytes | None, partitions: Sequence[int],
                   available: Sequence[int]) -> int:
         if key is not None:
             return partitions[partition_for_key(key, len(partitions))]
-        current = self._sticky.get(topic)
+        current = self.sticky.get(topic)
         if current is None:
             choices = available or partitions
             current = choices[self._rng.randrange(len(choices))]
-            self._sticky[topic] = current
+            self.sticky[topic] = current
         return current
 
     def batch_done(self, topic: str, partition: int) -> None:
         """A batch of ``topic`` on ``partition`` was closed: pick another next time."""
-        if self._sticky.get(topic) == partition:
-            del self._sticky[topic]
+        if self.sticky.get(topic) == partition:
+            del self.sticky[topic]

@@ -157,6 +157,9 @@ class Producer:
         self._value_serializer = value_serializer
         self._custom_partitioner = partitioner
         self._partitioner = DefaultPartitioner()
+        # The default partitioner's sticky choices, read directly on the hot path (empty,
+        # and so never used, with a custom partitioner).
+        self._sticky: dict[str, int] = self._partitioner.sticky if partitioner is None else {}
         self._retries = retries
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._delivery_timeout_s = delivery_timeout_ms / 1000
@@ -235,7 +238,11 @@ class Producer:
         if self._closed:
             raise ProducerClosedError("the producer is closed")
         if partition is None:
-            partition = self._choose_partition(topic, key)
+            # Unkeyed records stick to one partition per batch: the common case skips the
+            # partitioner (the sticky choice is dropped when the batch is sealed).
+            partition = self._sticky.get(topic) if key is None else None
+            if partition is None:
+                partition = self._choose_partition(topic, key)
         elif (topic, partition) not in self._open:
             self._check_partition(topic, partition)
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
