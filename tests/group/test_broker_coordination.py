@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from contextlib import AsyncExitStack
 
 import pytest
