@@ -695,15 +695,12 @@ class Log:
             n = segments_to_delete(
                 inactive, self._active.size, now, config.retention_ms, config.retention_bytes
             )
-            if not n:
-                return []
-            dead, self._segments = segments[:n], segments[n:]
-            self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
-            self._dir_dirty = True
-            self._publish()
+            dead = self._drop_oldest(n)
         for segment in dead:
             segment.delete()
         deleted = [s.base_offset for s in dead]
+        if not deleted:
+            return []
         logger.info(
             "%s: retention deleted segments %s; log start offset now %d",
             self.directory,
@@ -724,15 +721,22 @@ class Log:
             n = 0
             while n < len(segments) - 1 and segments[n + 1].base_offset <= offset:
                 n += 1
-            if not n:
-                return []
-            dead, self._segments = segments[:n], segments[n:]
-            self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
-            self._dir_dirty = True
-            self._publish()
+            dead = self._drop_oldest(n)
         for segment in dead:
             segment.delete()
         return [s.base_offset for s in dead]
+
+    def _drop_oldest(self, n: int) -> tuple[LogSegment, ...]:
+        """Under the lock: take the ``n`` oldest segments out of the published list (the
+        caller deletes their files after releasing the lock; readers holding slices of them
+        keep reading through their own descriptors)."""
+        if not n:
+            return ()
+        dead, self._segments = self._segments[:n], self._segments[n:]
+        self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
+        self._dir_dirty = True
+        self._publish()
+        return dead
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch holding offsets >= ``offset`` (whole batches: the log end offset
