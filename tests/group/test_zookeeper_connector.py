@@ -134,7 +134,7 @@ async def test_offsets_in_zookeeper_and_clean_shutdown_deregisters(cluster, zook
 
 
 CONSUMER_SCRIPT = textwrap.dedent("""
-    import json, sys, trio, trilog
+    import json, sys, time, trio, trilog
     async def main(zk, group):
         async with trilog.open_consumer(group, zookeeper=zk, topics={"kill": 1},
                                         auto_offset_reset="smallest", auto_commit_interval_ms=100,
@@ -142,7 +142,8 @@ CONSUMER_SCRIPT = textwrap.dedent("""
                                         rebalance_backoff_ms=300) as c:
             print(json.dumps({"id": c.consumer_id}), flush=True)
             async for r in c.streams["kill"][0]:
-                print(json.dumps({"p": r.partition, "o": r.offset}), flush=True)
+                print(json.dumps({"p": r.partition, "o": r.offset, "t": time.time()}),
+                      flush=True)
     trio.run(main, sys.argv[1], sys.argv[2])
 """)
 
@@ -221,6 +222,11 @@ async def test_sigkill_moves_partitions_and_no_partition_ever_has_two_owners(clu
                 time.sleep(0.1)
 
         await trio.to_thread.run_sync(all_consumed)  # at least once, the victim included
+        # Duplicates only after the kill: before it, no record was consumed twice.
+        wall_killed_at = time.time() - (time.monotonic() - killed_at)
+        before = [(item["p"], item["o"]) for ls in lines for item in list(ls)
+                  if "p" in item and item["t"] < wall_killed_at]
+        assert len(before) == len(set(before))
     finally:
         for p in procs:
             if p.poll() is None:
