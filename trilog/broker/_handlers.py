@@ -301,21 +301,24 @@ class RequestHandler:
         wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in request.topics for p in t.partitions]
         max_bytes = request.max_bytes if version >= 3 else 0x7FFFFFFF
-        results = await self._read_all(wanted, max_bytes)
+        # Fetch v0-v3 predate RecordBatch v2: their answers are down-converted (in the
+        # worker thread, with the read), to magic 0 for v0-v1 and magic 1 for v2-v3.
+        convert = None if version >= 4 else (0 if version < 2 else 1)
+        results = await self._read_all(wanted, max_bytes, convert)
         total = sum(r[1].length for r in results if r[1] is not None)
         errors = any(r[0] for r in results)
         if request.max_wait_ms > 0 and total < request.min_bytes and not errors and wanted:
             _close_slices(results)
             await self.purgatory.wait([(t, p) for t, p, _, _ in wanted],
                                       request.min_bytes - total, request.max_wait_ms / 1000)
-            results = await self._read_all(wanted, max_bytes)
+            results = await self._read_all(wanted, max_bytes, convert)
         try:
             return self._fetch_response(version, wanted, results)
         except BaseException:
             _close_slices(results)
             raise
 
-    async def _read_all(self, wanted, max_bytes):
+    async def _read_all(self, wanted, max_bytes, convert=None):
         checked = []
         for topic, partition, offset, part_max in wanted:
             try:
@@ -327,9 +330,10 @@ class RequestHandler:
             await trio.lowlevel.checkpoint()
             return [(c, None, None) for c in checked]
         return await trio.to_thread.run_sync(self._read_in_thread, wanted, checked, max_bytes,
+                                             convert,
                                              limiter=self.limiter)
 
-    def _read_in_thread(self, wanted, checked, max_bytes):
+    def _read_in_thread(self, wanted, checked, max_bytes, convert):
         """In a worker thread: ``[(error, slice or None, (hw, log start) or None)]``."""
         out = []
         budget = max_bytes
@@ -356,6 +360,10 @@ class RequestHandler:
                 out.append((exc.code, None, None))
                 continue
             budget -= slc.length
+            if convert is not None and slc.length:
+                with slc:
+                    data = v2_to_legacy(slc.read(), convert, max_bytes=part_max)
+                slc = _Converted(data, slc.high_watermark, slc.log_start_offset)
             out.append((0, slc, None))
         return out
 
@@ -363,7 +371,6 @@ class RequestHandler:
         R = FetchResponse
         PD = R.FetchableTopicResponse.PartitionData
         by_topic: dict[str, list] = {}
-        convert = None if version >= 4 else (0 if version < 2 else 1)
         for (topic, partition, _offset, part_max), result in zip(wanted, results):
             error, slc, marks = result
             hw = ls = -1
@@ -372,11 +379,8 @@ class RequestHandler:
                 hw, ls = slc.high_watermark, slc.log_start_offset
                 if slc.length == 0:
                     slc.close()
-                elif convert is not None:
-                    try:
-                        records = v2_to_legacy(slc.read(), convert, max_bytes=part_max)
-                    finally:
-                        slc.close()
+                elif isinstance(slc, _Converted):
+                    records = slc.data
                 else:
                     records = slc
             elif marks is not None:
@@ -500,6 +504,24 @@ def _producer_id_source(broker_id: int):
     while True:
         yield base + (n % 4096) + (n // 4096) * step
         n += 1
+
+
+class _Converted:
+    """A down-converted partition answer: bytes in memory, with the slice's marks."""
+
+    __slots__ = ("data", "high_watermark", "log_start_offset")
+
+    def __init__(self, data: bytes, high_watermark: int, log_start_offset: int) -> None:
+        self.data = data
+        self.high_watermark = high_watermark
+        self.log_start_offset = log_start_offset
+
+    @property
+    def length(self) -> int:
+        return len(self.data)
+
+    def close(self) -> None:
+        pass
 
 
 def _close_slices(results) -> None:
