@@ -31,7 +31,7 @@ from trilog.errors import (
     error_for_code,
 )
 from trilog.protocol import FetchRequest, ListOffsetsRequest
-from trilog.records import Header, MemoryRecords
+from trilog.records import Header, MemoryRecords, RecordBatch
 
 log = logging.getLogger("trilog.consumer")
 
@@ -93,13 +93,19 @@ class FetchedRecords:
         kd, vd = self._key_deserializer, self._value_deserializer
         new = tuple.__new__
         prefix = (topic, partition)
+        plain = kd is None and vd is None
         for batch in MemoryRecords(self._data).batches():
             if batch.next_offset <= start:
                 continue  # wholly before the asked offset: not even decoded
+            if plain and type(batch) is RecordBatch and batch.base_offset >= start:
+                # The common case: v2 records become ConsumerRecords in the decoder itself.
+                yield from batch.iter_records(topic_partition=prefix,
+                                              record_cls=ConsumerRecord)
+                continue
             for rec in batch:
                 if rec.offset < start:
                     continue
-                if kd is None and vd is None:
+                if plain:
                     yield new(ConsumerRecord, prefix + rec)
                 else:
                     key = kd(rec.key) if kd is not None and rec.key is not None else rec.key

@@ -208,12 +208,18 @@ class RecordBatch:
     def __iter__(self) -> Iterator[Record]:
         return self.iter_records()
 
-    def iter_records(self, max_decompressed_size: int | None = None) -> Iterator[Record]:
+    def iter_records(self, max_decompressed_size: int | None = None, *,
+                     topic_partition: tuple[str, int] | None = None,
+                     record_cls: type = Record) -> Iterator[Record]:
         """The records, decoded one at a time (a control batch has none for the caller).
 
         A compressed batch is decompressed up front, capped at ``max_decompressed_size``
         (``_codecs.DEFAULT_MAX_DECOMPRESSED_SIZE`` by default).  Raises ``CorruptRecordsError``
         on malformed records; does not check the CRC (``validate()`` does).
+
+        With ``topic_partition``, each record is a ``record_cls`` built straight from
+        ``(topic, partition, offset, timestamp, key, value, headers, timestamp_type)``: the
+        consumer's records without a second tuple per record.
         """
         if self.is_control_batch:
             return iter(())
@@ -233,6 +239,8 @@ class RecordBatch:
             self.base_offset,
             self.first_timestamp,
             self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None,
+            topic_partition,
+            record_cls,
         )
 
     def records(self) -> list[Record]:
@@ -250,6 +258,8 @@ def _decode_records(
     base_offset: int,
     base_ts: int,
     log_append_ts: int | None,
+    topic_partition: tuple[str, int] | None = None,
+    record_cls: type = Record,
 ) -> Iterator[Record]:
     """Decode ``count`` records from ``data[pos:end]``.
 
@@ -259,7 +269,8 @@ def _decode_records(
     off the end becomes ``CorruptRecordsError``.
     """
     ts_type = CREATE_TIME if log_append_ts is None else LOG_APPEND_TIME
-    record_cls = Record
+    topic, partition = topic_partition if topic_partition is not None else (None, None)
+    prefixed = topic_partition is not None
     varint = decode_varint
     no_headers: tuple[Header, ...] = ()
     try:
@@ -335,17 +346,13 @@ def _decode_records(
                 headers, pos = _decode_headers(data, pos)
             if pos != record_end:
                 raise CorruptRecordsError("record fields do not add up to its length")
-            yield _new_tuple(
-                record_cls,
-                (
-                    base_offset + offset_delta,
-                    base_ts + ts_delta if log_append_ts is None else log_append_ts,
-                    key,
-                    value,
-                    headers,
-                    ts_type,
-                ),
-            )
+            timestamp = base_ts + ts_delta if log_append_ts is None else log_append_ts
+            if prefixed:
+                yield _new_tuple(record_cls, (topic, partition, base_offset + offset_delta,
+                                              timestamp, key, value, headers, ts_type))
+            else:
+                yield _new_tuple(record_cls, (base_offset + offset_delta, timestamp, key, value,
+                                              headers, ts_type))
     except (IndexError, RemoteProtocolError) as exc:
         if isinstance(exc, CorruptRecordsError):
             raise
