@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 import trilog
 from trilog.broker import open_broker
 from trilog.cli._groups import parse_datetime_ms
-from trilog.cli._produce import UsageError
+from trilog.cli._common import UsageError
 from trilog.client import open_group_admin
 from trilog.client._groups_admin import decode_consumer_assignment
 from trilog.zk._server import free_port

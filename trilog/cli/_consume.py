@@ -14,7 +14,7 @@ import sys
 
 import trio
 
-from trilog.cli._produce import (
+from trilog.cli._common import (
     UsageError,
     add_cluster_args,
     cancel_on_sigint,

@@ -8,7 +8,7 @@ import argparse
 import sys
 from datetime import UTC, datetime, timedelta
 
-from trilog.cli._produce import DEFAULT_BOOTSTRAP, UsageError, run_tool
+from trilog.cli._common import DEFAULT_BOOTSTRAP, UsageError, run_tool
 from trilog.client import EARLIEST, LATEST, GroupDescription, ResetPlan, open_group_admin
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

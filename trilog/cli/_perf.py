@@ -25,7 +25,7 @@ from collections import deque
 import trio
 
 from trilog.cli._consume import resolve_offsets
-from trilog.cli._produce import (
+from trilog.cli._common import (
     UsageError,
     add_cluster_args,
     add_producer_args,
