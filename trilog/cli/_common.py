@@ -26,8 +26,6 @@ _CODEC_LIBRARIES = {"snappy": "pip install python-snappy (or cramjam)",
                     "zstd": "pip install zstandard (or cramjam)"}
 
 
-# -- --------------------------------------------------------
-
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
