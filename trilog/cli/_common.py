@@ -128,8 +128,3 @@ async def cancel_on_sigint(scope: trio.CancelScope, *, task_status=trio.TASK_STA
             if scope.cancel_called:
                 raise KeyboardInterrupt
             scope.cancel()
-
-
-# -- trilog produce ---------------------------------------------------------------------------
-
-
