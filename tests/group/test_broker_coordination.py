@@ -15,6 +15,7 @@ import pytest
 import trio
 
 import trilog
+from group_helpers import drain, produce
 from trilog.broker import open_broker
 from trilog.client import open_client
 from trilog.client._consumer_protocol import (
@@ -97,25 +98,6 @@ def options(broker, **kw):
                 retry_backoff_ms=50)
     opts.update(kw)
     return opts
-
-
-async def produce(bootstrap, topic, n, partitions=8, start=0):
-    async with trilog.open_admin(bootstrap) as admin:
-        try:
-            await admin.create_topic(topic, partitions)
-        except trilog.ApiError as exc:
-            if exc.code != 36:  # TOPIC_ALREADY_EXISTS
-                raise
-    async with trilog.open_producer(bootstrap) as producer:
-        for i in range(start, start + n):
-            await producer.send(topic, b"%d" % i, key=b"%d" % i)
-
-
-async def drain(stream, out, limit=None):
-    async for record in stream:
-        out.append(record)
-        if limit is not None and len(out) >= limit:
-            return
 
 
 async def wait_until(predicate, timeout=20, what="condition"):

@@ -14,6 +14,7 @@ import trio
 from kazoo.client import KazooClient
 
 import trilog
+from group_helpers import drain, produce
 from trilog.broker import open_broker
 
 
@@ -24,25 +25,6 @@ async def cluster(zookeeper, tmp_path):
     async with open_broker({**conf, "broker.id": 1, "log.dirs": str(tmp_path / "b1")}) as b1, \
             open_broker({**conf, "broker.id": 2, "log.dirs": str(tmp_path / "b2")}) as b2:
         yield b1, b2
-
-
-async def produce(bootstrap, topic, n, partitions=8, start=0):
-    async with trilog.open_admin(bootstrap) as admin:
-        try:
-            await admin.create_topic(topic, partitions)
-        except trilog.ApiError as exc:
-            if exc.code != 36:
-                raise
-    async with trilog.open_producer(bootstrap) as producer:
-        for i in range(start, start + n):
-            await producer.send(topic, b"%d" % i, key=b"%d" % i)
-
-
-async def drain(stream, out, limit=None):
-    async for record in stream:
-        out.append(record)
-        if limit is not None and len(out) >= limit:
-            return
 
 
 async def test_members_split_partitions_and_share_the_work(cluster, zookeeper):
