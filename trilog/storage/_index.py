@@ -63,7 +63,66 @@ class IndexCorruptError(Exception):
     """An index file that cannot be trusted; the caller rebuilds it from the log."""
 
 
-class OffsetIndex:
+class _SparseIndex:
+    """What both index kinds share: the path, the entry-count limit, and the bookkeeping of
+    which entries the file already holds (``flush`` writes only the tail it lacks).
+
+    A subclass keeps its entries in ``array`` columns, sets ``ENTRY_SIZE`` and implements
+    ``_encode(start, n)`` (the file bytes of entries ``start .. n-1``).
+    """
+
+    ENTRY_SIZE = 0
+
+    def __init__(self, path: str, base_offset: int, max_index_size: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_size // self.ENTRY_SIZE)
+        self._offsets = array("i")  # relative offsets
+        self._file_entries = 0  # entries already in the file (-1: unknown, rewrite it all)
+        self._synced = True  # the file's content is known to be on disk
+
+    def _read_entries(self) -> bytes:
+        """The file's bytes; ``IndexCorruptError`` if it is missing or has a torn entry."""
+        data = _read_file(self.path)
+        if data is None:
+            raise IndexCorruptError(f"{self.path} is missing")
+        if len(data) % self.ENTRY_SIZE:
+            raise IndexCorruptError(f"{self.path} has a torn entry ({len(data)} bytes)")
+        return data
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._offsets) >= self.max_entries
+
+    def _dropped_from(self, n: int) -> None:
+        """Entries from ``n`` on were dropped from the columns."""
+        if self._file_entries > n:
+            self._file_entries = -1  # rare: rewrite the whole file on the next flush
+
+    def _encode(self, start: int, n: int) -> bytes:
+        raise NotImplementedError
+
+    def flush(self, fsync: bool = True) -> None:
+        """Write the entries the file lacks, then fsync it (unless ``fsync`` is false)."""
+        n = len(self._offsets)
+        if n == self._file_entries and (self._synced or not fsync):
+            return
+        start = max(self._file_entries, 0)
+        _write_tail(self.path, start * self.ENTRY_SIZE, self._encode(start, n), fsync)
+        self._file_entries = n
+        self._synced = fsync
+
+    def delete_file(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex(_SparseIndex):
     """Sparse map from offset to the file position of the batch holding it, for one segment.
 
     Invariants: relative offsets and positions both strictly increase; an entry
@@ -78,23 +137,14 @@ class OffsetIndex:
     ENTRY_SIZE = 8
 
     def __init__(self, path: str, base_offset: int, max_index_size: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
-        self.max_entries = max(1, max_index_size // self.ENTRY_SIZE)
-        self._offsets = array("i")  # relative offsets
+        super().__init__(path, base_offset, max_index_size)
         self._positions = array("i")
-        self._file_entries = 0  # entries already in the file
-        self._synced = True  # the file's content is known to be on disk
 
     # -- loading -------------------------------------------------------------------------
 
     def load(self, log_size: int) -> None:
         """Read the file; raise ``IndexCorruptError`` if missing or not trustworthy."""
-        data = _read_file(self.path)
-        if data is None:
-            raise IndexCorruptError(f"{self.path} is missing")
-        if len(data) % self.ENTRY_SIZE:
-            raise IndexCorruptError(f"{self.path} has a torn entry ({len(data)} bytes)")
+        data = self._read_entries()
         both = array("i")
         both.frombytes(data)
         if _LITTLE:
@@ -118,13 +168,6 @@ class OffsetIndex:
 
     # -- writing -------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._offsets) >= self.max_entries
-
     def append(self, offset: int, position: int) -> None:
         """Add an entry; the caller guarantees both values exceed the last entry's."""
         self._offsets.append(offset - self.base_offset)
@@ -135,23 +178,15 @@ class OffsetIndex:
         n = bisect_left(self._positions, position)
         del self._offsets[n:]
         del self._positions[n:]
-        if self._file_entries > n:
-            self._file_entries = -1  # rare: rewrite the whole file on the next flush
+        self._dropped_from(n)
 
-    def flush(self, fsync: bool = True) -> None:
-        """Write the entries the file lacks, then fsync it."""
-        n = len(self._offsets)
-        if n == self._file_entries and (self._synced or not fsync):
-            return
-        start = max(self._file_entries, 0)
+    def _encode(self, start: int, n: int) -> bytes:
         both = array("i", bytes(8 * (n - start)))
         both[0::2] = self._offsets[start:n]
         both[1::2] = self._positions[start:n]
         if _LITTLE:
             both.byteswap()
-        _write_tail(self.path, start * self.ENTRY_SIZE, both.tobytes(), fsync)
-        self._file_entries = n
-        self._synced = fsync
+        return both.tobytes()
 
     # -- searching -----------------------------------------------------------------------
 
@@ -180,14 +215,8 @@ class OffsetIndex:
         """Every entry as (absolute offset, position): for tests and tools."""
         return [(self.base_offset + o, p) for o, p in zip(self._offsets, self._positions)]
 
-    def delete_file(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
-
-class TimeIndex:
+class TimeIndex(_SparseIndex):
     """Sparse map from timestamp to offset for one segment.
 
     An entry ``(t, o)`` says: ``t`` is the largest batch max-timestamp among the batches up
@@ -200,21 +229,11 @@ class TimeIndex:
     ENTRY_SIZE = 12
 
     def __init__(self, path: str, base_offset: int, max_index_size: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
-        self.max_entries = max(1, max_index_size // self.ENTRY_SIZE)
+        super().__init__(path, base_offset, max_index_size)
         self._timestamps = array("q")
-        self._offsets = array("i")
-        self._file_entries = 0
-        self._synced = True
 
     def load(self, log_next_offset: int | None = None) -> None:
-        data = _read_file(self.path)
-        if data is None:
-            raise IndexCorruptError(f"{self.path} is missing")
-        if len(data) % self.ENTRY_SIZE:
-            raise IndexCorruptError(f"{self.path} has a torn entry ({len(data)} bytes)")
-        entries = list(_TIME_ENTRY.iter_unpack(data))
+        entries = list(_TIME_ENTRY.iter_unpack(self._read_entries()))
         timestamps = array("q", [t for t, _ in entries])
         offsets = array("i", [o for _, o in entries])
         if offsets:
@@ -231,13 +250,6 @@ class TimeIndex:
         self._timestamps = array("q")
         self._offsets = array("i")
         self._file_entries = -1
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._offsets) >= self.max_entries
 
     @property
     def last_entry(self) -> tuple[int, int]:
@@ -261,21 +273,13 @@ class TimeIndex:
         n = bisect_left(self._offsets, next_offset - self.base_offset)
         del self._timestamps[n:]
         del self._offsets[n:]
-        if self._file_entries > n:
-            self._file_entries = -1  # rare: rewrite the whole file on the next flush
+        self._dropped_from(n)
 
-    def flush(self, fsync: bool = True) -> None:
-        n = len(self._offsets)
-        if n == self._file_entries and (self._synced or not fsync):
-            return
-        start = max(self._file_entries, 0)
+    def _encode(self, start: int, n: int) -> bytes:
         pack = _TIME_ENTRY.pack
-        data = b"".join(
+        return b"".join(
             pack(t, o) for t, o in zip(self._timestamps[start:n], self._offsets[start:n])
         )
-        _write_tail(self.path, start * self.ENTRY_SIZE, data, fsync)
-        self._file_entries = n
-        self._synced = fsync
 
     def lookup(self, timestamp: int) -> int | None:
         """Offset of the last entry whose timestamp is < ``timestamp``: every batch before
@@ -287,9 +291,3 @@ class TimeIndex:
 
     def entries(self) -> list[tuple[int, int]]:
         return [(t, self.base_offset + o) for t, o in zip(self._timestamps, self._offsets)]
-
-    def delete_file(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
