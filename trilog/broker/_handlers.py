@@ -34,7 +34,6 @@ from trilog.errors import (
     CorruptMessageError,
     InvalidRequestError,
     InvalidRequiredAcksError,
-    InvalidTopicError,
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -203,10 +202,7 @@ class RequestHandler:
         """Raise the ApiError a request for this partition gets, if any."""
         leader = self.cluster.leader(topic, partition)
         if leader is None:
-            try:
-                validate_topic_name(topic)
-            except InvalidTopicError:
-                raise
+            validate_topic_name(topic)  # an illegal name is INVALID_TOPIC_EXCEPTION
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
         if leader != self.cluster.broker.node_id:
             raise NotLeaderOrFollowerError(f"broker {self.cluster.broker.node_id} does not lead "
