@@ -1,4 +1,5 @@
-"""Helpers for the broker's end-to-end tests: raw protocol over sockets, kafka-python clients.
+"""Helpers for the broker's end-to-end tests: raw protocol over sockets, kafka-python clients
+(built on the shared ``kafka_helpers``).
 
 Blocking helpers (``connect``, ``roundtrip`` ...) talk to a broker process over a plain
 socket; ``trio_*`` twins do the same over a trio stream for in-process brokers.
@@ -11,6 +12,7 @@ import socket
 import struct
 import time
 
+import kafka_helpers
 import trio
 
 from trilog import protocol as p
@@ -224,6 +226,18 @@ def fetch_all(sock: socket.socket, topic: str, partition: int, start: int = 0,
 # -- trio twins (in-process brokers) ---------------------------------------------------------
 
 
+def group_broker_config(tmp_path, offsets_partitions: int, **extra) -> dict:
+    """Settings of an in-process broker (``open_broker``) for the group and offset tests: a free
+    port, the log under ``tmp_path / "data"`` (the same again for a restart),
+    ``offsets_partitions`` partitions of ``__consumer_offsets``, no initial rebalance delay;
+    ``extra`` adds to these or overrides them."""
+    base = {"port": 0, "log.dirs": str(tmp_path / "data"),
+            "offsets.topic.num.partitions": offsets_partitions,
+            "group.initial.rebalance.delay.ms": 0}
+    base.update(extra)
+    return base
+
+
 async def trio_connect(port: int) -> trio.SocketStream:
     return await trio.open_tcp_stream("127.0.0.1", port)
 
@@ -267,7 +281,7 @@ async def trio_roundtrip(stream: trio.SocketStream, request: p.Message, version:
     return await trio_read_response(stream, type(request), version, corr)
 
 
-# -- kafka-python ----------------------------------------------------------------------------
+# -- kafka-python (the shared helpers, with this suite's settings) -----------------------------
 
 
 def kafka_producer(bootstrap: str, **kw):
@@ -276,42 +290,13 @@ def kafka_producer(bootstrap: str, **kw):
     kafka-python 3 defaults to acks='all' with idempotence, which needs InitProducerId:
     trilog does not serve it yet, so acks=1 and no idempotence.
     """
-    from kafka import KafkaProducer
-
-    settings = {"bootstrap_servers": bootstrap, "acks": 1, "enable_idempotence": False,
-                "batch_size": 256 * 1024, "linger_ms": 5, "request_timeout_ms": 15000,
-                "max_block_ms": 15000}
+    settings = {"acks": 1, "enable_idempotence": False, "batch_size": 256 * 1024}
     settings.update(kw)
-    return KafkaProducer(**settings)
+    return kafka_helpers.kafka_producer(bootstrap, **settings)
 
 
 def kafka_consumer(bootstrap: str, **kw):
-    from kafka import KafkaConsumer
-
-    settings = {"bootstrap_servers": bootstrap, "group_id": None, "enable_auto_commit": False,
-                "auto_offset_reset": "earliest", "fetch_max_bytes": 32 << 20,
-                "max_partition_fetch_bytes": 8 << 20, "request_timeout_ms": 15000}
+    """kafka_helpers' consumer, with room for large fetches."""
+    settings = {"fetch_max_bytes": 32 << 20, "max_partition_fetch_bytes": 8 << 20}
     settings.update(kw)
-    return KafkaConsumer(**settings)
-
-
-def consume_partitions(consumer, topic: str, partitions, expected: int,
-                       timeout: float = 60.0) -> dict[int, list]:
-    """Assign ``partitions`` from the beginning and poll until ``expected`` records came."""
-    from kafka import TopicPartition
-
-    tps = [TopicPartition(topic, p_) for p_ in partitions]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(*tps)
-    out: dict[int, list] = {p_: [] for p_ in partitions}
-    total = 0
-    deadline = time.monotonic() + timeout
-    while total < expected:
-        assert time.monotonic() < deadline, f"consumed {total} of {expected} records"
-        for tp, recs in consumer.poll(timeout_ms=500, max_records=200_000).items():
-            out[tp.partition].extend(recs)
-            total += len(recs)
-    # Nothing beyond what was produced.
-    for tp, recs in consumer.poll(timeout_ms=300).items():
-        out[tp.partition].extend(recs)
-    return out
+    return kafka_helpers.kafka_consumer(bootstrap, **settings)

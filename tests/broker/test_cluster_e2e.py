@@ -13,12 +13,12 @@ import time
 import pytest
 from broker_helpers import (
     connect,
-    consume_partitions,
     kafka_consumer,
     kafka_producer,
     metadata_request,
     roundtrip,
 )
+from kafka_helpers import consume_partitions
 from kazoo.client import KazooClient
 
 N = 30_000

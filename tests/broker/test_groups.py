@@ -5,10 +5,18 @@ the wire (in-process brokers, standalone and ZooKeeper mode), and kafka-python's
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import pytest
 import trio
-from broker_helpers import connect, create_topics_request, roundtrip, trio_connect, trio_roundtrip
+from broker_helpers import (
+    connect,
+    create_topics_request,
+    group_broker_config,
+    roundtrip,
+    trio_connect,
+    trio_roundtrip,
+)
 
 from trilog import protocol as p
 from trilog.broker import open_broker
@@ -244,11 +252,7 @@ def sync_request(group: str, generation: int, member_id: str, assignments: dict[
                           for m, a in assignments.items()])
 
 
-def _config(tmp_path, **extra) -> dict:
-    base = {"port": 0, "log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": 4,
-            "group.initial.rebalance.delay.ms": 0}
-    base.update(extra)
-    return base
+_config = partial(group_broker_config, offsets_partitions=4)
 
 
 async def _coordinator(stream, group: str):

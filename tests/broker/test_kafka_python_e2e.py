@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from broker_helpers import consume_partitions, kafka_consumer, kafka_producer
+from broker_helpers import kafka_consumer, kafka_producer
+from kafka_helpers import consume_partitions
 
 from trilog.records import GZIP, LZ4, NONE, iter_batches
 

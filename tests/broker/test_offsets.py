@@ -8,10 +8,11 @@ partition are checked as pure functions.
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import pytest
 import trio
-from broker_helpers import create_topics_request, trio_connect, trio_roundtrip
+from broker_helpers import create_topics_request, group_broker_config, trio_connect, trio_roundtrip
 
 from trilog import protocol as p
 from trilog.broker import _offsets, open_broker
@@ -145,11 +146,7 @@ async def commit(stream, group: str, offsets, version: int = 2, **kw):
             await trio.sleep(0.01)
 
 
-def config(tmp_path, **extra) -> dict:
-    base = {"port": 0, "log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": 3,
-            "group.initial.rebalance.delay.ms": 0}
-    base.update(extra)
-    return base
+config = partial(group_broker_config, offsets_partitions=3)
 
 
 @pytest.fixture

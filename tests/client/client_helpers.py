@@ -1,13 +1,14 @@
 """Helpers for the client's end-to-end tests: topics, reading a partition back, the task tree,
-and blocking kafka-python helpers (call them through ``trio.to_thread.run_sync``)."""
+and blocking kafka-python helpers (on the shared ``kafka_helpers``; call them through
+``trio.to_thread.run_sync``)."""
 
 from __future__ import annotations
 
 import gc
-import time
 import warnings
 
 import trio
+from kafka_helpers import consume_partitions, kafka_consumer, kafka_producer
 
 import trilog
 from trilog.client import SimpleConsumer
@@ -91,16 +92,6 @@ def collect_resource_warnings() -> list:
 # -- kafka-python (blocking) ----------------------------------------------------------------
 
 
-def kafka_producer(bootstrap: str, **kw):
-    """kafka-python's producer with its defaults (acks='all', idempotence) unless overridden."""
-    from kafka import KafkaProducer
-
-    settings = {"bootstrap_servers": bootstrap, "linger_ms": 5, "request_timeout_ms": 15000,
-                "max_block_ms": 15000}
-    settings.update(kw)
-    return KafkaProducer(**settings)
-
-
 def kafka_produce(bootstrap: str, topic: str, records, **kw) -> list:
     """Send ``records`` (dicts of KafkaProducer.send keyword arguments) and return their
     RecordMetadata, in order."""
@@ -117,25 +108,8 @@ def kafka_consume(bootstrap: str, topic: str, partitions, expected: int,
                   timeout: float = 30.0) -> dict[int, list]:
     """Read ``partitions`` from the beginning with kafka-python until ``expected`` records
     came, then poll once more to see that nothing else is there."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest",
-                             request_timeout_ms=15000)
+    consumer = kafka_consumer(bootstrap)
     try:
-        tps = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        out: dict[int, list] = {p: [] for p in partitions}
-        total = 0
-        deadline = time.monotonic() + timeout
-        while total < expected:
-            assert time.monotonic() < deadline, f"kafka-python consumed {total} of {expected}"
-            for tp, recs in consumer.poll(timeout_ms=300).items():
-                out[tp.partition].extend(recs)
-                total += len(recs)
-        for tp, recs in consumer.poll(timeout_ms=200).items():
-            out[tp.partition].extend(recs)
-        return out
+        return consume_partitions(consumer, topic, partitions, expected, timeout)
     finally:
         consumer.close()
