@@ -6,16 +6,25 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install zookeeper run test bench clean
+.PHONY: install compiler zookeeper run test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 
-# The stamp is rebuilt whenever pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# The stamp is rebuilt whenever the package's build inputs change.
+$(VENV)/.installed: pyproject.toml setup.py trilog/records/_speedups.c | $(BIN)/python compiler
 	$(BIN)/pip install -e '.[spark,test]'
 	touch $@
+
+# trilog's optional C module needs a C compiler and Python's headers: install Debian's when
+# they are missing (if that fails, the install goes on and trilog runs in pure Python).
+compiler:
+	@command -v cc >/dev/null && $(PYTHON) -c "import os, sys, sysconfig; \
+	  sys.exit(not os.path.exists(os.path.join(sysconfig.get_path('include'), 'Python.h')))" || { \
+	  echo "installing a C compiler and Python's headers (for trilog's C module)"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y gcc python3-dev || \
+	  echo "could not install them: trilog will run its pure-Python code"; }
 
 install: $(VENV)/.installed zookeeper
 

@@ -7,6 +7,7 @@ import sys
 
 from trilog import __version__
 from trilog.cli import _broker, _consume, _groups, _perf, _produce, _topics, _zookeeper
+from trilog.records._native import IMPLEMENTATION
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="trilog: a Kafka-style commit log on Trio. "
         "Run `trilog SUBCOMMAND --help` for the options of each subcommand.",
     )
-    parser.add_argument("--version", action="version", version=f"trilog {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"trilog {__version__} (record codec: {IMPLEMENTATION})")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
     _broker.add_parser(sub)
     _topics.add_parser(sub)

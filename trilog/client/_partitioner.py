@@ -9,13 +9,15 @@ batch_done`` when a batch of a topic is closed), which keeps batches full.  Pure
 from __future__ import annotations
 
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+
+from trilog.records._native import speedups
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
 
-def murmur2(data: bytes) -> int:
+def _murmur2(data: bytes) -> int:
     """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed int32."""
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
@@ -39,6 +41,10 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+#: Kafka's murmur2: the C accelerator's when it is built (the same function, ~50x faster).
+murmur2 = speedups.murmur2 if speedups is not None else _murmur2
 
 
 def partition_for_key(key: bytes, num_partitions: int) -> int:

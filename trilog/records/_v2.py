@@ -31,6 +31,7 @@ that is what lets the broker validate and store a batch without touching its rec
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -38,6 +39,7 @@ from trilog.errors import LocalProtocolError, RemoteProtocolError
 from trilog.records import _codecs
 from trilog.records._crc import crc32c
 from trilog.records._errors import CorruptRecordsError
+from trilog.records._native import speedups
 from trilog.records._varint import _TABLE, _TABLE_LIMIT, decode_varint, encode_varint
 
 MAGIC = 2
@@ -211,9 +213,9 @@ class RecordBatch:
     def iter_records(self, max_decompressed_size: int | None = None, *,
                      topic_partition: tuple[str, int] | None = None,
                      record_cls: type = Record) -> Iterator[Record]:
-        """The records, decoded one at a time (a control batch has none for the caller).
+        """The records (a control batch has none for the caller), decoded at this call.
 
-        A compressed batch is decompressed up front, capped at ``max_decompressed_size``
+        A compressed batch is decompressed first, capped at ``max_decompressed_size``
         (``_codecs.DEFAULT_MAX_DECOMPRESSED_SIZE`` by default).  Raises ``CorruptRecordsError``
         on malformed records; does not check the CRC (``validate()`` does).
 
@@ -221,17 +223,24 @@ class RecordBatch:
         ``(topic, partition, offset, timestamp, key, value, headers, timestamp_type)``: the
         consumer's records without a second tuple per record.
         """
+        return iter(self.decode(max_decompressed_size, topic_partition=topic_partition,
+                                record_cls=record_cls))
+
+    def decode(self, max_decompressed_size: int | None = None, *,
+               topic_partition: tuple[str, int] | None = None,
+               record_cls: type = Record) -> list:
+        """The records as a list (see ``iter_records``): one pass over the batch."""
         if self.is_control_batch:
-            return iter(())
+            return []
         if self.position + self.size > len(self.buffer) or self.batch_length < MIN_BATCH_LENGTH:
             raise CorruptRecordsError("record batch extends past the end of its buffer")
-        if self.compression_type == _codecs.NONE and type(self.buffer) is bytes:
-            # Slice records straight out of the caller's bytes: no copy of the section.
+        if self.compression_type == _codecs.NONE:
+            # Records straight out of the caller's buffer: no copy of the section.
             data, start, end = self.buffer, self.position + HEADER_SIZE, self.position + self.size
         else:
             data = self.records_bytes(max_decompressed_size)
             start, end = 0, len(data)
-        return _decode_records(
+        return decode_records(
             data,
             start,
             end,
@@ -241,38 +250,45 @@ class RecordBatch:
             self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None,
             topic_partition,
             record_cls,
+            Header,
         )
 
     def records(self) -> list[Record]:
-        return list(self)
+        return self.decode()
 
 
 _new_tuple = tuple.__new__
 
 
 def _decode_records(
-    data: bytes,
+    data,
     pos: int,
     end: int,
     count: int,
     base_offset: int,
     base_ts: int,
     log_append_ts: int | None,
-    topic_partition: tuple[str, int] | None = None,
-    record_cls: type = Record,
-) -> Iterator[Record]:
-    """Decode ``count`` records from ``data[pos:end]``.
+    topic_partition: tuple[str, int] | None,
+    record_cls: type,
+    header_cls: type,
+) -> list:
+    """Decode ``count`` records from ``data[pos:end]`` into ``record_cls`` tuples.
 
-    The consumer's per-record hot path.  Varints of one and two bytes (values within +-8191:
-    nearly every field of nearly every record) are decoded inline, as a function call costs
-    more than the decoding; longer ones go to ``decode_varint``.  ``IndexError`` from running
-    off the end becomes ``CorruptRecordsError``.
+    The consumer's per-record hot path, in pure Python (``_speedups.decode_records`` is its
+    C twin).  Varints of one and two bytes (values within +-8191: nearly every field of
+    nearly every record) are decoded inline, as a function call costs more than the
+    decoding; longer ones go to ``decode_varint``.  ``IndexError`` from running off the end
+    becomes ``CorruptRecordsError``.
     """
+    if type(data) is not bytes:  # keys and values are sliced out as bytes
+        data, pos, end = bytes(memoryview(data)[pos:end]), 0, end - pos
     ts_type = CREATE_TIME if log_append_ts is None else LOG_APPEND_TIME
     topic, partition = topic_partition if topic_partition is not None else (None, None)
     prefixed = topic_partition is not None
     varint = decode_varint
     no_headers: tuple[Header, ...] = ()
+    out = []
+    append = out.append
     try:
         for _ in range(count):
             b = data[pos]
@@ -343,23 +359,24 @@ def _decode_records(
                 pos += 1
                 headers = no_headers
             else:
-                headers, pos = _decode_headers(data, pos)
+                headers, pos = _decode_headers(data, pos, header_cls)
             if pos != record_end:
                 raise CorruptRecordsError("record fields do not add up to its length")
             timestamp = base_ts + ts_delta if log_append_ts is None else log_append_ts
             if prefixed:
-                yield _new_tuple(record_cls, (topic, partition, base_offset + offset_delta,
-                                              timestamp, key, value, headers, ts_type))
+                append(_new_tuple(record_cls, (topic, partition, base_offset + offset_delta,
+                                               timestamp, key, value, headers, ts_type)))
             else:
-                yield _new_tuple(record_cls, (base_offset + offset_delta, timestamp, key, value,
-                                              headers, ts_type))
+                append(_new_tuple(record_cls, (base_offset + offset_delta, timestamp, key, value,
+                                               headers, ts_type)))
     except (IndexError, RemoteProtocolError) as exc:
         if isinstance(exc, CorruptRecordsError):
             raise
         raise CorruptRecordsError(f"malformed record in batch: {exc}") from exc
+    return out
 
 
-def _decode_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
+def _decode_headers(data: bytes, pos: int, header_cls: type) -> tuple[tuple[Header, ...], int]:
     header_count, pos = decode_varint(data, pos)
     if header_count < 0:
         raise CorruptRecordsError("record with a negative header count")
@@ -376,8 +393,11 @@ def _decode_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
         else:
             hval = data[pos : pos + hv_len]
             pos += hv_len
-        hs.append(Header(hkey, hval))
+        hs.append(_new_tuple(header_cls, (hkey, hval)))
     return tuple(hs), pos
+
+
+decode_records = speedups.decode_records if speedups is not None else _decode_records
 
 
 def patch_base_offset(buffer: bytearray | memoryview, position: int, base_offset: int) -> None:
@@ -386,7 +406,29 @@ def patch_base_offset(buffer: bytearray | memoryview, position: int, base_offset
 
 
 def encode_record(offset_delta: int, timestamp_delta: int, key, value, headers=()) -> bytes:
-    """One record's bytes, length prefix included."""
+    """One record's bytes, length prefix included.
+
+    Records without headers are encoded from the varint table when every number is small
+    (timestamp deltas within 8 s, offsets, lengths under 8 KiB): the common case.
+    """
+    table, limit = _TABLE, _TABLE_LIMIT
+    if not headers and -limit <= timestamp_delta < limit and 0 <= offset_delta < limit:
+        if key is None:
+            key_len, key = b"\x01", b""  # varint -1
+        else:
+            n = len(key)
+            key_len = table[n + limit] if n < limit else encode_varint(n)
+        if value is None:
+            value_len, value = b"\x01", b""
+        else:
+            n = len(value)
+            value_len = table[n + limit] if n < limit else encode_varint(n)
+        ts_part = table[timestamp_delta + limit]
+        od_part = table[offset_delta + limit]
+        # attributes byte + header count byte = 2
+        n = 2 + len(ts_part) + len(od_part) + len(key_len) + len(key) + len(value_len) + len(value)
+        return b"".join((table[n + limit] if n < limit else encode_varint(n), b"\x00", ts_part,
+                         od_part, key_len, key, value_len, value, b"\x00"))
     parts = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta)]
     if key is None:
         parts.append(b"\x01")  # varint -1
@@ -401,6 +443,8 @@ def encode_record(offset_delta: int, timestamp_delta: int, key, value, headers=(
     if headers:
         parts.append(encode_varint(len(headers)))
         for hkey, hvalue in headers:
+            if hkey is None:
+                raise TypeError("a header key must be str or bytes, not None")
             hk = hkey.encode("utf-8") if isinstance(hkey, str) else hkey
             parts.append(encode_varint(len(hk)))
             parts.append(hk)
@@ -415,11 +459,79 @@ def encode_record(offset_delta: int, timestamp_delta: int, key, value, headers=(
     return encode_varint(len(body)) + body
 
 
-class RecordBatchBuilder:
+class _RecordWriter:
+    """The record section of a batch being built, in pure Python: the reference twin of
+    ``_speedups.RecordWriter`` (same methods, same bytes, same errors).
+
+    ``append`` returns the record's offset delta, or ``None`` when the record would take the
+    batch past ``max_bytes`` (a record always fits in an empty batch).  A ``None`` timestamp
+    means now.  ``release()``, once the batch is built, drops the encoded records but keeps
+    the count and timestamps (the producer's delivery reports read them).
+    """
+
+    def __init__(self) -> None:
+        self.max_bytes: int | None = None
+        self.first_timestamp: int | None = None
+        self.max_timestamp = NO_TIMESTAMP
+        self.last_offset_delta = -1
+        self._parts: list[bytes] | None = []
+        self._size = HEADER_SIZE
+        self._timestamps: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._timestamps)
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Uncompressed size of the batch built so far, header included."""
+        return self._size
+
+    def append(self, timestamp: int | None, key, value, headers=()) -> int | None:
+        return self._append_at(len(self._timestamps), timestamp, key, value, headers)
+
+    def _append_at(self, offset_delta: int, timestamp: int | None, key, value,
+                   headers) -> int | None:
+        if self._parts is None:
+            raise ValueError("the batch was built and released: no more records")
+        if timestamp is None:
+            timestamp = int(time.time() * 1000)
+        first_ts = self.first_timestamp if self.first_timestamp is not None else timestamp
+        record = encode_record(offset_delta, timestamp - first_ts, key, value, headers)
+        size = self._size + len(record)
+        if self.max_bytes is not None and self._timestamps and size > self.max_bytes:
+            return None
+        self._parts.append(record)
+        self._size = size
+        self._timestamps.append(timestamp)
+        self.first_timestamp = first_ts
+        self.last_offset_delta = offset_delta
+        if timestamp > self.max_timestamp:  # noqa: PLR1730 - max() is a call: slower here
+            self.max_timestamp = timestamp
+        return offset_delta
+
+    def getvalue(self) -> bytes:
+        """The encoded records."""
+        if self._parts is None:
+            raise ValueError("the batch was built and released: no more records")
+        return b"".join(self._parts)
+
+    def release(self) -> None:
+        self._parts = None
+
+    def timestamp_at(self, index: int) -> int:
+        if not 0 <= index < len(self._timestamps):
+            raise IndexError("no record at that index")
+        return self._timestamps[index]
+
+
+class RecordBatchBuilder(speedups.RecordWriter if speedups is not None else _RecordWriter):
     """Appends records and closes them into one v2 batch with a single CRC computation.
 
-    Not thread-safe.  ``append`` returns the record's offset delta, or ``None`` when the
-    batch is full (``max_bytes`` would be exceeded and the batch is not empty).
+    Not thread-safe.  ``append(timestamp, key, value, headers=())`` returns the record's
+    offset delta, or ``None`` when the batch is full (``max_bytes`` would be exceeded and
+    the batch is not empty); a ``None`` timestamp means now.  The records are encoded by
+    the C accelerator when it is built (``trilog.records.IMPLEMENTATION``), else by
+    ``_RecordWriter`` above.
     """
 
     def __init__(
@@ -435,6 +547,7 @@ class RecordBatchBuilder:
         is_transactional: bool = False,
         max_bytes: int | None = None,
     ) -> None:
+        super().__init__()
         self.compression_type = compression_type
         self.base_offset = base_offset
         self.timestamp_type = timestamp_type
@@ -444,85 +557,6 @@ class RecordBatchBuilder:
         self.partition_leader_epoch = partition_leader_epoch
         self.is_transactional = is_transactional
         self.max_bytes = max_bytes
-        self._parts: list[bytes] = []
-        self._size = HEADER_SIZE
-        self._count = 0
-        self._first_timestamp: int | None = None
-        self._max_timestamp = NO_TIMESTAMP
-        self._last_offset_delta: int | None = None  # set by append_with_offset only
-
-    def __len__(self) -> int:
-        return self._count
-
-    @property
-    def size_in_bytes(self) -> int:
-        """Uncompressed size of the batch built so far."""
-        return self._size
-
-    def append(
-        self, timestamp: int, key: bytes | None, value: bytes | None, headers=()
-    ) -> int | None:
-        """Add a record; return its offset delta, or ``None`` if the batch is full.
-
-        The producer's per-record hot path.  Records without headers are encoded inline from
-        the varint table (timestamp deltas within 8 s, offsets, lengths under 8 KiB); the
-        rest go through ``encode_record``.
-        """
-        offset_delta = self._count
-        first_ts = self._first_timestamp
-        if first_ts is None:
-            first_ts = self._first_timestamp = timestamp
-        ts_delta = timestamp - first_ts
-        if headers or not -_TABLE_LIMIT <= ts_delta < _TABLE_LIMIT or offset_delta >= _TABLE_LIMIT:
-            record = encode_record(offset_delta, ts_delta, key, value, headers)
-        else:
-            table = _TABLE
-            if key is None:
-                key_len = b"\x01"  # varint -1
-                key = b""
-            else:
-                n = len(key)
-                key_len = table[n + _TABLE_LIMIT] if n < _TABLE_LIMIT else encode_varint(n)
-            if value is None:
-                value_len = b"\x01"
-                value = b""
-            else:
-                n = len(value)
-                value_len = table[n + _TABLE_LIMIT] if n < _TABLE_LIMIT else encode_varint(n)
-            ts_part = table[ts_delta + _TABLE_LIMIT]
-            od_part = table[offset_delta + _TABLE_LIMIT]
-            # attributes byte + header count byte = 2
-            n = (
-                2
-                + len(ts_part)
-                + len(od_part)
-                + len(key_len)
-                + len(key)
-                + len(value_len)
-                + len(value)
-            )
-            record = b"".join(
-                (
-                    table[n + _TABLE_LIMIT] if n < _TABLE_LIMIT else encode_varint(n),
-                    b"\x00",
-                    ts_part,
-                    od_part,
-                    key_len,
-                    key,
-                    value_len,
-                    value,
-                    b"\x00",
-                )
-            )
-        size = self._size + len(record)
-        if self.max_bytes is not None and offset_delta and size > self.max_bytes:
-            return None
-        self._parts.append(record)
-        self._size = size
-        self._count = offset_delta + 1
-        if timestamp > self._max_timestamp:  # noqa: PLR1730 - max() is a call: slower here
-            self._max_timestamp = timestamp
-        return offset_delta
 
     def append_with_offset(
         self, offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers=()
@@ -531,24 +565,13 @@ class RecordBatchBuilder:
         compacted log.  Offsets must increase from ``base_offset``; do not mix with ``append``.
         """
         delta = offset - self.base_offset
-        if delta < 0 or (self._count and delta <= self._last_offset_delta):
+        if delta < 0 or (len(self) and delta <= self.last_offset_delta):
             raise LocalProtocolError("offsets in a record batch must increase from its base")
-        if self._first_timestamp is None:
-            self._first_timestamp = timestamp
-        record = encode_record(delta, timestamp - self._first_timestamp, key, value, headers)
-        if self.max_bytes is not None and self._count and self._size + len(record) > self.max_bytes:
-            return None
-        self._parts.append(record)
-        self._size += len(record)
-        self._count += 1
-        self._last_offset_delta = delta
-        if timestamp > self._max_timestamp:  # noqa: PLR1730 - max() is a call: slower here
-            self._max_timestamp = timestamp
-        return delta
+        return self._append_at(delta, timestamp, key, value, headers)
 
     def build(self) -> bytes:
         """Close the batch: compress the records if asked, write the header, one CRC."""
-        body = b"".join(self._parts)
+        body = self.getvalue()
         if self.compression_type != _codecs.NONE:
             body = _codecs.compress(self.compression_type, body)
         attributes = self.compression_type
@@ -556,7 +579,7 @@ class RecordBatchBuilder:
             attributes |= TIMESTAMP_TYPE_MASK
         if self.is_transactional:
             attributes |= TRANSACTIONAL_MASK
-        first_ts = self._first_timestamp if self._first_timestamp is not None else NO_TIMESTAMP
+        first_ts = self.first_timestamp
         buf = bytearray(HEADER_SIZE + len(body))
         HEADER.pack_into(
             buf,
@@ -567,13 +590,13 @@ class RecordBatchBuilder:
             MAGIC,
             0,
             attributes,
-            max(self._count - 1, 0) if self._last_offset_delta is None else self._last_offset_delta,
-            first_ts,
-            self._max_timestamp,
+            max(self.last_offset_delta, 0),
+            first_ts if first_ts is not None else NO_TIMESTAMP,
+            self.max_timestamp,
             self.producer_id,
             self.producer_epoch,
             self.base_sequence,
-            self._count,
+            len(self),
         )
         buf[HEADER_SIZE:] = body
         _CRC_FIELD.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))

@@ -33,8 +33,8 @@ def encode_varint(value: int) -> bytes:
 def decode_varint(buf, pos: int) -> tuple[int, int]:
     """Decode a zig-zag varint at ``buf[pos]``; return ``(value, next_pos)``.
 
-    Raises ``RemoteProtocolError`` when the buffer ends inside the varint or the varint is
-    longer than a varlong may be.
+    Raises ``RemoteProtocolError`` when the buffer ends inside the varint or the varint does
+    not fit in 64 bits (a varlong's limit).
     """
     b = buf[pos] if pos < len(buf) else -1
     if 0 <= b < 0x80:  # the common one-byte case
@@ -49,6 +49,8 @@ def decode_varint(buf, pos: int) -> tuple[int, int]:
         if pos - start >= _MAX_VARLONG_BYTES:
             raise RemoteProtocolError("varint longer than 10 bytes")
         b = buf[pos]
+        if pos - start == _MAX_VARLONG_BYTES - 1 and b > 1:
+            raise RemoteProtocolError("varint does not fit in 64 bits")
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
