@@ -12,8 +12,10 @@ back: the broker sends the first batch whole.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Iterator, NamedTuple, Sequence
+from itertools import chain
+from typing import Any, NamedTuple
 
 import trio
 
@@ -53,6 +55,9 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int = 0
 
 
+_new_tuple = tuple.__new__
+
+
 class FetchedRecords:
     """The records one fetch returned for one partition, decoded when iterated.
 
@@ -60,8 +65,18 @@ class FetchedRecords:
     decoding); ``high_watermark`` is the partition's end when the broker answered.
     """
 
-    __slots__ = ("topic", "partition", "offset", "high_watermark", "log_start_offset",
-                 "_data", "_key_deserializer", "_value_deserializer", "next_offset", "_cached")
+    __slots__ = (
+        "_cached",
+        "_data",
+        "_key_deserializer",
+        "_value_deserializer",
+        "high_watermark",
+        "log_start_offset",
+        "next_offset",
+        "offset",
+        "partition",
+        "topic",
+    )
 
     def __init__(self, topic: str, partition: int, offset: int, data, high_watermark: int,
                  log_start_offset: int, key_deserializer=None, value_deserializer=None) -> None:
@@ -86,12 +101,13 @@ class FetchedRecords:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         if self._cached is not None:
             return iter(self._cached)
-        return self._decode()
+        # Each batch is decoded whole into a list; chain walks the lists without a Python
+        # frame per record.
+        return chain.from_iterable(self._decoded_batches())
 
-    def _decode(self) -> Iterator[ConsumerRecord]:
+    def _decoded_batches(self) -> Iterator[Iterable[ConsumerRecord]]:
         topic, partition, start = self.topic, self.partition, self.offset
         kd, vd = self._key_deserializer, self._value_deserializer
-        new = tuple.__new__
         prefix = (topic, partition)
         plain = kd is None and vd is None
         for batch in MemoryRecords(self._data).batches():
@@ -99,24 +115,24 @@ class FetchedRecords:
                 continue  # wholly before the asked offset: not even decoded
             if plain and type(batch) is RecordBatch and batch.base_offset >= start:
                 # The common case: v2 records become ConsumerRecords in the decoder itself.
-                yield from batch.iter_records(topic_partition=prefix,
-                                              record_cls=ConsumerRecord)
-                continue
-            for rec in batch:
-                if rec.offset < start:
-                    continue
-                if plain:
-                    yield new(ConsumerRecord, prefix + rec)
-                else:
-                    key = kd(rec.key) if kd is not None and rec.key is not None else rec.key
-                    value = vd(rec.value) if vd is not None and rec.value is not None else rec.value
-                    yield ConsumerRecord(topic, partition, rec.offset, rec.timestamp, key, value,
-                                         rec.headers, rec.timestamp_type)
+                yield batch.decode(topic_partition=prefix, record_cls=ConsumerRecord)
+            elif plain:
+                yield [_new_tuple(ConsumerRecord, prefix + rec) for rec in batch
+                       if rec.offset >= start]
+            else:  # user code: deserialized one record at a time, as iterated
+                yield (self._deserialized(rec) for rec in batch if rec.offset >= start)
+
+    def _deserialized(self, rec) -> ConsumerRecord:
+        kd, vd, key, value = self._key_deserializer, self._value_deserializer, rec.key, rec.value
+        return ConsumerRecord(self.topic, self.partition, rec.offset, rec.timestamp,
+                              kd(key) if kd is not None and key is not None else key,
+                              vd(value) if vd is not None and value is not None else value,
+                              rec.headers, rec.timestamp_type)
 
     def records(self) -> list[ConsumerRecord]:
         """Every record, decoded once (and kept: ``len`` and later iterations reuse it)."""
         if self._cached is None:
-            self._cached = list(self._decode())
+            self._cached = list(chain.from_iterable(self._decoded_batches()))
         return self._cached
 
     def __len__(self) -> int:
@@ -312,7 +328,7 @@ class SimpleConsumer:
     # -- iterate -----------------------------------------------------------------------------------
 
     def iterate(self, topic: str, partition: int = 0, offset: int = 0, *,
-                max_bytes: int | None = None) -> "PartitionIterator":
+                max_bytes: int | None = None) -> PartitionIterator:
         """Follow a partition from ``offset``: long-poll fetches (``fetch_max_wait_ms``,
         ``fetch_min_bytes``), the next one in flight while the caller works on the current
         records.  Ends only when the caller stops iterating (or on an error).
@@ -342,7 +358,7 @@ class PartitionIterator:
         self._records: Iterator[ConsumerRecord] = iter(())
         self._started = False
 
-    def __aiter__(self) -> "PartitionIterator":
+    def __aiter__(self) -> PartitionIterator:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
@@ -374,7 +390,7 @@ class PartitionIterator:
         self.close()
         await trio.lowlevel.checkpoint()
 
-    async def __aenter__(self) -> "PartitionIterator":
+    async def __aenter__(self) -> PartitionIterator:
         return self
 
     async def __aexit__(self, *exc_info) -> None:

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import trio
 
@@ -79,15 +79,27 @@ class RecordMetadata(NamedTuple):
 class _Batch:
     """One open or sealed batch of a partition, and the deliveries waiting on it."""
 
-    __slots__ = ("topic", "partition", "builder", "created", "deadline", "done", "base_offset",
-                 "error", "attempts", "size", "data", "retry_at", "timestamps", "callbacks",
-                 "log_append_time")
+    __slots__ = (
+        "attempts",
+        "base_offset",
+        "builder",
+        "created",
+        "data",
+        "deadline",
+        "done",
+        "error",
+        "log_append_time",
+        "partition",
+        "retry_at",
+        "size",
+        "topic",
+    )
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, now: float,
                  delivery_timeout_s: float) -> None:
         self.topic = topic
         self.partition = partition
-        self.builder = builder
+        self.builder = builder  # after sealing, it still knows its records' timestamps
         self.created = now
         self.deadline = now + delivery_timeout_s
         self.done = trio.Event()
@@ -97,8 +109,6 @@ class _Batch:
         self.size = 0  # bytes accounted against buffer_memory
         self.data: bytes | None = None  # the built batch, once sealed
         self.retry_at = 0.0
-        self.timestamps: list[int] = []
-        self.callbacks: list | None = None
         self.log_append_time = -1
 
 
@@ -130,7 +140,8 @@ class Delivery:
 
 def _metadata(batch: _Batch, index: int) -> RecordMetadata:
     offset = batch.base_offset + index if batch.base_offset >= 0 else -1
-    timestamp = batch.log_append_time if batch.log_append_time >= 0 else batch.timestamps[index]
+    timestamp = (batch.log_append_time if batch.log_append_time >= 0
+                 else batch.builder.timestamp_at(index))
     return RecordMetadata(batch.topic, batch.partition, offset, timestamp)
 
 
@@ -157,9 +168,6 @@ class Producer:
         self._value_serializer = value_serializer
         self._custom_partitioner = partitioner
         self._partitioner = DefaultPartitioner()
-        # The default partitioner's sticky choices, read directly on the hot path (empty,
-        # and so never used, with a custom partitioner).
-        self._sticky: dict[str, int] = self._partitioner.sticky if partitioner is None else {}
         self._retries = retries
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._delivery_timeout_s = delivery_timeout_ms / 1000
@@ -169,6 +177,9 @@ class Producer:
         self._on_delivery = on_delivery
         # (topic, partition) -> the open batch; sealed batches wait in _ready per partition.
         self._open: dict[tuple[str, int], _Batch] = {}
+        # topic -> the open batch of its sticky partition, where unkeyed records go (the
+        # default partitioner only; an entry goes when its batch is sealed).
+        self._sticky_batches: dict[str, _Batch] = {}
         self._ready: dict[tuple[str, int], deque[_Batch]] = {}
         self._in_flight: set[_Batch] = set()
         self._busy_partitions: set[tuple[str, int]] = set()
@@ -235,27 +246,39 @@ class Producer:
         if (key is not None and type(key) is not bytes) or \
                 (value is not None and type(value) is not bytes) or self._has_serializers:
             key, value = self._serialize(key, value)
+        if key is None and partition is None:
+            # Unkeyed records stick to one partition per batch: the common case goes
+            # straight to the open batch of the topic's sticky partition (a None timestamp
+            # is "now", read by the builder itself).
+            batch = self._sticky_batches.get(topic)
+            if batch is not None:
+                index = batch.builder.append(timestamp_ms, None, value, headers)
+                if index is not None:
+                    return Delivery(batch, index)
         if self._closed:
             raise ProducerClosedError("the producer is closed")
+        sticky = partition is None and key is None and self._custom_partitioner is None
         if partition is None:
-            # Unkeyed records stick to one partition per batch: the common case skips the
-            # partitioner (the sticky choice is dropped when the batch is sealed).
-            partition = self._sticky.get(topic) if key is None else None
-            if partition is None:
-                partition = self._choose_partition(topic, key)
+            partition = self._choose_partition(topic, key)
         elif (topic, partition) not in self._open:
             self._check_partition(topic, partition)
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         batch = self._open.get((topic, partition))
         if batch is not None:
-            index = batch.builder.append(timestamp, key, value, headers or ())
-            if index is not None:
-                batch.timestamps.append(timestamp)
-                if batch.callbacks is not None:
-                    batch.callbacks.append(index)
-                return Delivery(batch, index)
-            self._seal(batch)
-        return self._new_batch(topic, partition, timestamp, key, value, headers)
+            index = batch.builder.append(timestamp_ms, key, value, headers)
+            if index is None:
+                self._seal(batch)
+                batch = None
+                if sticky:  # sealing dropped the sticky choice: choose again
+                    partition = self._choose_partition(topic, key)
+                    batch = self._open.get((topic, partition))
+                    if batch is not None:
+                        index = batch.builder.append(timestamp_ms, key, value, headers)
+        if batch is None:
+            batch = self._new_batch(topic, partition, key, value, headers)
+            index = batch.builder.append(timestamp_ms, key, value, headers)
+        if sticky:
+            self._sticky_batches[topic] = batch
+        return Delivery(batch, index)
 
     def _reservation(self, key, value, headers) -> int:
         """Bytes a new batch for this record reserves from ``buffer_memory``."""
@@ -269,7 +292,8 @@ class Producer:
                 f"a record of {needed} bytes is larger than buffer_memory ({self._buffer_memory})")
         return max(min(self._batch_size, self._buffer_memory), needed)
 
-    def _new_batch(self, topic, partition, timestamp, key, value, headers) -> Delivery:
+    def _new_batch(self, topic: str, partition: int, key, value, headers) -> _Batch:
+        """Open a batch for a record, reserving its memory (``BufferFullError`` if none)."""
         reserve = self._reservation(key, value, headers)
         if self._buffer_used + reserve > self._buffer_memory:
             raise BufferFullError(
@@ -281,15 +305,9 @@ class Producer:
         self._buffer_used += reserve
         self._open[(topic, partition)] = batch
         self._unfinished.add(batch)
-        if self._on_delivery is not None:
-            batch.callbacks = []
         if not self._wakeup.is_set():
             self._wakeup.set()  # the sender computes the new linger deadline
-        index = batch.builder.append(timestamp, key, value, headers or ())
-        batch.timestamps.append(timestamp)
-        if batch.callbacks is not None:
-            batch.callbacks.append(index)
-        return Delivery(batch, index)
+        return batch
 
     async def send_and_wait(self, topic: str, value=None, key=None, **kwargs) -> RecordMetadata:
         """The sync path: send one record and wait for its acknowledgement."""
@@ -351,8 +369,10 @@ class Producer:
         tp = (batch.topic, batch.partition)
         if self._open.get(tp) is batch:
             del self._open[tp]
+        if self._sticky_batches.get(batch.topic) is batch:
+            del self._sticky_batches[batch.topic]
         batch.data = batch.builder.build()
-        batch.builder = None
+        batch.builder.release()  # the records are in batch.data now
         self._ready.setdefault(tp, deque()).append(batch)
         if self._custom_partitioner is None:
             self._partitioner.batch_done(batch.topic, batch.partition)
@@ -385,8 +405,8 @@ class Producer:
         self._buffer_used -= batch.size
         self._room.set()
         self._room = trio.Event()
-        if batch.callbacks and self._on_delivery is not None:
-            for index in batch.callbacks:
+        if self._on_delivery is not None:
+            for index in range(len(batch.builder)):
                 outcome = error if error is not None else _metadata(batch, index)
                 try:
                     self._on_delivery(outcome)
@@ -396,6 +416,7 @@ class Producer:
     def fail_all(self, error: BaseException) -> None:
         """Fail every unfinished delivery (used when the producer is cancelled)."""
         self._closed = True
+        self._sticky_batches.clear()  # every send now takes the path that checks _closed
         for batch in list(self._unfinished):
             self._complete(batch, error=error)
         self._open.clear()
@@ -434,7 +455,7 @@ class Producer:
 
     def _timeout_error(self, batch: _Batch, last: BaseException | None) -> DeliveryTimeoutError:
         return DeliveryTimeoutError(
-            f"{len(batch.timestamps)} records to {batch.topic}-{batch.partition} were not "
+            f"{len(batch.builder)} records to {batch.topic}-{batch.partition} were not "
             f"acknowledged within {self._delivery_timeout_s:.1f} s"
             + (f" (last error: {last})" if last else ""))
 
