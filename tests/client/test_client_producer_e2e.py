@@ -126,6 +126,29 @@ async def test_on_delivery_gets_the_error_of_a_failed_record(broker_process):
     assert len(outcomes) == 3 and all(isinstance(o, MessageTooLargeError) for o in outcomes[1:])
 
 
+async def test_a_batch_too_large_for_the_broker_is_split_and_sent_again(broker_process):
+    # The broker takes batches of 4000 bytes at most; the producer builds them up to 64 KiB.
+    broker = broker_process(overrides={"message.max.bytes": 4000})
+    values = [b"%04d:" % i + b"v" * 95 for i in range(300)]
+    values.insert(150, b"too large on its own" + bytes(5000))
+    outcomes = []
+    async with trilog.open_producer(bootstrap_servers=broker.bootstrap, linger_ms=50,
+                                    on_delivery=outcomes.append,
+                                    max_in_flight_requests_per_connection=1) as producer:
+        await producer.partitions_for("split")
+        deliveries = [producer.send_nowait("split", value=v, partition=0) for v in values]
+    big = deliveries.pop(150)
+    with pytest.raises(MessageTooLargeError):
+        big.result()
+    assert [d.result().offset for d in deliveries] == list(range(300))  # order kept
+    stored = await read_topic(broker.bootstrap, "split", [0])
+    assert [r.value for r in stored[0]] == values[:150] + values[151:]
+    assert len(outcomes) == 301
+    assert sorted(o.offset for o in outcomes if isinstance(o, trilog.RecordMetadata)) == \
+        list(range(300))
+    assert sum(isinstance(o, MessageTooLargeError) for o in outcomes) == 1
+
+
 async def test_send_and_wait_does_not_wait_for_linger(broker):
     async with trilog.open_producer(bootstrap_servers=broker.bootstrap,
                                     linger_ms=30_000) as producer:

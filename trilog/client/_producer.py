@@ -12,6 +12,8 @@ broker.  Each batch is compressed as a whole and gets one CRC.
 - Delivery: every record's ``Delivery`` resolves to ``RecordMetadata`` or fails with the
   broker's error, ``DeliveryTimeoutError`` after ``delivery_timeout_ms``, or
   ``ProducerClosedError`` when the producer is cancelled first.  Nothing fails silently.
+- Too large: a batch the broker rejects with ``MESSAGE_TOO_LARGE`` goes again as two
+  halves (and so on); only a record too large on its own fails.
 - Retries: retriable errors (``NOT_LEADER_OR_FOLLOWER``, ``UNKNOWN_TOPIC_OR_PARTITION``,
   lost connections, timeouts) refresh metadata and retry up to ``retries`` times after
   ``retry_backoff_ms``.  With ``max_in_flight_requests_per_connection=1`` a partition has
@@ -38,6 +40,7 @@ from trilog.errors import (
     ApiError,
     MessageTooLargeError,
     NetworkError,
+    RecordListTooLargeError,
     RequestTimedOutError,
     TrilogError,
     UnknownServerError,
@@ -45,7 +48,7 @@ from trilog.errors import (
     error_for_code,
 )
 from trilog.protocol import ProduceRequest
-from trilog.records import RecordBatchBuilder, codec_for_name
+from trilog.records import RecordBatch, RecordBatchBuilder, codec_for_name
 from trilog.records._v2 import HEADER_SIZE
 
 log = logging.getLogger("trilog.producer")
@@ -89,7 +92,9 @@ class _Batch:
         "deadline",
         "done",
         "error",
+        "halves",
         "log_append_time",
+        "parent",
         "partition",
         "retry_at",
         "size",
@@ -111,6 +116,21 @@ class _Batch:
         self.data: bytes | None = None  # the built batch, once sealed
         self.retry_at = 0.0
         self.log_append_time = -1
+        # Set when the broker found the batch too large and it went again as two halves:
+        # its records' outcomes are theirs (see Producer._split).
+        self.halves: tuple[_Batch, _Batch] | None = None
+        self.parent: _Batch | None = None
+
+    def leaf(self, index: int) -> tuple[_Batch, int]:
+        """The batch that carried record ``index`` to the broker, and its index there."""
+        batch = self
+        while batch.halves is not None:
+            first, second = batch.halves
+            if index < len(first.builder):
+                batch = first
+            else:
+                batch, index = second, index - len(first.builder)
+        return batch, index
 
 
 class Delivery:
@@ -127,16 +147,22 @@ class Delivery:
 
     def result(self) -> RecordMetadata:
         """The metadata of a finished delivery (raises its error, or if not finished)."""
-        batch = self._batch
-        if not batch.done.is_set():
+        if not self._batch.done.is_set():
             raise RuntimeError("the delivery has not finished; await wait()")
-        if batch.error is not None:
-            raise batch.error
-        return _metadata(batch, self._index)
+        outcome = _outcome(self._batch, self._index)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     async def wait(self) -> RecordMetadata:
         await self._batch.done.wait()
         return self.result()
+
+
+def _outcome(batch: _Batch, index: int) -> RecordMetadata | BaseException:
+    """What became of record ``index`` of a finished batch: its metadata or its error."""
+    batch, index = batch.leaf(index)
+    return batch.error if batch.error is not None else _metadata(batch, index)
 
 
 def _metadata(batch: _Batch, index: int) -> RecordMetadata:
@@ -401,16 +427,24 @@ class Producer:
         batch.base_offset = base_offset
         batch.error = error
         batch.log_append_time = log_append_time
+        self._finish(batch)
+
+    def _finish(self, batch: _Batch) -> None:
+        """A batch's outcome is known: wake its deliveries, free its memory, call back."""
         batch.done.set()
         self._unfinished.discard(batch)
+        parent = batch.parent
+        if parent is not None:  # a half: its parent finishes with its last half
+            if not parent.done.is_set() and all(h.done.is_set() for h in parent.halves):
+                self._finish(parent)
+            return
         self._buffer_used -= batch.size
         self._room.set()
         self._room = trio.Event()
         if self._on_delivery is not None:
             for index in range(len(batch.builder)):
-                outcome = error if error is not None else _metadata(batch, index)
                 try:
-                    self._on_delivery(outcome)
+                    self._on_delivery(_outcome(batch, index))
                 except Exception:
                     log.exception("on_delivery callback failed")
 
@@ -626,6 +660,10 @@ class Producer:
         if retriable and now >= batch.deadline:
             self._complete(batch, error=self._timeout_error(batch, error))
             return
+        if isinstance(error, (MessageTooLargeError, RecordListTooLargeError)) and \
+                len(batch.builder) > 1 and now < batch.deadline:
+            self._split(batch)
+            return
         if retriable and batch.attempts <= self._retries:
             batch.error = error  # remembered for the timeout message
             batch.retry_at = now + self._retry_backoff_s
@@ -634,6 +672,33 @@ class Producer:
             self._ready.setdefault(tp, deque()).appendleft(batch)
             return
         self._complete(batch, error=error)
+
+    def _split(self, batch: _Batch) -> None:
+        """The broker found ``batch`` too large (its ``message.max.bytes`` is below our
+        ``batch_size``): send its records again as two halves, in order, as Kafka's producer
+        does.  A half may split again; a single record too large fails with the error."""
+        records = RecordBatch(batch.data).decode()
+        cut = len(records) // 2
+        halves = []
+        for part in (records[:cut], records[cut:]):
+            builder = RecordBatchBuilder(compression_type=self._codec)
+            for record in part:
+                builder.append(record.timestamp, record.key, record.value, record.headers)
+            half = _Batch(batch.topic, batch.partition, builder, batch.created,
+                          self._delivery_timeout_s)
+            half.deadline, half.parent = batch.deadline, batch
+            half.data = builder.build()
+            builder.release()
+            halves.append(half)
+            self._unfinished.add(half)
+        log.info("%s-%d: a batch of %d records was too large for the broker; sending it again "
+                 "in two halves", batch.topic, batch.partition, len(records))
+        batch.halves = (halves[0], halves[1])
+        batch.data = None
+        self._unfinished.discard(batch)  # it finishes with its halves
+        queue = self._ready.setdefault((batch.topic, batch.partition), deque())
+        queue.appendleft(halves[1])
+        queue.appendleft(halves[0])
 
 
 def _record_size(key, value, headers) -> int:
