@@ -3,10 +3,7 @@ ConsumerProtocol and assignor, then real brokers, trilog members and kafka-pytho
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from contextlib import AsyncExitStack
@@ -15,7 +12,12 @@ import pytest
 import trio
 
 import trilog
-from group_helpers import drain, produce
+from group_helpers import (
+    check_cancel_mid_record_resumes_at_that_record,
+    drain,
+    produce,
+    script_processes,
+)
 from trilog.broker import open_broker
 from trilog.client import open_client
 from trilog.client._consumer_protocol import (
@@ -179,22 +181,11 @@ CONSUMER_SCRIPT = textwrap.dedent("""
 async def test_sigkill_moves_the_partitions_within_the_session_timeout(broker):
     await produce(broker.bootstrap, "kill", 0)
     opts = options(broker, topics={"kill": 1}, auto_commit_interval_ms=100)
-    procs = [subprocess.Popen([sys.executable, "-c", CONSUMER_SCRIPT, broker.bootstrap, "k"],
-                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    lines: list[list[dict]] = [[] for _ in procs]
-
-    def pump(i: int) -> None:  # one thread per process: its stdout into lines[i]
-        for line in procs[i].stdout:
-            lines[i].append(json.loads(line))
-
-    readers = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(2)]
-    for reader in readers:
-        reader.start()
 
     def consumed_by(ls) -> set:
         return {(x["p"], x["o"]) for x in list(ls) if "p" in x}
 
-    try:
+    with script_processes(CONSUMER_SCRIPT, (broker.bootstrap, "k"), 2) as (procs, lines):
         async with trilog.open_consumer("k", **opts) as me:
             mine: list = []
             async with trio.open_nursery() as nursery:
@@ -218,12 +209,6 @@ async def test_sigkill_moves_the_partitions_within_the_session_timeout(broker):
                 await wait_until(lambda: produced <= {(r.partition, r.offset) for r in mine}
                                  | consumed_by(lines[0]) | consumed_by(lines[1]), 30)
                 nursery.cancel_scope.cancel()
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-            p.wait(20)
-            p.stdout.close()
 
 
 async def test_commit_offsets_and_restart_resume_from_the_committed_offset(broker):
@@ -243,20 +228,7 @@ async def test_commit_offsets_and_restart_resume_from_the_committed_offset(broke
 
 
 async def test_cancelled_consumer_restarts_from_the_first_unprocessed_record(broker):
-    await produce(broker.bootstrap, "work", 50, partitions=1)
-    processed = []
-    opts = options(broker, topics={"work": 1}, auto_commit_interval_ms=50)
-    with trio.move_on_after(10) as scope:
-        async with trilog.open_consumer("c", **opts) as consumer:
-            async for record in consumer.streams["work"][0]:
-                if record.offset == 20:
-                    scope.cancel()
-                    await trio.sleep(1)  # cancelled here, mid-record: 20 is not processed
-                processed.append(record.offset)
-    assert scope.cancelled_caught and processed == list(range(20))
-    async with trilog.open_consumer("c", **opts, consumer_timeout_ms=1000) as consumer:
-        rest = [r.offset async for r in consumer.streams["work"][0]]
-    assert rest == list(range(20, 50))  # no loss, and nothing processed is seen again
+    await check_cancel_mid_record_resumes_at_that_record(broker.bootstrap, options(broker))
 
 
 async def test_topic_filter_picks_up_a_new_matching_topic(broker):

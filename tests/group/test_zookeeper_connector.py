@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -14,7 +10,12 @@ import trio
 from kazoo.client import KazooClient
 
 import trilog
-from group_helpers import drain, produce
+from group_helpers import (
+    check_cancel_mid_record_resumes_at_that_record,
+    drain,
+    produce,
+    script_processes,
+)
 from trilog.broker import open_broker
 
 
@@ -79,21 +80,8 @@ async def test_whitelist_picks_up_new_topics_and_blacklist_excludes(cluster, zoo
 
 async def test_cancelled_consumer_restarts_from_the_first_unprocessed_record(cluster, zookeeper):
     b1, _ = cluster
-    await produce(b1.bootstrap, "work", 50, partitions=1)
-    processed = []
-    opts = dict(zookeeper=zookeeper, topics={"work": 1}, auto_offset_reset="smallest",
-                auto_commit_interval_ms=50)
-    with trio.move_on_after(10) as scope:
-        async with trilog.open_consumer("c", **opts) as consumer:
-            async for record in consumer.streams["work"][0]:
-                if record.offset == 20:
-                    scope.cancel()
-                    await trio.sleep(1)  # cancelled here, mid-record: 20 is not processed
-                processed.append(record.offset)
-    assert scope.cancelled_caught and processed == list(range(20))
-    async with trilog.open_consumer("c", **opts, consumer_timeout_ms=1000) as consumer:
-        rest = [r.offset async for r in consumer.streams["work"][0]]
-    assert rest == list(range(20, 50))  # no loss, and nothing processed is seen again
+    await check_cancel_mid_record_resumes_at_that_record(
+        b1.bootstrap, {"zookeeper": zookeeper, "auto_offset_reset": "smallest"})
 
 
 async def test_offsets_in_zookeeper_and_clean_shutdown_deregisters(cluster, zookeeper):
@@ -137,17 +125,6 @@ async def test_sigkill_moves_partitions_and_no_partition_ever_has_two_owners(clu
     produced = {(p, o) for p in range(8) for o in range(_count_by_partition(200, 8)[p])}
     zk = KazooClient(zookeeper)
     zk.start(timeout=10)
-    procs = [subprocess.Popen([sys.executable, "-c", CONSUMER_SCRIPT, zookeeper, "k"],
-                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
-    lines: list[list[dict]] = [[] for _ in procs]
-
-    def pump(i: int) -> None:  # one thread per consumer: its stdout into lines[i]
-        for line in procs[i].stdout:
-            lines[i].append(json.loads(line))
-
-    readers = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(3)]
-    for reader in readers:
-        reader.start()
     owners_seen: list[dict] = []
 
     def owners() -> dict:
@@ -169,52 +146,52 @@ async def test_sigkill_moves_partitions_and_no_partition_ever_has_two_owners(clu
             time.sleep(0.05)
         raise AssertionError(f"timed out; last owners {owners_seen[-1] if owners_seen else None}")
 
-    def consumed() -> set:
-        return {(item["p"], item["o"]) for ls in lines for item in list(ls) if "p" in item}
-
     try:
-        def ids_known():
-            deadline = time.monotonic() + 30
-            while not all(ls and "id" in ls[0] for ls in lines):
-                assert time.monotonic() < deadline, "consumers did not start"
-                time.sleep(0.05)
-            return [ls[0]["id"] for ls in lines]
+        with script_processes(CONSUMER_SCRIPT, (zookeeper, "k"), 3) as (procs, lines):
 
-        ids = await trio.to_thread.run_sync(ids_known)
-        await trio.to_thread.run_sync(
-            wait_for, lambda o: len(o) == 8 and len({v.rsplit("-", 1)[0] for v in o.values()}) == 3,
-            30)
-        procs[0].kill()
-        procs[0].wait()
-        killed_at = time.monotonic()
-        snap = await trio.to_thread.run_sync(
-            wait_for, lambda o: len(o) == 8 and all(not v.startswith(ids[0]) for v in o.values()),
-            30)
-        assert time.monotonic() - killed_at < 15  # session timeout (2 s) plus a rebalance
-        assert {v.rsplit("-", 1)[0] for v in snap.values()} == set(ids[1:])
-        # Each snapshot names one owner per partition, always a member of the group.
-        for seen in owners_seen:
-            assert set(seen) <= {str(p) for p in range(8)}
-            assert {v.rsplit("-", 1)[0] for v in seen.values()} <= set(ids)
+            def consumed() -> set:
+                return {(item["p"], item["o"]) for ls in lines for item in list(ls)
+                        if "p" in item}
 
-        def all_consumed():
-            deadline = time.monotonic() + 30
-            while not produced <= consumed():
-                assert time.monotonic() < deadline, sorted(produced - consumed())[:10]
-                time.sleep(0.1)
+            def ids_known():
+                deadline = time.monotonic() + 30
+                while not all(ls and "id" in ls[0] for ls in lines):
+                    assert time.monotonic() < deadline, "consumers did not start"
+                    time.sleep(0.05)
+                return [ls[0]["id"] for ls in lines]
 
-        await trio.to_thread.run_sync(all_consumed)  # at least once, the victim included
-        # Duplicates only after the kill: before it, no record was consumed twice.
-        wall_killed_at = time.time() - (time.monotonic() - killed_at)
-        before = [(item["p"], item["o"]) for ls in lines for item in list(ls)
-                  if "p" in item and item["t"] < wall_killed_at]
-        assert len(before) == len(set(before))
+            ids = await trio.to_thread.run_sync(ids_known)
+            await trio.to_thread.run_sync(
+                wait_for,
+                lambda o: len(o) == 8 and len({v.rsplit("-", 1)[0] for v in o.values()}) == 3,
+                30)
+            procs[0].kill()
+            procs[0].wait()
+            killed_at = time.monotonic()
+            snap = await trio.to_thread.run_sync(
+                wait_for,
+                lambda o: len(o) == 8 and all(not v.startswith(ids[0]) for v in o.values()),
+                30)
+            assert time.monotonic() - killed_at < 15  # session timeout (2 s) plus a rebalance
+            assert {v.rsplit("-", 1)[0] for v in snap.values()} == set(ids[1:])
+            # Each snapshot names one owner per partition, always a member of the group.
+            for seen in owners_seen:
+                assert set(seen) <= {str(p) for p in range(8)}
+                assert {v.rsplit("-", 1)[0] for v in seen.values()} <= set(ids)
+
+            def all_consumed():
+                deadline = time.monotonic() + 30
+                while not produced <= consumed():
+                    assert time.monotonic() < deadline, sorted(produced - consumed())[:10]
+                    time.sleep(0.1)
+
+            await trio.to_thread.run_sync(all_consumed)  # at least once, the victim included
+            # Duplicates only after the kill: before it, no record was consumed twice.
+            wall_killed_at = time.time() - (time.monotonic() - killed_at)
+            before = [(item["p"], item["o"]) for ls in lines for item in list(ls)
+                      if "p" in item and item["t"] < wall_killed_at]
+            assert len(before) == len(set(before))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-            p.wait(20)
-            p.stdout.close()
         zk.stop()
         zk.close()
 
