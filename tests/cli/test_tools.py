@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import types
 
 import pytest
 import trio
@@ -308,3 +309,39 @@ async def test_produce_and_consume_through_zookeeper(tmp_path, zookeeper):
                              "--format", "{key}={value}")
         assert consumed.returncode == 0, consumed.stderr
         assert consumed.stdout.splitlines() == ["a=1", "b=2"]
+
+
+class _FakeDelivery:
+    def __init__(self, error=None) -> None:
+        self.error = error
+
+    def done(self) -> bool:
+        return True
+
+    def exception(self):
+        return self.error
+
+    async def wait(self) -> None:
+        raise AssertionError("done deliveries are not waited for")
+
+
+@pytest.mark.parametrize("every", [1, 3])
+async def test_perf_collector_times_acknowledged_records_and_counts_failures(monkeypatch,
+                                                                              every):
+    from trilog.cli import _perf
+
+    # "now", when the collector stamps: only the module's clock, not trio's
+    monkeypatch.setattr(_perf, "time", types.SimpleNamespace(perf_counter=lambda: 10.0))
+    stats = _perf.LatencyStats(1)
+    stats.sample_every = every
+    errors = [None] * 10
+    errors[0] = errors[6] = trilog.TrilogError("broker said no")
+    deliveries = [_FakeDelivery(e) for e in errors]
+    sent_at = [1.0 + i for i in range(10)]  # latencies 9, 8, ... 0 seconds
+    seen = []
+    await _perf._collect(stats, sent_at, deliveries, lambda: True, seen.append)
+    acked = [10.0 - t for t, e in zip(sent_at, errors) if e is None]
+    assert (stats.count, stats.failed, len(seen)) == (8, 2, 2)
+    assert stats.total == pytest.approx(sum(acked))
+    assert stats.max == pytest.approx(8.0)  # the oldest acknowledged record, sent at 2.0
+    assert list(stats.samples) == pytest.approx(acked[every - 1::every])

@@ -154,6 +154,14 @@ class Delivery:
             raise outcome
         return outcome
 
+    def exception(self) -> BaseException | None:
+        """The error of a finished delivery, or ``None`` if it was acknowledged (cheaper
+        than ``result()`` for code that only counts failures)."""
+        if not self._batch.done.is_set():
+            raise RuntimeError("the delivery has not finished; await wait()")
+        batch, _index = self._batch.leaf(self._index)
+        return batch.error
+
     async def wait(self) -> RecordMetadata:
         await self._batch.done.wait()
         return self.result()
