@@ -5,6 +5,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
+#: The longest a per-record async call (``Producer.send``, ``MessageStream.__anext__``) goes
+#: without yielding to other tasks.  Each call checks for cancellation, but a full yield to
+#: the scheduler costs more than a record, so while records are at hand they yield at most
+#: this often: other tasks never wait longer than that for them.
+YIELD_INTERVAL_S = 0.001
+
 
 @contextmanager
 def unwrap_exception_group() -> Iterator[None]:

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from trilog._concurrency import unwrap_exception_group
+from trilog._concurrency import YIELD_INTERVAL_S, unwrap_exception_group
 from trilog.client._client import Client, open_client
 from trilog.client._partitioner import DefaultPartitioner
 from trilog.errors import (
@@ -52,9 +52,6 @@ from trilog.records import RecordBatch, RecordBatchBuilder, codec_for_name
 from trilog.records._v2 import HEADER_SIZE
 
 log = logging.getLogger("trilog.producer")
-
-#: The longest ``send`` goes without yielding to other tasks (see ``Producer.send``).
-YIELD_INTERVAL_S = 0.001
 
 # Per-record overhead of the v2 format beyond key and value (length, attributes, deltas,
 # key/value lengths, header count): used to account memory before encoding.
