@@ -8,6 +8,7 @@ from contextlib import aclosing
 import pytest
 import trio
 from client_helpers import create_topic
+from pacing_helpers import longest_run_without_other_tasks
 
 import trilog
 from trilog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
@@ -166,6 +167,22 @@ async def test_iterate_follows_new_records_with_long_polls(broker):
     # A long poll answers as soon as data arrives, not at the end of its wait.
     lags = [t - sent_at[v] for t, _o, v in received]
     assert max(lags) < 0.35, lags
+
+
+async def test_iterate_is_a_cancellation_point_and_lets_other_tasks_run(broker):
+    async with trilog.open_producer(bootstrap_servers=broker.bootstrap) as producer:
+        await producer.partitions_for("busy")
+        for i in range(20_000):
+            producer.send_nowait("busy", b"%d" % i, partition=0)
+    async with trilog.open_simple_consumer(bootstrap_servers=broker.bootstrap) as consumer:
+        async with aclosing(consumer.iterate("busy", 0, 0)) as records:
+            # One or two fetches hold every record, yet other tasks run every millisecond
+            # or so: never 10,000 records in a row without them.
+            assert await longest_run_without_other_tasks(records, 20_000) < 10_000
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await records.__anext__()
+            assert scope.cancelled_caught
 
 
 async def test_iterate_prefetches_while_the_caller_works(broker):

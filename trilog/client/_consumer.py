@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from trilog._concurrency import unwrap_exception_group
+from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._client import Client, open_client
 from trilog.errors import (
     ApiError,
@@ -357,6 +357,7 @@ class PartitionIterator:
         self._scope = trio.CancelScope()
         self._records: Iterator[ConsumerRecord] = iter(())
         self._started = False
+        self._pacer = YieldPacer()
 
     def __aiter__(self) -> PartitionIterator:
         return self
@@ -371,7 +372,9 @@ class PartitionIterator:
         while True:
             record = next(self._records, None)
             if record is not None:
-                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.checkpoint_if_cancelled()
+                if self._pacer.due():  # a full yield at most once a millisecond
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return record
             try:
                 item = await self._receive.receive()

@@ -44,7 +44,7 @@ from typing import Any, AsyncIterator
 
 import trio
 
-from trilog._concurrency import YIELD_INTERVAL_S, unwrap_exception_group
+from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_group, thread_ids
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import ConsumerRecord, FetchedRecords, SimpleConsumer, EARLIEST, LATEST
@@ -80,15 +80,14 @@ class MessageStream:
         self._chunk: Any = None  # iterator over the current FetchedRecords
         self._chunk_generation = -1
         self._last: ConsumerRecord | None = None
-        self._last_yield = 0.0
+        self._pacer = YieldPacer()
 
     def __aiter__(self) -> "MessageStream":
         return self
 
     async def __anext__(self) -> ConsumerRecord:
-        """The next record.  Every call is a cancellation point; a full yield to the
-        scheduler costs more than a record, so while records are at hand it yields at most
-        once per ``YIELD_INTERVAL_S`` (as ``Producer.send`` does)."""
+        """The next record.  Every call is a cancellation point; while records are at hand
+        it yields to other tasks at most once a millisecond (see ``YieldPacer``)."""
         self.mark_processed()
         connector = self._connector
         while True:
@@ -98,9 +97,7 @@ class MessageStream:
                     if record is not None:
                         self._last = record
                         await trio.lowlevel.checkpoint_if_cancelled()
-                        now = time.perf_counter()
-                        if now - self._last_yield >= YIELD_INTERVAL_S:
-                            self._last_yield = now
+                        if self._pacer.due():
                             await trio.lowlevel.cancel_shielded_checkpoint()
                         return record
                 self._chunk = None  # used up, or from before a rebalance

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -33,7 +32,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from trilog._concurrency import YIELD_INTERVAL_S, unwrap_exception_group
+from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._client import Client, open_client
 from trilog.client._partitioner import DefaultPartitioner
 from trilog.errors import (
@@ -224,7 +223,7 @@ class Producer:
         self._node_slots: dict[int, trio.Semaphore] = {}
         self._writers: dict[int, trio.MemorySendChannel] = {}
         self._topic_cache: dict[str, tuple] = {}  # topic -> (metadata, partitions, available)
-        self._last_yield = 0.0
+        self._pacer = YieldPacer()
         self._has_serializers = key_serializer is not None or value_serializer is not None
         self._refreshing = False
 
@@ -234,9 +233,8 @@ class Producer:
                    timestamp_ms: int | None = None, headers=None) -> Delivery:
         """Queue a record (async mode); waits while ``buffer_memory`` is full.
 
-        Every call is a cancellation point.  A full yield to the scheduler costs more than
-        queueing a record, so while there is room ``send`` yields at most once per
-        ``YIELD_INTERVAL_S`` of sending: other tasks never wait longer than that for it.
+        Every call is a cancellation point; while there is room it yields to other tasks
+        at most once a millisecond (see ``trilog._concurrency.YieldPacer``).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         if topic not in self._topic_cache and not self._client.metadata.value.partitions_for(topic):
@@ -249,9 +247,7 @@ class Producer:
             except BufferFullError:
                 k, v = self._serialize(key, value)
                 await self._wait_for_room(self._reservation(k, v, headers))
-        now = time.perf_counter()  # wall time (trio's clock costs more, and may be virtual)
-        if now - self._last_yield >= YIELD_INTERVAL_S:
-            self._last_yield = now
+        if self._pacer.due():
             await trio.lowlevel.cancel_shielded_checkpoint()
         return delivery
 
