@@ -285,11 +285,8 @@ async def trio_roundtrip(stream: trio.SocketStream, request: p.Message, version:
 
 
 def kafka_producer(bootstrap: str, **kw):
-    """A kafka-python producer that works with trilog today.
-
-    kafka-python 3 defaults to acks='all' with idempotence, which needs InitProducerId:
-    trilog does not serve it yet, so acks=1 and no idempotence.
-    """
+    """A kafka-python producer for the volume tests: acks=1 without idempotence (kafka-python
+    3's default is acks='all' with idempotence; tests of that set it themselves)."""
     settings = {"acks": 1, "enable_idempotence": False, "batch_size": 256 * 1024}
     settings.update(kw)
     return kafka_helpers.kafka_producer(bootstrap, **settings)

@@ -21,6 +21,7 @@ from broker_helpers import (
     produce,
     produce_request,
     read_response,
+    roundtrip,
     send_request,
 )
 
@@ -115,3 +116,46 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_record(broker_process, tmp_
     again = broker_process(log_dir)
     with connect(again.bootstrap) as sock:
         assert len(fetch_all(sock, TOPIC, 0)) == n + 2
+
+
+@pytest.mark.parametrize("how", ["clean", "sigkill"])
+def test_an_idempotent_batch_resent_across_a_restart_is_not_written_twice(broker_process,
+                                                                           tmp_path, how):
+    """The broker rebuilds its producers' sequence numbers from the log when it restarts,
+    so the retry of a batch whose acknowledgement was lost is recognized."""
+    from trilog.records import RecordBatchBuilder
+
+    def idempotent(seq: int, n: int = 4) -> bytes:
+        builder = RecordBatchBuilder(producer_id=4242, producer_epoch=0, base_sequence=seq)
+        for i in range(n):
+            builder.append(1_000 + i, None, b"seq-%d" % (seq + i))
+        return builder.build()
+
+    log_dir = tmp_path / "idem"
+    broker = broker_process(log_dir, overrides={"log.flush.interval.messages": 1})
+    with connect(broker.port) as sock:
+        create_topic(sock, "idem")
+        for seq in (0, 4, 8):
+            result = only_partition(roundtrip_produce(sock, idempotent(seq)))
+            assert (result.error_code, result.base_offset) == (0, seq)
+    if how == "sigkill":
+        os.kill(broker.proc.pid, signal.SIGKILL)
+        broker.proc.wait(10)
+    else:
+        assert broker.stop() == 0
+    restarted = broker_process(log_dir)
+    with connect(restarted.port) as sock:
+        # The last batch again (its acknowledgement was "lost"): the original offset, no copy.
+        again = only_partition(roundtrip_produce(sock, idempotent(8)))
+        assert (again.error_code, again.base_offset) == (0, 8)
+        # A gap is still refused, and the next batch goes on where the producer left off.
+        gap = only_partition(roundtrip_produce(sock, idempotent(20)))
+        assert gap.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        after = only_partition(roundtrip_produce(sock, idempotent(12)))
+        assert (after.error_code, after.base_offset) == (0, 12)
+        values = [r.value for r in fetch_all(sock, "idem", 0)]
+    assert values == [b"seq-%d" % i for i in range(16)]
+
+
+def roundtrip_produce(sock, records: bytes):
+    return roundtrip(sock, produce_request("idem", 0, records), 3)

@@ -46,5 +46,29 @@ def test_non_idempotent_batches_and_other_partitions_are_unchecked():
     assert table.check(TP, plain) is None
     table.record(TP, batch(seq=0), 0)
     assert table.check(("t", 1), batch(seq=9)) is None
-    table.forget_partition(TP)
+    table.forget_topic("t")
     assert table.check(TP, batch(seq=9)) is None
+
+
+def test_a_partition_is_rebuilt_from_its_stored_batch_headers(tmp_path):
+    """After a restart, the headers in the log say what each producer sent last."""
+    from trilog.storage import Log, LogConfig
+
+    log = Log(str(tmp_path / "t-0"), LogConfig(segment_bytes=300))  # several segments
+    for seq in range(0, 30, 3):
+        log.append(batch(seq=seq))
+    log.append(batch(pid=-1, seq=-1))  # a non-idempotent producer in between
+    loads = []
+
+    def load(tp):
+        loads.append(tp)
+        return log.batch_headers()
+
+    table = ProducerStateTable(load=load)
+    last = batch(seq=27)
+    assert table.check(TP, last) == 27  # a resend of the last batch: its original offset
+    assert table.check(TP, batch(seq=30)) is None  # the next one is new
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        table.check(TP, batch(seq=33))
+    assert loads == [TP]  # rebuilt once, when the partition was first checked
+    log.close()

@@ -36,6 +36,7 @@ def manager_factory(tmp_path):
 def test_public_names():
     assert sorted(trilog.storage.__all__) == sorted(
         [
+            "BatchHeader",
             "CLEAN_SHUTDOWN_FILE",
             "EARLIEST_TIMESTAMP",
             "FetchSlice",

@@ -99,7 +99,7 @@ class RequestHandler:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
         }
         self._producer_ids = _producer_id_source(config.broker_id)
-        self.producers = ProducerStateTable()
+        self.producers = ProducerStateTable(load=self._stored_batch_headers)
         self._locks_lock = threading.Lock()
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self.supported = {k: v for k, v in API_VERSIONS.items() if k in self._handlers}
@@ -253,6 +253,10 @@ class RequestHandler:
                        for n, p in by_topic.items()],
             throttle_time_ms=0,
         )
+
+    def _stored_batch_headers(self, tp: tuple[str, int]):
+        lg = self.logs.get_log(*tp)
+        return lg.batch_headers() if lg is not None else ()
 
     def _partition_lock(self, tp: tuple[str, int]) -> threading.Lock:
         lock = self._partition_locks.get(tp)
@@ -481,6 +485,7 @@ class RequestHandler:
                 if name in INTERNAL_TOPICS:
                     raise TopicAuthorizationFailedError(f"{name} is internal")
                 await self.cluster.delete_topic(name)
+                self.producers.forget_topic(name)
                 results.append(R.DeletableTopicResult(name=name, error_code=0))
             except ApiError as exc:
                 results.append(R.DeletableTopicResult(name=name, error_code=_code(exc)))

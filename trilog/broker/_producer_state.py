@@ -11,19 +11,23 @@ next expected sequence and the last five batches (sequence range -> base offset)
 - anything else from the current epoch: ``OUT_OF_ORDER_SEQUENCE_NUMBER``;
 - an older epoch: ``INVALID_PRODUCER_EPOCH``; a newer epoch or an unknown producer: append.
 
-The table lives in memory: after a broker restart the first batch of each producer is
-accepted as new (a retry that straddles a restart may be written twice, as with a
-non-idempotent producer).  Reads only batch headers.  Not thread-safe: the caller holds a
-lock around ``check`` + append + ``record``.
+The table lives in memory and is rebuilt after a restart: the first time a partition is
+checked, its last two segments' batch headers are replayed into it (``load``), so a batch
+resent across a broker restart is still recognized as a duplicate.  (Kafka also snapshots
+this state; two segments hold the last batches of any producer still retrying.)  Reads only
+batch headers.  Not thread-safe: the caller holds a lock around ``check`` + append +
+``record``.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from trilog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
 from trilog.records import iter_batches
+from trilog.storage import BatchHeader
 
 MAX_PRODUCERS_PER_PARTITION = 10_000
 RECENT_BATCHES = 5
@@ -38,8 +42,12 @@ class _Producer:
 
 
 class ProducerStateTable:
-    def __init__(self) -> None:
+    def __init__(self, load: Callable[[tuple[str, int]], Iterable[BatchHeader]] | None = None
+                 ) -> None:
+        """``load(tp)`` gives the stored batch headers a partition's state is rebuilt from
+        (oldest first); without it a partition starts empty."""
         self._partitions: dict[tuple[str, int], OrderedDict[int, _Producer]] = {}
+        self._load = load
 
     def check(self, tp: tuple[str, int], records) -> int | None:
         """Before an append: ``None`` to append, or the base offset of the duplicate it is.
@@ -50,8 +58,7 @@ class ProducerStateTable:
         if first is None:
             return None
         pid, epoch, base_seq, last_seq = first
-        producers = self._partitions.get(tp)
-        state = producers.get(pid) if producers else None
+        state = self._producers(tp).get(pid)
         if state is None or epoch > state.epoch:
             return None
         if epoch < state.epoch:
@@ -69,25 +76,45 @@ class ProducerStateTable:
 
     def record(self, tp: tuple[str, int], records, first_offset: int) -> None:
         """After an append at ``first_offset``: remember each idempotent batch."""
-        producers = self._partitions.setdefault(tp, OrderedDict())
+        producers = self._producers(tp)
         offset = first_offset
         for batch in iter_batches(records):
-            count = batch.last_offset_delta + 1
-            if batch.producer_id >= 0 and batch.base_sequence >= 0:
-                state = producers.get(batch.producer_id)
-                if state is None or batch.producer_epoch > state.epoch:
-                    state = _Producer(batch.producer_epoch, 0)
-                    producers[batch.producer_id] = state
-                last_seq = (batch.base_sequence + batch.last_offset_delta) % _SEQ_MOD
-                state.recent.append(((batch.base_sequence, last_seq), offset))
-                state.next_sequence = (last_seq + 1) % _SEQ_MOD
-                producers.move_to_end(batch.producer_id)
-                if len(producers) > MAX_PRODUCERS_PER_PARTITION:
-                    producers.popitem(last=False)
-            offset += count
+            _remember(producers, batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                      batch.last_offset_delta, offset)
+            offset += batch.last_offset_delta + 1
 
-    def forget_partition(self, tp: tuple[str, int]) -> None:
-        self._partitions.pop(tp, None)
+    def forget_topic(self, topic: str) -> None:
+        """The topic was deleted: a new one of that name starts with no producers."""
+        for tp in list(self._partitions):  # one C-level copy: safe beside worker threads
+            if tp[0] == topic:
+                self._partitions.pop(tp, None)
+
+    def _producers(self, tp: tuple[str, int]) -> OrderedDict[int, _Producer]:
+        producers = self._partitions.get(tp)
+        if producers is None:
+            producers = OrderedDict()
+            if self._load is not None:
+                for h in self._load(tp):
+                    _remember(producers, h.producer_id, h.producer_epoch, h.base_sequence,
+                              h.last_offset_delta, h.base_offset)
+            self._partitions[tp] = producers
+        return producers
+
+
+def _remember(producers: OrderedDict[int, _Producer], pid: int, epoch: int, base_seq: int,
+              last_offset_delta: int, base_offset: int) -> None:
+    """One appended batch (stored at ``base_offset``) of producer ``pid``, if idempotent."""
+    if pid < 0 or base_seq < 0:
+        return
+    state = producers.get(pid)
+    if state is None or epoch > state.epoch:
+        state = producers[pid] = _Producer(epoch, 0)
+    last_seq = (base_seq + last_offset_delta) % _SEQ_MOD
+    state.recent.append(((base_seq, last_seq), base_offset))
+    state.next_sequence = (last_seq + 1) % _SEQ_MOD
+    producers.move_to_end(pid)
+    if len(producers) > MAX_PRODUCERS_PER_PARTITION:
+        producers.popitem(last=False)
 
 
 def _first_idempotent_batch(records) -> tuple[int, int, int, int] | None:

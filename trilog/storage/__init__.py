@@ -21,13 +21,14 @@ from trilog.storage._retention import (
     offsets_before,
     segments_to_delete,
 )
-from trilog.storage._segment import LogSegment
+from trilog.storage._segment import BatchHeader, LogSegment
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "RECOVERY_POINT_CHECKPOINT_FILE",
+    "BatchHeader",
     "FetchSlice",
     "Log",
     "LogAppendInfo",

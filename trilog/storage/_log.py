@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from bisect import bisect_right
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from functools import partial
 from typing import NamedTuple
@@ -46,8 +47,10 @@ from trilog.storage._segment import (
     LOG_OVERHEAD,
     MAX_RELATIVE_OFFSET,
     MIN_BATCH_LENGTH,
+    BatchHeader,
     LogSegment,
     now_ms,
+    walk_batches,
 )
 
 logger = logging.getLogger("trilog.storage")
@@ -568,6 +571,22 @@ class Log:
             log_start_offset=self.log_start_offset,
             log_end_offset=self.log_end_offset,
         )
+
+    def batch_headers(self, last_segments: int = 2) -> Iterator[BatchHeader]:
+        """The headers of the batches in the last ``last_segments`` segments, oldest first,
+        without reading records: what the broker rebuilds its idempotent producers'
+        sequence numbers from after a restart."""
+        segments, _bases, _start, _leo, active_size = self._state
+        for segment in segments[-last_segments:]:
+            fd = segment.dup_fd()
+            if fd is None:
+                continue  # deleted by retention meanwhile
+            end = active_size if segment is segments[-1] else segment.size
+            try:
+                for _position, _size, header in walk_batches(fd, 0, end, chunk=1 << 20):
+                    yield header
+            finally:
+                os.close(fd)
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """ListOffsets v1+: the first record whose timestamp is >= ``timestamp``.

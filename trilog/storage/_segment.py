@@ -11,6 +11,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from trilog.records import crc32c
 from trilog.storage._index import IndexCorruptError, OffsetIndex, TimeIndex
@@ -25,6 +26,31 @@ MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 CRC_START = 21  # the CRC covers attributes .. end of batch
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a stored batch, as ``walk_batches`` reads it."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+
+_new_header = tuple.__new__
 _SCAN_CHUNK = 16 * 1024
 _RECOVERY_CHUNK = 4 * 1024 * 1024
 
@@ -39,9 +65,9 @@ def now_ms() -> int:
 
 def walk_batches(
     fd: int, start: int, end: int, *, check: bool = False, chunk: int = _SCAN_CHUNK
-) -> Iterator[tuple[int, int, int, int, int]]:
-    """Yield ``(position, size, base_offset, last_offset_delta, max_timestamp)`` for each
-    batch of ``file[start:end]``, reading large chunks and decoding only headers.
+) -> Iterator[tuple[int, int, BatchHeader]]:
+    """Yield ``(position, size, header)`` for each batch of ``file[start:end]``, reading
+    large chunks and decoding only headers.
 
     Stops silently at the first batch that is partial or has a nonsense length; with
     ``check`` also at the first with a wrong magic, inconsistent counts or a bad CRC-32C.
@@ -58,9 +84,8 @@ def walk_batches(
             buf_start, rel = pos, 0
             if len(buf) < HEADER_SIZE:
                 return
-        (base, length, _e, magic, crc, _a, delta, _ft, max_ts, _p, _pe, _s, count) = unpack(
-            buf, rel
-        )
+        header = _new_header(BatchHeader, unpack(buf, rel))
+        (_base, length, _e, magic, crc, _a, delta, _ft, _max_ts, _p, _pe, _s, count) = header
         size = length + LOG_OVERHEAD
         if length < MIN_BATCH_LENGTH or pos + size > end:
             return
@@ -74,7 +99,7 @@ def walk_batches(
                     return
             if crc32c(memoryview(buf)[rel + CRC_START : rel + size]) != crc:
                 return
-        yield pos, size, base, delta, max_ts
+        yield pos, size, header
         pos += size
 
 
@@ -177,11 +202,12 @@ class LogSegment:
         self.next_offset = self.base_offset
         self.bytes_since_last_index_entry = 0
         end = position
-        for pos, size, base, delta, max_ts in walk_batches(self.fd, position, self.size):
+        for pos, size, header in walk_batches(self.fd, position, self.size):
             end = pos + size
-            self.next_offset = base + delta + 1
-            if max_ts > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = max_ts, base + delta
+            self.next_offset = header.last_offset + 1
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
         if len(self.offset_index) and self.next_offset <= last_offset:
             return False
         return end == self.size
@@ -222,13 +248,11 @@ class LogSegment:
         limit = self.base_offset + MAX_RELATIVE_OFFSET
         valid_end = 0
         chunk = _RECOVERY_CHUNK if check else _SCAN_CHUNK
-        for pos, size, base, delta, max_ts in walk_batches(
-            self.fd, 0, self.size, check=check, chunk=chunk
-        ):
-            last = base + delta
-            if check and (base < expected or last > limit):
+        for pos, size, header in walk_batches(self.fd, 0, self.size, check=check, chunk=chunk):
+            last = header.last_offset
+            if check and (header.base_offset < expected or last > limit):
                 break
-            self._index_batch(pos, size, last, max_ts)
+            self._index_batch(pos, size, last, header.max_timestamp)
             expected = last + 1
             valid_end = pos + size
         self.next_offset = expected if valid_end else self.base_offset
@@ -328,9 +352,9 @@ class LogSegment:
         """The first batch whose last offset is >= ``offset``: ``(position, size, base_offset)``,
         or None.  An index binary search and a short header walk."""
         _, start = self.offset_index.lookup(offset)
-        for pos, size, base, delta, _ in walk_batches(fd, start, max_position):
-            if base + delta >= offset:
-                return pos, size, base
+        for pos, size, header in walk_batches(fd, start, max_position):
+            if header.last_offset >= offset:
+                return pos, size, header.base_offset
         return None
 
     def read(self, fd: int, offset: int, max_bytes: int, max_position: int):
@@ -351,7 +375,7 @@ class LogSegment:
         elif limit > end:
             # Jump close to the limit with the index, then walk the last few headers.
             end = max(end, self.offset_index.lookup_position(limit))
-            for pos, size, _, _, _ in walk_batches(fd, end, max_position):
+            for pos, size, _header in walk_batches(fd, end, max_position):
                 if pos + size > limit:
                     break
                 end = pos + size
@@ -362,9 +386,9 @@ class LogSegment:
         ``(position, size, base_offset)`` or None."""
         offset = self.time_index.lookup(timestamp)
         _, start = self.offset_index.lookup(self.base_offset if offset is None else offset)
-        for pos, size, base, _delta, max_ts in walk_batches(fd, start, max_position):
-            if max_ts >= timestamp:
-                return pos, size, base
+        for pos, size, header in walk_batches(fd, start, max_position):
+            if header.max_timestamp >= timestamp:
+                return pos, size, header.base_offset
         return None
 
     @property
