@@ -386,3 +386,33 @@ async def test_a_stream_is_a_cancellation_point_and_lets_other_tasks_run(broker)
             scope.cancel()
             await stream.__anext__()
         assert scope.cancelled_caught
+
+
+async def test_a_member_holding_a_record_past_max_poll_interval_leaves_and_rejoins(broker):
+    """Kafka's max.poll.interval.ms: the stuck member's partitions go to the other member
+    (from the last commit), and it comes back when it asks for a record again."""
+    await produce(broker.bootstrap, "slow", 40, partitions=2)
+    async with trilog.open_simple_consumer(bootstrap_servers=broker.bootstrap) as simple:
+        ends = [(await simple.offsets_before("slow", p, time=trilog.LATEST))[0] for p in (0, 1)]
+    everything = {(p, o) for p in (0, 1) for o in range(ends[p])}
+    opts = options(broker, topics={"slow": 1}, max_poll_interval_ms=1500,
+                   auto_commit_interval_ms=100)
+    b_seen: list = []
+    with trio.fail_after(30):
+        async with trilog.open_consumer("poll", **opts) as a, \
+                trilog.open_consumer("poll", **opts) as b:
+            await wait_until(lambda: a.owned and b.owned)
+            a_stream, b_stream = a.streams["slow"][0], b.streams["slow"][0]
+            held = await a_stream.__anext__()  # ... and A's application gets stuck on it
+            stuck_tp = (held.topic, held.partition)
+            async for record in b_stream:  # B takes A's partition over
+                b_seen.append(record)
+                if {(r.partition, r.offset) for r in b_seen} >= everything:
+                    break
+            assert not a.owned and stuck_tp in b.owned
+            assert (held.partition, held.offset) in {(r.partition, r.offset) for r in b_seen}
+            rebalances = a.rebalances
+            async with trio.open_nursery() as nursery:  # A asks for its next record
+                nursery.start_soon(a_stream.__anext__)
+                await wait_until(lambda: a.rebalances > rebalances and a.owned)
+                nursery.cancel_scope.cancel()

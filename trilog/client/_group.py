@@ -81,6 +81,10 @@ class MessageStream:
         self._chunk_generation = -1
         self._last: ConsumerRecord | None = None
         self._pacer = YieldPacer()
+        #: The application has a record from us and has not asked for the next one yet
+        #: (``_handed`` counts records handed out): what ``max_poll_interval_ms`` watches.
+        self._holding = False
+        self._handed = 0
 
     def __aiter__(self) -> "MessageStream":
         return self
@@ -89,7 +93,10 @@ class MessageStream:
         """The next record.  Every call is a cancellation point; while records are at hand
         it yields to other tasks at most once a millisecond (see ``YieldPacer``)."""
         self.mark_processed()
+        self._holding = False
         connector = self._connector
+        if connector._poll_expired:
+            connector._resume_polling()
         while True:
             if self._chunk is not None:
                 if self._chunk_generation == connector.generation:
@@ -99,6 +106,8 @@ class MessageStream:
                         await trio.lowlevel.checkpoint_if_cancelled()
                         if self._pacer.due():
                             await trio.lowlevel.cancel_shielded_checkpoint()
+                        self._holding = True
+                        self._handed += 1
                         return record
                 self._chunk = None  # used up, or from before a rebalance
             with trio.move_on_after(self._timeout_s) as scope:
@@ -177,11 +186,19 @@ class GroupConsumerConnector:
         self._fetch_scope: trio.CancelScope | None = None
         self.rebalances = 0
         self._rebalanced = trio.Event()
+        #: Set when the member left its group because the application held a record too
+        #: long (broker coordination's ``max_poll_interval_ms``); the next record asked for
+        #: calls ``_resume_polling``.
+        self._poll_expired = False
 
     def _rebalance_completed(self) -> None:
         self.rebalances += 1
         self._rebalanced.set()
         self._rebalanced = trio.Event()
+
+    def _resume_polling(self) -> None:
+        """The application asks for records again after ``_poll_expired`` was set."""
+        self._poll_expired = False
 
     def _revoke(self) -> dict[tuple[str, int], int]:
         """Give up every partition (after stopping the fetchers and committing); returns
@@ -646,6 +663,7 @@ async def open_consumer(
             fetch_max_bytes=fetch_max_bytes, fetch_wait_max_ms=fetch_wait_max_ms,
             client_id=client_id or consumer_id, session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
             rebalance_timeout_ms=(max_poll_interval_ms if rebalance_timeout_ms is None
                                   else rebalance_timeout_ms),
             metadata_max_age_ms=metadata_max_age_ms, retry_backoff_ms=retry_backoff_ms,

@@ -56,7 +56,7 @@ from trilog.client._consumer_protocol import (
     encode_subscription,
     spread_over_streams,
 )
-from trilog.client._group import GroupConsumerConnector, running
+from trilog.client._group import GroupConsumerConnector, MessageStream, running
 from trilog.client._metadata import ClusterMetadata
 from trilog.client._offsets import BrokerOffsetStore, Coordinator
 from trilog.errors import (
@@ -103,7 +103,7 @@ class BrokerConsumerConnector(GroupConsumerConnector):
                  consumer_timeout_ms: int, queued_max_chunks: int, fetch_max_bytes: int,
                  fetch_wait_max_ms: int, session_timeout_ms: int, heartbeat_interval_ms: int,
                  rebalance_timeout_ms: int, metadata_max_age_ms: int,
-                 retry_backoff_ms: int) -> None:
+                 retry_backoff_ms: int, max_poll_interval_ms: int = 300_000) -> None:
         super().__init__(
             group_id=group_id, client=client, consumer=consumer, topics=topics,
             topic_filter=topic_filter, num_streams=num_streams,
@@ -116,6 +116,10 @@ class BrokerConsumerConnector(GroupConsumerConnector):
                              "session_timeout_ms")
         if rebalance_timeout_ms <= 0:
             raise ValueError("rebalance_timeout_ms must be positive")
+        if max_poll_interval_ms <= 0:
+            raise ValueError("max_poll_interval_ms must be positive")
+        self._max_poll_s = max_poll_interval_ms / 1000
+        self._polls_resumed = trio.Event()
         self._coordinator = coordinator
         self._store = BrokerOffsetStore(client, group_id, coordinator=coordinator)
         self._stores.append(self._store)
@@ -154,9 +158,12 @@ class BrokerConsumerConnector(GroupConsumerConnector):
             if self._auto_commit:
                 nursery.start_soon(self._auto_committer)
             nursery.start_soon(self._watch_metadata)
+            nursery.start_soon(self._watch_polls)
             task_status.started()
             while True:
                 await self._rejoin_needed.wait()
+                if self._poll_expired:
+                    await self._leave_until_polled()
                 await self._rebalance(nursery)
 
     def _request_rejoin(self, reason: str) -> None:
@@ -332,6 +339,50 @@ class BrokerConsumerConnector(GroupConsumerConnector):
             self._coordinator.reset()
         self._request_rejoin(f"heartbeat failed: {exc}")
 
+    # -- max_poll_interval_ms ----------------------------------------------------------------
+
+    async def _watch_polls(self) -> None:
+        """Kafka's ``max.poll.interval.ms``: when the application has held a record for that
+        long without asking for the next, the member leaves the group so that the others
+        take its partitions (from the last commit: at-least-once); it rejoins when the
+        application asks for a record again."""
+        since: dict[MessageStream, tuple[int, float]] = {}  # stream -> (handed, first seen)
+        while True:
+            await trio.sleep(min(self._max_poll_s / 4, 1.0))
+            now = trio.current_time()
+            for stream in self._all_streams:
+                if not stream._holding:
+                    since.pop(stream, None)
+                    continue
+                handed, first = since.setdefault(stream, (stream._handed, now))
+                if handed != stream._handed:
+                    since[stream] = (stream._handed, now)
+                elif now - first >= self._max_poll_s and self.owned and not self._poll_expired:
+                    log.warning(
+                        "consumer %s (group %s): stream %s has held a record for over "
+                        "max_poll_interval_ms (%.0f s): leaving the group; its partitions go "
+                        "to the other members, and it rejoins at the next record asked for",
+                        self.consumer_id, self.group_id, stream.name, self._max_poll_s)
+                    self._poll_expired = True
+                    self._polls_resumed = trio.Event()
+                    self._request_rejoin("max_poll_interval_ms passed")
+
+    async def _leave_until_polled(self) -> None:
+        """Commit what was processed, leave the group, wait for the application."""
+        member_id = self.member_id
+        await self._revoke_partitions()
+        self._in_generation = False
+        if member_id:
+            await self._leave_group(member_id)
+        self.member_id = ""
+        self.generation_id = -1
+        await self._polls_resumed.wait()
+
+    def _resume_polling(self) -> None:
+        super()._resume_polling()
+        self._polls_resumed.set()
+        self._request_rejoin("the application asks for records again")
+
     # -- topic and partition changes -------------------------------------------------------------
 
     async def _watch_metadata(self) -> None:
@@ -428,6 +479,7 @@ async def open_broker_consumer(
     metadata_max_age_ms: int,
     retry_backoff_ms: int,
     request_timeout_ms: int,
+    max_poll_interval_ms: int = 300_000,
 ) -> AsyncIterator[BrokerConsumerConnector]:
     """``open_consumer(..., coordination="broker")`` (see there and the module docstring)."""
     if bootstrap_servers is None and zookeeper is None:
@@ -464,6 +516,7 @@ async def open_broker_consumer(
                             rebalance_timeout_ms=rebalance_timeout_ms,
                             metadata_max_age_ms=metadata_max_age_ms,
                             retry_backoff_ms=retry_backoff_ms,
+                            max_poll_interval_ms=max_poll_interval_ms,
                         )
                         async with running(nursery, connector):
                             yield connector
