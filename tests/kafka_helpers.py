@@ -52,3 +52,21 @@ def consume_partitions(consumer, topic: str, partitions, expected: int,
     for tp, recs in consumer.poll(timeout_ms=300).items():
         out[tp.partition].extend(recs)
     return out
+
+
+def lend_snappy(monkeypatch) -> bool:
+    """Lend kafka-python (which wants ``python-snappy``) trilog's raw-snappy backend (cramjam
+    here); the xerial framing on both sides stays each implementation's own.  True if
+    kafka-python can then decode snappy."""
+    import kafka.codec
+
+    from trilog.records import _snappy
+
+    if kafka.codec.snappy is None and _snappy.BACKEND is not None:
+
+        class SnappyShim:
+            compress = staticmethod(_snappy._compress_raw)
+            decompress = staticmethod(_snappy._decompress_raw)
+
+        monkeypatch.setattr(kafka.codec, "snappy", SnappyShim)
+    return kafka.codec.has_snappy()

@@ -8,6 +8,7 @@ import time
 import pytest
 import trio
 from client_helpers import create_topic, kafka_consume, read_partition, read_topic
+from kafka_helpers import lend_snappy
 
 import trilog
 from trilog.errors import MessageTooLargeError
@@ -63,7 +64,9 @@ def _kafka_python_has(name: str) -> bool:
 
 
 @pytest.mark.parametrize("codec", CODECS)
-async def test_compressed_batches_read_back_by_trilog_and_kafka_python(broker, codec):
+async def test_compressed_batches_read_back_by_trilog_and_kafka_python(broker, codec,
+                                                                      monkeypatch):
+    lend_snappy(monkeypatch)
     n = 600
     await create_topic(broker.bootstrap, "zipped", 2)
     records = [(f"key-{i}".encode(), (f"value {i} " * 20).encode(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from kafka_helpers import lend_snappy
 from records_helpers import XXHashShim
 
 # kafka-python (the independent implementation we test against) trips a DeprecationWarning
@@ -27,14 +28,6 @@ def kafka_codecs(monkeypatch):
     """
     import kafka.codec
 
-    from trilog.records import _snappy
-
     if kafka.codec.xxhash is None:
         monkeypatch.setattr(kafka.codec, "xxhash", XXHashShim)
-    if kafka.codec.snappy is None and _snappy.BACKEND is not None:
-
-        class SnappyShim:
-            compress = staticmethod(_snappy._compress_raw)
-            decompress = staticmethod(_snappy._decompress_raw)
-
-        monkeypatch.setattr(kafka.codec, "snappy", SnappyShim)
+    lend_snappy(monkeypatch)

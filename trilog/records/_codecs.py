@@ -2,9 +2,9 @@
 
     0 none   1 gzip   2 snappy   3 lz4   4 zstd
 
-gzip (zlib) and lz4 are always present.  snappy (``python-snappy`` or ``cramjam``) and zstd
-(``zstandard`` or ``cramjam``) work when a library is installed and raise
-``UnsupportedCodecError`` naming the library and its pip package otherwise.
+gzip (zlib) and lz4 are always present.  snappy (``cramjam`` or ``python-snappy``) and zstd
+(``cramjam`` or ``zstandard``) work when a library is installed (``trilog[fast]`` brings
+cramjam) and raise ``UnsupportedCodecError`` naming it otherwise.
 
 Framing follows the Java client: gzip streams (any number of members), LZ4 frames with
 independent blocks (``_lz4``; magic 0 uses the broken KAFKA-3160 header checksum), snappy in
@@ -51,9 +51,10 @@ except ImportError:  # pragma: no cover - depends on the environment
     _cramjam = None
 
 _MISSING = {
-    SNAPPY: "snappy compression needs the python-snappy or cramjam library "
-    "(pip install python-snappy)",
-    ZSTD: "zstd compression needs the zstandard or cramjam library (pip install zstandard)",
+    SNAPPY: "snappy compression needs the cramjam or python-snappy library "
+    "(pip install 'trilog[fast]', which brings cramjam)",
+    ZSTD: "zstd compression needs the cramjam or zstandard library "
+    "(pip install 'trilog[fast]', which brings cramjam)",
 }
 
 
