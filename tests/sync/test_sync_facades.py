@@ -10,7 +10,7 @@ import time
 import pytest
 
 import trilog.sync as ts
-from trilog.errors import OffsetOutOfRangeError
+from trilog.errors import MessageTooLargeError, OffsetOutOfRangeError
 from trilog.sync._portal import loop_thread
 
 
@@ -166,3 +166,23 @@ def test_send_many_and_list_topics(bootstrap):
         assert "bulk" in consumer.list_topics()
         last = list(consumer.fetch("bulk", 0, metas[-1].offset))
         assert (last[0].key, last[0].headers[0].key) == (b"k", "trace")
+
+
+def test_send_returns_at_once_its_errors_come_from_get_and_order_is_kept(bootstrap):
+    with ts.Producer(bootstrap, max_request_size=1000) as producer:
+        too_large = producer.send("order", bytes(5000), partition=0)
+        first = producer.send("order", b"first", partition=0)
+        second = producer.send_and_wait("order", b"second", partition=0)
+        with pytest.raises(MessageTooLargeError):
+            too_large.get(timeout=10)
+        assert too_large.done()
+        assert (first.get(timeout=10).offset, second.offset) == (0, 1)
+
+
+def test_close_hands_over_every_queued_record(bootstrap):
+    with ts.Producer(bootstrap) as producer:
+        pending = [producer.send("queued", b"%d" % i, partition=0) for i in range(3000)]
+    assert [d.get(timeout=10).offset for d in pending] == list(range(3000))
+    with ts.SimpleConsumer(bootstrap) as consumer:
+        values = [r.value for r in consumer.iterate("queued", 0, 0, end_offset=3000)]
+    assert values == [b"%d" % i for i in range(3000)]

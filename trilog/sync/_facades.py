@@ -1,7 +1,8 @@
 """Blocking twins of the trio client: ``Producer`` and ``SimpleConsumer``.
 
 Same arguments as ``trilog.open_producer`` / ``trilog.open_simple_consumer``; every method
-blocks the calling thread until the loop thread has the answer.  Thread-safe (all calls run
+blocks the calling thread until the loop thread has the answer, except ``Producer.send``,
+which queues the record for the loop thread and returns (see ``_Outbox``).  Thread-safe (all calls run
 on the one trio loop), fork-safe (see ``_portal``), context managers with ``close()``.
 Exceptions cross from the loop thread unchanged.
 """
@@ -9,19 +10,23 @@ Exceptions cross from the loop thread unchanged.
 from __future__ import annotations
 
 import functools
+import threading
+import time
+from collections import deque
 from typing import Any, Iterator, Sequence
 
 import trio
 
 from trilog.client import (
     LATEST,
-    MessageStream,
-    open_consumer,
     BufferFullError,
     ConsumerRecord,
     Delivery,
     FetchedRecords,
+    MessageStream,
+    ProducerClosedError,
     RecordMetadata,
+    open_consumer,
     open_producer,
     open_simple_consumer,
 )
@@ -48,30 +53,137 @@ class _Facade:
 
 
 class SyncDelivery:
-    """The blocking view of a ``Delivery``: ``get(timeout=None) -> RecordMetadata``."""
+    """The blocking view of a ``Delivery``: ``get(timeout=None) -> RecordMetadata``.
 
-    __slots__ = ("_delivery", "_portal")
+    A record from ``Producer.send`` reaches the producer a moment after ``send`` returns
+    (see ``_Outbox``); until then its delivery is pending, and an error of the send itself
+    (an unknown topic, a record too large, a closed producer) is raised by ``get``.
+    """
 
-    def __init__(self, delivery: Delivery, portal: Portal) -> None:
+    __slots__ = ("_delivery", "_error", "_outbox", "_portal")
+
+    def __init__(self, delivery: Delivery | None, portal: Portal,
+                 outbox: _Outbox | None = None) -> None:
         self._delivery = delivery
+        self._error: BaseException | None = None
         self._portal = portal
+        self._outbox = outbox
 
     def done(self) -> bool:
+        if self._delivery is None:
+            return self._error is not None
         return self._delivery.done()
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait for the acknowledgement; ``TimeoutError`` after ``timeout`` seconds."""
-        if self._delivery.done():
-            return self._delivery.result()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._delivery is None and self._error is None:
+            assert self._outbox is not None
+            self._outbox.wait_handed(self, timeout)
+        if self._error is not None:
+            raise self._error
+        delivery = self._delivery
+        if delivery.done():
+            return delivery.result()
+        left = float("inf") if deadline is None else max(deadline - time.monotonic(), 0)
 
         async def wait():
-            with trio.fail_after(timeout if timeout is not None else float("inf")):
-                return await self._delivery.wait()
+            with trio.fail_after(left):
+                return await delivery.wait()
 
         try:
             return self._portal.run(wait)
         except trio.TooSlowError:
             raise TimeoutError(f"no acknowledgement within {timeout} s") from None
+
+
+class _Outbox:
+    """Records on their way from the callers' threads to the producer in the loop thread.
+
+    A hop into the loop costs tens of microseconds, far more than sending a record, so
+    ``Producer.send`` only appends to this queue and returns; a drain task in the loop
+    thread takes the queue in bursts, hands each record to the producer (``send_nowait``,
+    or ``send`` when it must wait for room or for the topic) and attaches the ``Delivery``
+    (or the error) to the record's ``SyncDelivery``.  At most ``LIMIT`` records wait here:
+    beyond that ``send`` blocks, so a full producer holds its callers back.
+    """
+
+    LIMIT = 4096
+
+    def __init__(self, portal: Portal, producer) -> None:
+        self._portal = portal
+        self._producer = producer
+        self._changed = threading.Condition()  # records taken or handed over
+        self._items: deque = deque()
+        self._draining = False  # a drain task is scheduled or running
+
+    def put(self, item: tuple) -> None:
+        with self._changed:
+            while len(self._items) >= self.LIMIT:
+                self._changed.wait()
+            self._items.append(item)
+            if self._draining:
+                return
+            self._draining = True
+        try:
+            self._portal.call_soon(self._start_drain)
+        except BaseException:
+            with self._changed:
+                self._draining = False
+            raise
+
+    def _start_drain(self) -> None:  # in the loop thread
+        self._portal.spawn(self._drain)
+
+    async def _drain(self) -> None:
+        producer = self._producer
+        batch: list = []
+        try:
+            while True:
+                with self._changed:
+                    if not self._items:
+                        self._draining = False
+                        self._changed.notify_all()
+                        return
+                    batch = list(self._items)
+                    self._items.clear()
+                    self._changed.notify_all()  # room for blocked senders
+                for i, (topic, value, key, kwargs, sync) in enumerate(batch):
+                    try:
+                        try:
+                            sync._delivery = producer.send_nowait(topic, value, key, **kwargs)
+                        except (BufferFullError, UnknownTopicOrPartitionError):
+                            # Wait for room, or for the topic's partitions: send does both.
+                            sync._delivery = await producer.send(topic, value, key, **kwargs)
+                    except Exception as exc:  # noqa: BLE001 - the caller's get() raises it
+                        sync._error = exc
+                    batch[i] = None
+                with self._changed:
+                    self._changed.notify_all()  # deliveries attached
+                await trio.lowlevel.checkpoint()
+        except BaseException:  # cancelled (the loop is stopping): fail what was not handed
+            with self._changed:
+                leftover = [item for item in batch if item is not None] + list(self._items)
+                self._items.clear()
+                for *_record, sync in leftover:
+                    if sync._delivery is None and sync._error is None:
+                        sync._error = ProducerClosedError(
+                            "the producer closed before this record was handed to it")
+                self._draining = False
+                self._changed.notify_all()
+            raise
+
+    def wait_handed(self, sync: SyncDelivery, timeout: float | None) -> None:
+        """Block until ``sync``'s record has been handed to the producer."""
+        with self._changed:
+            if not self._changed.wait_for(
+                    lambda: sync._delivery is not None or sync._error is not None, timeout):
+                raise TimeoutError(f"the record was not even queued within {timeout} s")
+
+    def wait_empty(self) -> None:
+        """Block until every record put so far has been handed to the producer."""
+        with self._changed:
+            self._changed.wait_for(lambda: not self._items and not self._draining)
 
 
 class Producer(_Facade):
@@ -80,17 +192,20 @@ class Producer(_Facade):
     def __init__(self, bootstrap_servers: str | list[str] | None = None, **kwargs: Any) -> None:
         self._portal = Portal(open_producer(bootstrap_servers, **kwargs), "trilog.sync.Producer")
         self._producer = self._portal.value
+        self._outbox = _Outbox(self._portal, self._producer)
 
     def send(self, topic: str, value=None, key=None, **kwargs: Any) -> SyncDelivery:
-        """Queue a record; blocks only while ``buffer_memory`` is full."""
-        try:
-            delivery = self._portal.run_sync(
-                functools.partial(self._producer.send_nowait, topic, value, key, **kwargs))
-        except (BufferFullError, UnknownTopicOrPartitionError):
-            # Wait for room, or for the topic's partitions: the async path does both.
-            delivery = self._portal.run(
-                functools.partial(self._producer.send, topic, value, key, **kwargs))
-        return SyncDelivery(delivery, self._portal)
+        """Queue a record and return at once (see ``_Outbox``); blocks only while the
+        producer is full.  Its outcome, and an error of the send itself, come from
+        ``SyncDelivery.get``; a key or value of the wrong type raises here."""
+        self._portal.check()
+        if not self._producer._has_serializers and (
+                (value is not None and type(value) is not bytes) or
+                (key is not None and type(key) is not bytes)):
+            self._producer._serialize(key, value)  # raises TypeError for non-bytes
+        sync = SyncDelivery(None, self._portal, self._outbox)
+        self._outbox.put((topic, value, key, kwargs, sync))
+        return sync
 
     def send_many(self, records) -> list[SyncDelivery]:
         """Queue many records with one hop into the loop thread (for bulk writers).
@@ -104,14 +219,23 @@ class Producer(_Facade):
             return [await producer.send(topic, value, key, partition=partition, headers=headers)
                     for topic, value, key, partition, headers in batch]
 
+        self._outbox.wait_empty()  # after the records send() queued before
         return [SyncDelivery(d, self._portal) for d in self._portal.run(send_all)]
 
     def send_and_wait(self, topic: str, value=None, key=None, **kwargs: Any) -> RecordMetadata:
+        self._outbox.wait_empty()  # after the records send() queued before
         return self._portal.run(
             functools.partial(self._producer.send_and_wait, topic, value, key, **kwargs))
 
     def flush(self) -> None:
+        self._outbox.wait_empty()
         self._portal.run(self._producer.flush)
+
+    def close(self) -> None:
+        """Hand over what ``send`` queued, flush, close (see ``_Facade.close``)."""
+        if not self.closed:
+            self._outbox.wait_empty()
+        super().close()
 
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         return self._portal.run(self._producer.partitions_for, topic)

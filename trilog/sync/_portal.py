@@ -129,6 +129,21 @@ class Portal:
         finally:
             self._done.set()
 
+    def check(self) -> None:
+        """Raise ``ForkedFacadeError`` in a forked child, ``FacadeClosedError`` once closed."""
+        self._check()
+
+    def call_soon(self, fn: Callable[[], Any]) -> None:
+        """Schedule the non-blocking ``fn()`` in the loop thread and return at once."""
+        self._check()
+        self._loop.token.run_sync_soon(fn)
+
+    def spawn(self, async_fn: Callable[[], Any]) -> None:
+        """From the loop thread: run ``async_fn()`` as a task of the loop.  It must not
+        raise (the loop is shared by every facade of the process)."""
+        assert self._loop.nursery is not None
+        self._loop.nursery.start_soon(async_fn)
+
     def _check(self) -> None:
         if os.getpid() != self._pid:
             raise ForkedFacadeError(
