@@ -88,6 +88,22 @@ def test_writer_rejects_the_same_input(args, error):
         assert len(writer) == 0 and writer.getvalue() == b""  # nothing half-written
 
 
+def test_writer_takes_keywords_and_checks_ranges_alike():
+    c, py = _writers()
+    for w in (c, py):
+        assert w.append(timestamp=5, key=b"k", value=b"v", headers=[("h", b"x")]) == 0
+        assert w.append(6, b"k", value=None) == 1
+        with pytest.raises(TypeError):
+            w.append(7, b"k")  # no value
+        with pytest.raises(TypeError):
+            w.append(7, b"k", b"v", (("h", b"x") for _ in range(1)))  # not a sequence
+        with pytest.raises(OverflowError):
+            w.append(2**63, b"k", b"v")
+        with pytest.raises(OverflowError):
+            w.append(-(2**63), b"k", b"v")  # the delta from 5 does not fit
+    assert c.getvalue() == py.getvalue()
+
+
 def test_released_writer_keeps_timestamps_and_takes_no_more():
     for writer in _writers():
         writer.append(7, None, b"v")

@@ -377,3 +377,13 @@ def test_reads_race_retention_and_appends(open_log):
             t.join()
     assert not errors, errors[0]
     assert reads[0] > 0 and log.log_start_offset > 0
+
+
+def test_batch_headers_read_only_the_tail_from_a_batch_boundary(open_log):
+    log = open_log(LogConfig(segment_bytes=4000, index_interval_bytes=100))
+    for i in range(60):  # about 5 segments of 12 batches
+        log.append(make_batch(1, timestamp=1000 + i, tag=i))
+    everything = [h.base_offset for h in log.batch_headers(tail_bytes=1 << 30)]
+    assert everything == list(range(60))  # oldest first, across every segment
+    tail = [h.base_offset for h in log.batch_headers(tail_bytes=1000)]
+    assert tail == everything[-len(tail):] and 3 <= len(tail) < 20  # ~1000 bytes' worth

@@ -12,9 +12,10 @@ next expected sequence and the last five batches (sequence range -> base offset)
 - an older epoch: ``INVALID_PRODUCER_EPOCH``; a newer epoch or an unknown producer: append.
 
 The table lives in memory and is rebuilt after a restart: the first time a partition is
-checked, its last two segments' batch headers are replayed into it (``load``), so a batch
+checked, the batch headers of its last 64 MiB are replayed into it (``load``), so a batch
 resent across a broker restart is still recognized as a duplicate.  (Kafka also snapshots
-this state; two segments hold the last batches of any producer still retrying.)  Reads only
+this state; a producer retrying across a restart sent its batch just before it, so the
+tail of the log holds it.)  Reads only
 batch headers.  Not thread-safe: the caller holds a lock around ``check`` + append +
 ``record``.
 """

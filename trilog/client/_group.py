@@ -95,7 +95,7 @@ class MessageStream:
         self.mark_processed()
         self._holding = False
         connector = self._connector
-        if connector._poll_expired:
+        if connector._poll_expired is self:  # the stream that held a record too long
             connector._resume_polling()
         while True:
             if self._chunk is not None:
@@ -186,10 +186,10 @@ class GroupConsumerConnector:
         self._fetch_scope: trio.CancelScope | None = None
         self.rebalances = 0
         self._rebalanced = trio.Event()
-        #: Set when the member left its group because the application held a record too
-        #: long (broker coordination's ``max_poll_interval_ms``); the next record asked for
-        #: calls ``_resume_polling``.
-        self._poll_expired = False
+        #: The stream whose application held a record too long (broker coordination's
+        #: ``max_poll_interval_ms``): the member left its group until that stream is asked
+        #: for its next record, which calls ``_resume_polling``.
+        self._poll_expired: MessageStream | None = None
 
     def _rebalance_completed(self) -> None:
         self.rebalances += 1
@@ -198,7 +198,7 @@ class GroupConsumerConnector:
 
     def _resume_polling(self) -> None:
         """The application asks for records again after ``_poll_expired`` was set."""
-        self._poll_expired = False
+        self._poll_expired = None
 
     def _revoke(self) -> dict[tuple[str, int], int]:
         """Give up every partition (after stopping the fetchers and committing); returns

@@ -162,7 +162,7 @@ class BrokerConsumerConnector(GroupConsumerConnector):
             task_status.started()
             while True:
                 await self._rejoin_needed.wait()
-                if self._poll_expired:
+                if self._poll_expired is not None:
                     await self._leave_until_polled()
                 await self._rebalance(nursery)
 
@@ -357,13 +357,13 @@ class BrokerConsumerConnector(GroupConsumerConnector):
                 handed, first = since.setdefault(stream, (stream._handed, now))
                 if handed != stream._handed:
                     since[stream] = (stream._handed, now)
-                elif now - first >= self._max_poll_s and self.owned and not self._poll_expired:
+                elif now - first >= self._max_poll_s and self.owned and self._poll_expired is None:
                     log.warning(
                         "consumer %s (group %s): stream %s has held a record for over "
                         "max_poll_interval_ms (%.0f s): leaving the group; its partitions go "
                         "to the other members, and it rejoins at the next record asked for",
                         self.consumer_id, self.group_id, stream.name, self._max_poll_s)
-                    self._poll_expired = True
+                    self._poll_expired = stream
                     self._polls_resumed = trio.Event()
                     self._request_rejoin("max_poll_interval_ms passed")
 

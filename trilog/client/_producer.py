@@ -291,9 +291,10 @@ class Producer:
         elif (topic, partition) not in self._open:
             self._check_partition(topic, partition)
         batch = self._open.get((topic, partition))
+        index = None
         if batch is not None:
             index = batch.builder.append(timestamp_ms, key, value, headers)
-            if index is None:
+            if index is None:  # full: seal it
                 self._seal(batch)
                 batch = None
                 if sticky:  # sealing dropped the sticky choice: choose again
@@ -301,7 +302,10 @@ class Producer:
                     batch = self._open.get((topic, partition))
                     if batch is not None:
                         index = batch.builder.append(timestamp_ms, key, value, headers)
-        if batch is None:
+                        if index is None:  # that one is full too
+                            self._seal(batch)
+                            batch = None
+        if batch is None:  # a new batch: the record always fits in an empty one
             batch = self._new_batch(topic, partition, key, value, headers)
             index = batch.builder.append(timestamp_ms, key, value, headers)
         if sticky:
@@ -678,7 +682,11 @@ class Producer:
         """The broker found ``batch`` too large (its ``message.max.bytes`` is below our
         ``batch_size``): send its records again as two halves, in order, as Kafka's producer
         does.  A half may split again; a single record too large fails with the error."""
-        records = RecordBatch(batch.data).decode()
+        try:
+            records = RecordBatch(batch.data).decode()
+        except TrilogError as exc:  # cannot happen with our own bytes; never kill the sender
+            self._complete(batch, error=exc)
+            return
         cut = len(records) // 2
         halves = []
         for part in (records[:cut], records[cut:]):

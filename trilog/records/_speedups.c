@@ -112,19 +112,22 @@ static void RecordWriter_dealloc(RecordWriter *self) {
 /* A key, value or header value: None, or anything with the buffer protocol. */
 typedef struct {
     Py_buffer view;
-    int held; /* view must be released */
+    int held;      /* view must be released */
+    PyObject *ref; /* or: a reference that keeps ``data`` alive */
     const char *data;
     Py_ssize_t len; /* -1 for None */
 } Field;
 
 static int field_get(PyObject *obj, Field *f) {
     f->held = 0;
+    f->ref = NULL;
     if (obj == Py_None) {
         f->data = NULL;
         f->len = -1;
         return 0;
     }
     if (PyBytes_CheckExact(obj)) {
+        f->ref = Py_NewRef(obj);
         f->data = PyBytes_AS_STRING(obj);
         f->len = PyBytes_GET_SIZE(obj);
         return 0;
@@ -142,6 +145,7 @@ static void field_release(Field *f) {
         PyBuffer_Release(&f->view);
         f->held = 0;
     }
+    Py_CLEAR(f->ref);
 }
 
 static inline Py_ssize_t field_size(const Field *f) {
@@ -158,7 +162,7 @@ static inline char *field_write(char *p, const Field *f) {
 
 /* Headers: a sequence of (key, value) pairs, key str (UTF-8) or bytes, value bytes or None. */
 typedef struct {
-    PyObject *seq;      /* PySequence_Fast of the headers, or NULL for none */
+    PyObject *seq;      /* a tuple of the headers, or NULL for none */
     Py_ssize_t n;       /* number of headers */
     Field *keys, *values;
     Py_ssize_t size;    /* encoded size of the pairs (not the count) */
@@ -182,10 +186,14 @@ static int headers_get(PyObject *obj, Headers *h) {
     memset(h, 0, sizeof(*h));
     if (obj == Py_None)
         return 0;
-    h->seq = PySequence_Fast(obj, "headers must be a sequence of (key, value) pairs");
+    if (!PySequence_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "headers must be a sequence of (key, value) pairs");
+        return -1;
+    }
+    h->seq = PySequence_Tuple(obj); /* our own tuple: the caller's list may change under us */
     if (h->seq == NULL)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(h->seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(h->seq);
     if (n == 0)
         return 0;
     h->keys = PyMem_Calloc(n, sizeof(Field));
@@ -194,9 +202,8 @@ static int headers_get(PyObject *obj, Headers *h) {
         PyErr_NoMemory();
         goto error;
     }
-    PyObject **items = PySequence_Fast_ITEMS(h->seq);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = items[i];
+        PyObject *pair = PyTuple_GET_ITEM(h->seq, i);
         if (!PyTuple_Check(pair) && !PyList_Check(pair)) {
             PyErr_SetString(PyExc_TypeError, "each header must be a (key, value) pair");
             goto error;
@@ -212,6 +219,7 @@ static int headers_get(PyObject *obj, Headers *h) {
             h->keys[i].data = PyUnicode_AsUTF8AndSize(key, &h->keys[i].len);
             if (h->keys[i].data == NULL)
                 goto error;
+            h->keys[i].ref = Py_NewRef(key);
         } else if (key == Py_None) {
             PyErr_SetString(PyExc_TypeError, "a header key must be str or bytes, not None");
             goto error;
@@ -228,13 +236,14 @@ error:
     return -1;
 }
 
-static int ensure_capacity(char **buf, Py_ssize_t *cap, Py_ssize_t needed, size_t item) {
+/* Room for ``needed`` items of ``item`` bytes in the array at *buf (of *cap items). */
+static int ensure_capacity(void **buf, Py_ssize_t *cap, Py_ssize_t needed, size_t item) {
     if (needed <= *cap)
         return 0;
     Py_ssize_t new_cap = *cap ? *cap : 64;
     while (new_cap < needed)
         new_cap *= 2;
-    char *grown = PyMem_Realloc(*buf, (size_t)new_cap * item);
+    void *grown = PyMem_Realloc(*buf, (size_t)new_cap * item);
     if (grown == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -295,9 +304,13 @@ static PyObject *writer_append(RecordWriter *self, int64_t offset_delta, PyObjec
         headers_release(&headers);
         Py_RETURN_NONE;
     }
-    if (ensure_capacity(&self->buf, &self->cap, self->len + total, 1) < 0 ||
-        ensure_capacity((char **)&self->timestamps, &self->ts_cap, self->count + 1,
-                        sizeof(int64_t)) < 0)
+    void *buf = self->buf, *timestamps = self->timestamps;
+    int failed = ensure_capacity(&buf, &self->cap, self->len + total, 1) < 0 ||
+                 ensure_capacity(&timestamps, &self->ts_cap, self->count + 1,
+                                 sizeof(int64_t)) < 0;
+    self->buf = buf;
+    self->timestamps = timestamps;
+    if (failed)
         goto error;
 
     char *p = self->buf + self->len;
@@ -334,14 +347,45 @@ error:
     return NULL;
 }
 
-static PyObject *RecordWriter_append(RecordWriter *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 3 || nargs > 4) {
-        PyErr_Format(PyExc_TypeError,
-                     "append(timestamp, key, value, headers=()) takes 3 or 4 arguments (%zd given)",
-                     nargs);
+/* append(timestamp, key, value, headers=()): positional or keyword, as the Python twin. */
+static PyObject *RecordWriter_append(RecordWriter *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames) {
+    static const char *const names[] = {"timestamp", "key", "value", "headers"};
+    PyObject *values[4] = {NULL, NULL, NULL, NULL};
+    if (nargs > 4) {
+        PyErr_Format(PyExc_TypeError, "append() takes at most 4 arguments (%zd given)", nargs);
         return NULL;
     }
-    return writer_append(self, self->count, args[0], args[1], args[2], nargs == 4 ? args[3] : NULL);
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        values[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int found = 0;
+        for (int i = 0; i < 4 && !found; i++) {
+            if (PyUnicode_CompareWithASCIIString(name, names[i]) == 0) {
+                if (values[i] != NULL) {
+                    PyErr_Format(PyExc_TypeError, "append() got multiple values for '%s'",
+                                 names[i]);
+                    return NULL;
+                }
+                values[i] = args[nargs + k];
+                found = 1;
+            }
+        }
+        if (!found) {
+            PyErr_Format(PyExc_TypeError, "append() got an unexpected keyword argument '%U'",
+                         name);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        if (values[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "append() missing required argument '%s'", names[i]);
+            return NULL;
+        }
+    }
+    return writer_append(self, self->count, values[0], values[1], values[2], values[3]);
 }
 
 static PyObject *RecordWriter_append_at(RecordWriter *self, PyObject *const *args,
@@ -427,7 +471,7 @@ static int set_max_bytes(RecordWriter *self, PyObject *value, void *closure) {
 }
 
 static PyMethodDef RecordWriter_methods[] = {
-    {"append", (PyCFunction)(void (*)(void))RecordWriter_append, METH_FASTCALL,
+    {"append", (PyCFunction)(void (*)(void))RecordWriter_append, METH_FASTCALL | METH_KEYWORDS,
      "append(timestamp, key, value, headers=()) -> offset delta, or None when full\n\n"
      "timestamp None means now.  See RecordBatchBuilder.append."},
     {"_append_at", (PyCFunction)(void (*)(void))RecordWriter_append_at, METH_FASTCALL,
@@ -481,7 +525,12 @@ static PyObject *corrupt(const char *message) {
 static inline PyObject *new_tuple(PyTypeObject *cls, Py_ssize_t n) {
     if (cls == &PyTuple_Type)
         return PyTuple_New(n);
-    return cls->tp_alloc(cls, n);
+    PyObject *op = cls->tp_alloc(cls, n);
+#if PY_VERSION_HEX >= 0x030E0000
+    if (op != NULL) /* 3.14 caches a tuple's hash: "not computed yet", as tuple.__new__ does */
+        ((PyTupleObject *)op)->ob_hash = -1;
+#endif
+    return op;
 }
 
 /* base + delta as a Python int (without overflow: past 64 bits, with Python ints). */

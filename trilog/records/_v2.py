@@ -62,6 +62,7 @@ CONTROL_MASK = 0x20
 
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 NO_TIMESTAMP = -1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Header(NamedTuple):
@@ -496,6 +497,9 @@ class _RecordWriter:
         if timestamp is None:
             timestamp = int(time.time() * 1000)
         first_ts = self.first_timestamp if self.first_timestamp is not None else timestamp
+        if not _INT64_MIN <= timestamp <= _INT64_MAX or \
+                not _INT64_MIN <= timestamp - first_ts <= _INT64_MAX:
+            raise OverflowError("a timestamp (and its delta) must fit in 64 bits")
         record = encode_record(offset_delta, timestamp - first_ts, key, value, headers)
         size = self._size + len(record)
         if self.max_bytes is not None and self._timestamps and size > self.max_bytes:
@@ -530,7 +534,7 @@ class RecordBatchBuilder(speedups.RecordWriter if speedups is not None else _Rec
     Not thread-safe.  ``append(timestamp, key, value, headers=())`` returns the record's
     offset delta, or ``None`` when the batch is full (``max_bytes`` would be exceeded and
     the batch is not empty); a ``None`` timestamp means now.  The records are encoded by
-    the C accelerator when it is built (``trilog.records.IMPLEMENTATION``), else by
+    the C accelerator when it is built (``trilog.records._native.IMPLEMENTATION``), else by
     ``_RecordWriter`` above.
     """
 

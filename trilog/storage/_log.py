@@ -572,18 +572,28 @@ class Log:
             log_end_offset=self.log_end_offset,
         )
 
-    def batch_headers(self, last_segments: int = 2) -> Iterator[BatchHeader]:
-        """The headers of the batches in the last ``last_segments`` segments, oldest first,
-        without reading records: what the broker rebuilds its idempotent producers'
-        sequence numbers from after a restart."""
+    def batch_headers(self, tail_bytes: int = 64 << 20) -> Iterator[BatchHeader]:
+        """The headers of the batches in about the last ``tail_bytes`` of the log (from a
+        batch boundary the offset index gives), oldest first, without reading records: what
+        the broker rebuilds its idempotent producers' sequence numbers from after a restart.
+        """
         segments, _bases, _start, _leo, active_size = self._state
-        for segment in segments[-last_segments:]:
+        ranges = []  # (segment, start, end), newest first
+        remaining = tail_bytes
+        for segment in reversed(segments):
+            end = active_size if segment is segments[-1] else segment.size
+            start = 0 if end <= remaining else segment.offset_index.lookup_position(
+                end - remaining)
+            ranges.append((segment, start, end))
+            remaining -= end - start
+            if remaining <= 0:
+                break
+        for segment, start, end in reversed(ranges):
             fd = segment.dup_fd()
             if fd is None:
                 continue  # deleted by retention meanwhile
-            end = active_size if segment is segments[-1] else segment.size
             try:
-                for _position, _size, header in walk_batches(fd, 0, end, chunk=1 << 20):
+                for _position, _size, header in walk_batches(fd, start, end, chunk=1 << 20):
                     yield header
             finally:
                 os.close(fd)

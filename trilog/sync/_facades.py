@@ -106,6 +106,9 @@ class _Outbox:
     or ``send`` when it must wait for room or for the topic) and attaches the ``Delivery``
     (or the error) to the record's ``SyncDelivery``.  At most ``LIMIT`` records wait here:
     beyond that ``send`` blocks, so a full producer holds its callers back.
+
+    ``put`` counts the records queued and the drain task those handed over, so ``flush``
+    waits for exactly what was queued before it, however busy other threads keep the queue.
     """
 
     LIMIT = 4096
@@ -116,19 +119,25 @@ class _Outbox:
         self._changed = threading.Condition()  # records taken or handed over
         self._items: deque = deque()
         self._draining = False  # a drain task is scheduled or running
+        self._queued = 0  # records ever put
+        self._handed = 0  # records ever handed to the producer (or failed)
 
     def put(self, item: tuple) -> None:
+        self._portal.check()
         with self._changed:
-            while len(self._items) >= self.LIMIT:
-                self._changed.wait()
+            if len(self._items) >= self.LIMIT:
+                self._refuse_loop_thread()
+                while len(self._items) >= self.LIMIT:
+                    self._changed.wait()
             self._items.append(item)
+            self._queued += 1
             if self._draining:
                 return
             self._draining = True
         try:
             self._portal.call_soon(self._start_drain)
         except BaseException:
-            with self._changed:
+            with self._changed:  # the item stays queued: the next put schedules a drain
                 self._draining = False
             raise
 
@@ -147,19 +156,22 @@ class _Outbox:
                         return
                     batch = list(self._items)
                     self._items.clear()
+                    base = self._handed  # every earlier burst is handed over
                     self._changed.notify_all()  # room for blocked senders
                 for i, (topic, value, key, kwargs, sync) in enumerate(batch):
                     try:
                         try:
                             sync._delivery = producer.send_nowait(topic, value, key, **kwargs)
                         except (BufferFullError, UnknownTopicOrPartitionError):
-                            # Wait for room, or for the topic's partitions: send does both.
+                            # Wait for room, or for the topic's partitions (send does both);
+                            # first wake whoever waits on the records handed over so far.
+                            self._handed_over(base + i)
                             sync._delivery = await producer.send(topic, value, key, **kwargs)
                     except Exception as exc:  # noqa: BLE001 - the caller's get() raises it
                         sync._error = exc
                     batch[i] = None
-                with self._changed:
-                    self._changed.notify_all()  # deliveries attached
+                self._handed_over(base + len(batch))
+                batch = []
                 await trio.lowlevel.checkpoint()
         except BaseException:  # cancelled (the loop is stopping): fail what was not handed
             with self._changed:
@@ -169,21 +181,41 @@ class _Outbox:
                     if sync._delivery is None and sync._error is None:
                         sync._error = ProducerClosedError(
                             "the producer closed before this record was handed to it")
+                self._handed = self._queued  # every record is handed over or failed
                 self._draining = False
                 self._changed.notify_all()
             raise
 
+    def _handed_over(self, handed: int) -> None:
+        """The records up to number ``handed`` (in queue order) are handed over."""
+        with self._changed:
+            self._handed = handed
+            self._changed.notify_all()
+
     def wait_handed(self, sync: SyncDelivery, timeout: float | None) -> None:
         """Block until ``sync``'s record has been handed to the producer."""
+        self._portal.check()
         with self._changed:
+            if sync._delivery is None and sync._error is None:
+                self._refuse_loop_thread()
             if not self._changed.wait_for(
                     lambda: sync._delivery is not None or sync._error is not None, timeout):
                 raise TimeoutError(f"the record was not even queued within {timeout} s")
 
     def wait_empty(self) -> None:
-        """Block until every record put so far has been handed to the producer."""
+        """Block until every record put before this call has been handed to the producer."""
+        self._portal.check()
         with self._changed:
-            self._changed.wait_for(lambda: not self._items and not self._draining)
+            ticket = self._queued
+            if self._handed < ticket:
+                self._refuse_loop_thread()
+            self._changed.wait_for(lambda: self._handed >= ticket)
+
+    def _refuse_loop_thread(self) -> None:
+        if self._portal.in_loop_thread():
+            raise RuntimeError("a trilog.sync call that must wait was made from the trio loop "
+                               "thread itself (in a callback?): it would wait forever; use "
+                               "the async client there")
 
 
 class Producer(_Facade):
@@ -233,7 +265,7 @@ class Producer(_Facade):
 
     def close(self) -> None:
         """Hand over what ``send`` queued, flush, close (see ``_Facade.close``)."""
-        if not self.closed:
+        if not self.closed and not self._portal.forked:
             self._outbox.wait_empty()
         super().close()
 

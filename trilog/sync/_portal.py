@@ -136,13 +136,28 @@ class Portal:
     def call_soon(self, fn: Callable[[], Any]) -> None:
         """Schedule the non-blocking ``fn()`` in the loop thread and return at once."""
         self._check()
-        self._loop.token.run_sync_soon(fn)
+        try:
+            self._loop.token.run_sync_soon(fn)
+        except trio.RunFinishedError:
+            raise FacadeClosedError(f"this {self._what} is closed") from None
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._loop.thread
+
+    @property
+    def forked(self) -> bool:
+        """True in a child forked after this facade was created."""
+        return os.getpid() != self._pid
 
     def spawn(self, async_fn: Callable[[], Any]) -> None:
         """From the loop thread: run ``async_fn()`` as a task of the loop.  It must not
-        raise (the loop is shared by every facade of the process)."""
+        raise (the loop is shared by every facade of the process).  Once the loop is
+        stopping, the task is not started: ``async_fn`` must then tolerate never running."""
         assert self._loop.nursery is not None
-        self._loop.nursery.start_soon(async_fn)
+        try:
+            self._loop.nursery.start_soon(async_fn)
+        except RuntimeError:  # the loop's nursery is closed: it is shutting down
+            pass
 
     def _check(self) -> None:
         if os.getpid() != self._pid:

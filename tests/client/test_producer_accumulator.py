@@ -1,0 +1,55 @@
+"""The producer's accumulator without a broker: every record lands in exactly one batch."""
+
+from __future__ import annotations
+
+import random
+
+import trio
+
+from trilog.client._producer import Producer
+from trilog.records import RecordBatch
+
+
+class _Metadata:
+    def partitions_for(self, topic):
+        return (0, 1, 2)
+
+    def available_partitions(self, topic):
+        return (0, 1, 2)
+
+
+class _Client:
+    class metadata:  # noqa: N801 - stands in for an AsyncValue
+        value = _Metadata()
+
+
+def _producer(batch_size: int) -> Producer:
+    return Producer(_Client(), acks=1, linger_ms=5, batch_size=batch_size,
+                    buffer_memory=1 << 30, compression_type=None, key_serializer=None,
+                    value_serializer=None, partitioner=None, retries=0, retry_backoff_ms=100,
+                    delivery_timeout_ms=60_000, request_timeout_ms=1000,
+                    max_in_flight_requests_per_connection=1, max_request_size=1 << 20,
+                    on_delivery=None)
+
+
+async def test_mixed_keyed_unkeyed_and_explicit_records_each_land_in_one_batch():
+    rng = random.Random(7)
+    producer = _producer(batch_size=600)
+    sent = []
+    for i in range(3000):
+        value = b"%d:" % i + b"v" * rng.choice([0, 10, 100, 700])  # some fill a batch alone
+        kind = rng.choice(["unkeyed", "keyed", "explicit"])
+        key = b"k%d" % rng.randrange(20) if kind == "keyed" else None
+        partition = rng.randrange(3) if kind == "explicit" else None
+        delivery = producer.send_nowait("t", value, key, partition=partition)
+        assert isinstance(delivery._index, int)
+        sent.append((delivery, value))
+    for delivery, value in sent:  # the delivery points at its own record
+        batch = delivery._batch
+        data = batch.data if batch.data is not None else batch.builder.build()
+        assert RecordBatch(data).records()[delivery._index].value == value
+    batches = {id(d._batch): d._batch for d, _v in sent}.values()
+    assert sum(len(b.builder) for b in batches) == len(sent)
+    for b in batches:
+        assert len(b.builder) == 1 or b.builder.size_in_bytes <= 600
+    await trio.lowlevel.checkpoint()
