@@ -116,6 +116,7 @@ def test_fork_parent_facade_refuses_child_facade_works(bootstrap):
                     producer.send("forked", b"from child")
                     message = b"parent facade worked in the child"
                 except ts.ForkedFacadeError:
+                    producer.close()  # returns: the parent's queue is not the child's to drain
                     with ts.Producer(bootstrap) as own:
                         own.send_and_wait("forked", b"child", partition=0)
                     message, code = b"ok", 0
@@ -186,3 +187,48 @@ def test_close_hands_over_every_queued_record(bootstrap):
     with ts.SimpleConsumer(bootstrap) as consumer:
         values = [r.value for r in consumer.iterate("queued", 0, 0, end_offset=3000)]
     assert values == [b"%d" % i for i in range(3000)]
+
+
+def test_flush_waits_for_what_was_queued_before_it_not_for_an_empty_queue():
+    """Another thread keeps the queue busy (the producer is slower than the sender), yet a
+    flush returns once the records queued before it are handed over."""
+    from contextlib import asynccontextmanager
+
+    from trilog.sync._facades import SyncDelivery, _Outbox
+    from trilog.sync._portal import Portal
+
+    class SlowProducer:
+        def send_nowait(self, topic, value, key, **kwargs):
+            time.sleep(0.0001)
+            return object()
+
+    @asynccontextmanager
+    async def opened():
+        yield SlowProducer()
+
+    portal = Portal(opened(), "test producer")
+    outbox = _Outbox(portal, portal.value)
+    outbox.LIMIT = 256  # short bursts: the test is quick
+    stop = threading.Event()
+
+    def keep_sending() -> None:
+        while not stop.is_set():  # as fast as it can: it keeps the queue full
+            outbox.put(("t", b"v", None, {}, SyncDelivery(None, portal, outbox)))
+
+    sender = threading.Thread(target=keep_sending)
+    flushed = threading.Event()
+    flusher = threading.Thread(target=lambda: (outbox.wait_empty(), flushed.set()))
+    try:
+        sender.start()
+        time.sleep(0.1)
+        mine = SyncDelivery(None, portal, outbox)
+        outbox.put(("t", b"mine", None, {}, mine))
+        flusher.start()
+        assert flushed.wait(5)  # while the other thread still sends
+        assert mine._delivery is not None
+    finally:
+        stop.set()
+        sender.join()
+        if flusher.ident is not None:  # started
+            flusher.join()
+        portal.close()
