@@ -7,15 +7,15 @@ import time
 
 import pytest
 import trio
-from kazoo.client import KazooClient
-
-import trilog
 from group_helpers import (
     check_cancel_mid_record_resumes_at_that_record,
     drain,
     produce,
     script_processes,
 )
+from kazoo.client import KazooClient
+
+import trilog
 from trilog.broker import open_broker
 
 

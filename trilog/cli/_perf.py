@@ -27,7 +27,6 @@ from contextlib import contextmanager
 
 import trio
 
-from trilog.cli._consume import resolve_offsets
 from trilog.cli._common import (
     UsageError,
     add_cluster_args,
@@ -37,6 +36,7 @@ from trilog.cli._common import (
     producer_kwargs,
     run_tool,
 )
+from trilog.cli._consume import resolve_offsets
 from trilog.client import (
     EARLIEST,
     LATEST,

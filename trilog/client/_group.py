@@ -47,15 +47,15 @@ import trio
 from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_group, thread_ids
 from trilog.client._client import Client, open_client
-from trilog.client._consumer import ConsumerRecord, FetchedRecords, SimpleConsumer, EARLIEST, LATEST
+from trilog.client._consumer import EARLIEST, LATEST, ConsumerRecord, FetchedRecords, SimpleConsumer
 from trilog.client._offsets import BrokerOffsetStore, ZooKeeperOffsetStore
 from trilog.errors import (
+    ApiError,
     NetworkError,
     OffsetOutOfRangeError,
     ProtocolError,
     RequestTimedOutError,
     TrilogError,
-    ApiError,
 )
 
 log = logging.getLogger("trilog.consumer.group")

@@ -2,9 +2,9 @@
 
 Same arguments as ``trilog.open_producer`` / ``trilog.open_simple_consumer``; every method
 blocks the calling thread until the loop thread has the answer, except ``Producer.send``,
-which queues the record for the loop thread and returns (see ``_Outbox``).  Thread-safe (all calls run
-on the one trio loop), fork-safe (see ``_portal``), context managers with ``close()``.
-Exceptions cross from the loop thread unchanged.
+which queues the record for the loop thread and returns (see ``_Outbox``).  Thread-safe
+(all calls run on the one trio loop), fork-safe (see ``_portal``), context managers with
+``close()``.  Exceptions cross from the loop thread unchanged.
 """
 
 from __future__ import annotations
