@@ -340,3 +340,55 @@ async def test_a_partition_the_topic_does_not_have_fails_instead_of_hanging(brok
                 assert "7" in str(exc)
             else:
                 raise AssertionError("a record for partition 7 of 3 was acknowledged")
+
+
+# -- idempotence ---------------------------------------------------------------------------------
+
+
+async def _stored_batches(bootstrap: str, topic: str, partition: int):
+    async with trilog.open_simple_consumer(bootstrap_servers=bootstrap) as consumer:
+        fetched = await consumer.fetch(topic, partition, 0)
+    return list(MemoryRecords(bytes(fetched._data)).batches())
+
+
+async def test_idempotent_batches_carry_a_producer_id_and_contiguous_sequences(broker):
+    await create_topic(broker.bootstrap, "idem", 2)
+    async with trilog.open_producer(bootstrap_servers=broker.bootstrap, acks="all",
+                                    enable_idempotence=True, batch_size=1024,
+                                    linger_ms=1) as producer:
+        await producer.partitions_for("idem")
+        deliveries = [producer.send_nowait("idem", b"%05d" % i + b"x" * 50, partition=i % 2)
+                      for i in range(400)]
+    assert [d.result().offset for d in deliveries] == [i // 2 for i in range(400)]
+    for p in (0, 1):
+        batches = await _stored_batches(broker.bootstrap, "idem", p)
+        assert len(batches) > 5
+        assert {b.producer_id for b in batches} == {batches[0].producer_id} and \
+            batches[0].producer_id >= 0 and {b.producer_epoch for b in batches} == {0}
+        sequences = [b.base_sequence for b in batches]
+        counts = [b.record_count for b in batches]
+        assert sequences == [sum(counts[:i]) for i in range(len(batches))]  # no gap
+
+
+async def test_idempotence_needs_acks_all(broker):
+    with pytest.raises(ValueError, match="acks='all'"):
+        async with trilog.open_producer(bootstrap_servers=broker.bootstrap,
+                                        enable_idempotence=True):
+            pass
+
+
+async def test_a_failed_idempotent_batch_does_not_block_its_partition(broker_process):
+    """The failed batch's sequence numbers were never written: the producer starts afresh
+    under a new producer id instead of being refused (OUT_OF_ORDER) from then on."""
+    broker = broker_process(overrides={"message.max.bytes": 2000})
+    async with trilog.open_producer(bootstrap_servers=broker.bootstrap, acks="all",
+                                    enable_idempotence=True) as producer:
+        first = await producer.send_and_wait("gap", b"first", partition=0)
+        with pytest.raises(MessageTooLargeError):
+            await producer.send_and_wait("gap", bytes(5000), partition=0)
+        after = await producer.send_and_wait("gap", b"after", partition=0)
+    assert (first.offset, after.offset) == (0, 1)
+    batches = await _stored_batches(broker.bootstrap, "gap", 0)
+    assert [r.value for b in batches for r in b] == [b"first", b"after"]
+    assert batches[0].producer_id != batches[1].producer_id  # renewed
+    assert batches[1].base_sequence == 0

@@ -18,6 +18,9 @@ broker.  Each batch is compressed as a whole and gets one CRC.
   lost connections, timeouts) refresh metadata and retry up to ``retries`` times after
   ``retry_backoff_ms``.  With ``max_in_flight_requests_per_connection=1`` a partition has
   one batch in flight at a time, so retries keep the order within it.
+- Idempotence (``enable_idempotence=True``): a producer id from ``InitProducerId`` and
+  per-partition sequence numbers stamped at sealing, one batch per partition in flight; a
+  batch that fails for good leaves a gap, closed by a new producer id (``_renew_producer_id``).
 - Close: leaving the ``async with`` normally flushes first; cancellation stops at once.
 """
 
@@ -37,6 +40,7 @@ from trilog.client._client import Client, open_client
 from trilog.client._partitioner import DefaultPartitioner
 from trilog.errors import (
     ApiError,
+    DuplicateSequenceNumberError,
     MessageTooLargeError,
     NetworkError,
     RecordListTooLargeError,
@@ -46,15 +50,16 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from trilog.protocol import ProduceRequest
+from trilog.protocol import InitProducerIdRequest, ProduceRequest
 from trilog.records import RecordBatch, RecordBatchBuilder, codec_for_name
-from trilog.records._v2 import HEADER_SIZE
+from trilog.records._v2 import HEADER_SIZE, restamp_producer
 
 log = logging.getLogger("trilog.producer")
 
 # Per-record overhead of the v2 format beyond key and value (length, attributes, deltas,
 # key/value lengths, header count): used to account memory before encoding.
 _RECORD_OVERHEAD = 16
+_SEQUENCE_MOD = 1 << 31  # sequence numbers wrap at int32's end, as the broker's do
 
 
 class BufferFullError(TrilogError):
@@ -184,9 +189,14 @@ class Producer:
                  value_serializer, partitioner, retries: int, retry_backoff_ms: int,
                  delivery_timeout_ms: int, request_timeout_ms: int,
                  max_in_flight_requests_per_connection: int, max_request_size: int,
-                 on_delivery: Callable[[Any], None] | None) -> None:
+                 on_delivery: Callable[[Any], None] | None,
+                 enable_idempotence: bool = False) -> None:
         if acks not in (-1, 0, 1) and acks != "all":
             raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
+        if enable_idempotence and acks not in (-1, "all"):
+            raise ValueError("enable_idempotence needs acks='all' (as in Kafka)")
+        if enable_idempotence and retries < 1:
+            raise ValueError("enable_idempotence needs retries >= 1 (as in Kafka)")
         if max_in_flight_requests_per_connection < 1:
             raise ValueError("max_in_flight_requests_per_connection must be at least 1")
         self._client = client
@@ -226,6 +236,13 @@ class Producer:
         self._pacer = YieldPacer()
         self._has_serializers = key_serializer is not None or value_serializer is not None
         self._refreshing = False
+        # Idempotence (see _seal and _renew_producer_id): the producer id and epoch from
+        # InitProducerId, the next sequence number of each partition, and whether a failed
+        # batch left a gap that a new producer id must close before anything else is sent.
+        self.idempotent = enable_idempotence
+        self._producer_id, self._producer_epoch = -1, -1
+        self._next_sequence: dict[tuple[str, int], int] = {}
+        self._sequence_gap = False
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -403,6 +420,11 @@ class Producer:
             del self._open[tp]
         if self._sticky_batches.get(batch.topic) is batch:
             del self._sticky_batches[batch.topic]
+        if self.idempotent:
+            builder = batch.builder
+            builder.producer_id, builder.producer_epoch = self._producer_id, self._producer_epoch
+            builder.base_sequence = self._next_sequence.get(tp, 0)
+            self._next_sequence[tp] = (builder.base_sequence + len(builder)) % _SEQUENCE_MOD
         batch.data = batch.builder.build()
         batch.builder.release()  # the records are in batch.data now
         self._ready.setdefault(tp, deque()).append(batch)
@@ -438,6 +460,9 @@ class Producer:
         """A batch's outcome is known: wake its deliveries, free its memory, call back."""
         batch.done.set()
         self._unfinished.discard(batch)
+        if self.idempotent and batch.error is not None and batch.halves is None:
+            self._sequence_gap = True  # its sequence numbers were never written
+            self._wakeup.set()
         parent = batch.parent
         if parent is not None:  # a half: its parent finishes with its last half
             if not parent.done.is_set() and all(h.done.is_set() for h in parent.halves):
@@ -471,6 +496,9 @@ class Producer:
                 now = trio.current_time()
                 self._expire(now)
                 next_deadline = self._seal_lingering(now)
+                if self._sequence_gap:  # before anything else is sent
+                    await self._renew_producer_id()
+                    continue
                 drained = await self._drain(nursery, now)
                 if drained:
                     continue
@@ -545,8 +573,8 @@ class Producer:
                 self._ready[tp].popleft()
                 if not self._ready[tp]:
                     del self._ready[tp]
-                if self._max_in_flight == 1:
-                    self._busy_partitions.add(tp)
+                if self._max_in_flight == 1 or self.idempotent:
+                    self._busy_partitions.add(tp)  # one batch of the partition in flight
                 self._in_flight.add(batch)
             slots.acquire_nowait()
             self._writer_for(nursery, meta.brokers[node_id]).send_nowait(
@@ -633,7 +661,8 @@ class Producer:
             if result is None:
                 self._retry_or_fail(batch, UnknownServerError(
                     f"no answer for {batch.topic}-{batch.partition} in the produce response"))
-            elif result.error_code == 0:
+            elif result.error_code in (0, DuplicateSequenceNumberError.code):
+                # DUPLICATE_SEQUENCE_NUMBER: an idempotent retry of a batch already written.
                 self._complete(batch, result.base_offset,
                                log_append_time=getattr(result, "log_append_time_ms", -1))
             else:
@@ -678,6 +707,54 @@ class Producer:
             return
         self._complete(batch, error=error)
 
+    async def init_producer_id(self) -> None:
+        """Idempotence: get a producer id and epoch from the cluster (``InitProducerId``)."""
+        deadline = trio.current_time() + self._request_timeout_s
+        while True:
+            try:
+                conn = await self._client.any_connection()
+                response = await conn.request(InitProducerIdRequest(
+                    transactional_id=None, transaction_timeout_ms=60_000))
+                if not response.error_code:
+                    self._producer_id = response.producer_id
+                    self._producer_epoch = response.producer_epoch
+                    return
+                error = error_for_code(response.error_code)
+                if not error.retriable:
+                    raise type(error)(f"InitProducerId: {error}")
+            except (NetworkError, RequestTimedOutError) as exc:
+                error = exc
+            if trio.current_time() >= deadline:
+                raise error
+            await trio.sleep(self._retry_backoff_s)
+
+    async def _renew_producer_id(self) -> None:
+        """A failed batch left a gap in a partition's sequence numbers, which the broker
+        would refuse every later batch for: start afresh under a new producer id, as
+        Kafka's producer does (by bumping its epoch).  Batches not sent yet are stamped
+        again; the one in flight per partition keeps its old id and sequence."""
+        self._sequence_gap = False
+        try:
+            await self.init_producer_id()
+        except TrilogError as exc:
+            log.warning("producer: could not renew the producer id (%s); retrying", exc)
+            self._sequence_gap = True
+            await trio.sleep(self._retry_backoff_s)
+            return
+        log.info("producer: a failed batch left a sequence gap; new producer id %d",
+                 self._producer_id)
+        self._next_sequence = {}
+        for tp, queue in self._ready.items():
+            for batch in queue:
+                if batch.attempts or batch.parent is not None:
+                    # Sent before (the broker may have it: a retry must be recognized as
+                    # one), or a half of such a batch: keep the id and sequences.
+                    continue
+                sequence = self._next_sequence.get(tp, 0)
+                batch.data = restamp_producer(batch.data, self._producer_id,
+                                              self._producer_epoch, sequence)
+                self._next_sequence[tp] = (sequence + len(batch.builder)) % _SEQUENCE_MOD
+
     def _split(self, batch: _Batch) -> None:
         """The broker found ``batch`` too large (its ``message.max.bytes`` is below our
         ``batch_size``): send its records again as two halves, in order, as Kafka's producer
@@ -689,8 +766,15 @@ class Producer:
             return
         cut = len(records) // 2
         halves = []
+        parent = RecordBatch(batch.data)
+        first_sequence = parent.base_sequence
         for part in (records[:cut], records[cut:]):
-            builder = RecordBatchBuilder(compression_type=self._codec)
+            # The halves carry the parent's sequence numbers, which were never written.
+            builder = RecordBatchBuilder(
+                compression_type=self._codec, producer_id=parent.producer_id,
+                producer_epoch=parent.producer_epoch,
+                base_sequence=first_sequence if first_sequence < 0 else
+                (first_sequence + (0 if part is records[:cut] else cut)) % _SEQUENCE_MOD)
             for record in part:
                 builder.append(record.timestamp, record.key, record.value, record.headers)
             half = _Batch(batch.topic, batch.partition, builder, batch.created,
@@ -740,6 +824,7 @@ async def open_producer(
     max_in_flight_requests_per_connection: int = 5,
     max_request_size: int = 1048576,
     on_delivery: Callable[[Any], None] | None = None,
+    enable_idempotence: bool = False,
     client_id: str = "trilog-producer",
     metadata_max_age_ms: int = 300_000,
 ) -> AsyncIterator[Producer]:
@@ -760,7 +845,10 @@ async def open_producer(
                 delivery_timeout_ms=delivery_timeout_ms, request_timeout_ms=request_timeout_ms,
                 max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
                 max_request_size=max_request_size, on_delivery=on_delivery,
+                enable_idempotence=enable_idempotence,
             )
+            if enable_idempotence:
+                await producer.init_producer_id()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(producer._sender)
                 try:

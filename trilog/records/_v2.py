@@ -401,6 +401,21 @@ def _decode_headers(data: bytes, pos: int, header_cls: type) -> tuple[tuple[Head
 decode_records = speedups.decode_records if speedups is not None else _decode_records
 
 
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
+_PRODUCER_OFFSET = 43
+
+
+def restamp_producer(data: bytes, producer_id: int, producer_epoch: int,
+                     base_sequence: int) -> bytes:
+    """The batch with another producer id, epoch and base sequence (and so a new CRC): for
+    an idempotent producer that starts its sequences afresh before sending it."""
+    buf = bytearray(data)
+    _PRODUCER_FIELDS.pack_into(buf, _PRODUCER_OFFSET, producer_id, producer_epoch,
+                               base_sequence)
+    _CRC_FIELD.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
 def patch_base_offset(buffer: bytearray | memoryview, position: int, base_offset: int) -> None:
     """Overwrite a batch's base offset in place (not covered by the CRC)."""
     _OFFSET.pack_into(buffer, position, base_offset)
