@@ -129,26 +129,34 @@ async def test_on_delivery_gets_the_error_of_a_failed_record(broker_process):
     assert len(outcomes) == 3 and all(isinstance(o, MessageTooLargeError) for o in outcomes[1:])
 
 
-async def test_a_batch_too_large_for_the_broker_is_split_and_sent_again(broker_process):
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+async def test_a_batch_too_large_for_the_broker_is_split_and_sent_again(broker_process,
+                                                                        idempotent):
     # The broker takes batches of 4000 bytes at most; the producer builds them up to 64 KiB.
     broker = broker_process(overrides={"message.max.bytes": 4000})
     values = [b"%04d:" % i + b"v" * 95 for i in range(300)]
     values.insert(150, b"too large on its own" + bytes(5000))
     outcomes = []
+    known = [b"known"] if idempotent else []  # the producer's id is known before the split
     async with trilog.open_producer(bootstrap_servers=broker.bootstrap, linger_ms=50,
                                     on_delivery=outcomes.append,
+                                    acks="all" if idempotent else 1,
+                                    enable_idempotence=idempotent,
                                     max_in_flight_requests_per_connection=1) as producer:
+        for value in known:
+            await producer.send_and_wait("split", value, partition=0)
         await producer.partitions_for("split")
         deliveries = [producer.send_nowait("split", value=v, partition=0) for v in values]
     big = deliveries.pop(150)
     with pytest.raises(MessageTooLargeError):
         big.result()
-    assert [d.result().offset for d in deliveries] == list(range(300))  # order kept
+    first = len(known)
+    assert [d.result().offset for d in deliveries] == list(range(first, first + 300))  # order
     stored = await read_topic(broker.bootstrap, "split", [0])
-    assert [r.value for r in stored[0]] == values[:150] + values[151:]
-    assert len(outcomes) == 301
+    assert [r.value for r in stored[0]] == known + values[:150] + values[151:]
+    assert len(outcomes) == first + 301
     assert sorted(o.offset for o in outcomes if isinstance(o, trilog.RecordMetadata)) == \
-        list(range(300))
+        list(range(first + 300))
     assert sum(isinstance(o, MessageTooLargeError) for o in outcomes) == 1
 
 

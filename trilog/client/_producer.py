@@ -460,7 +460,8 @@ class Producer:
         """A batch's outcome is known: wake its deliveries, free its memory, call back."""
         batch.done.set()
         self._unfinished.discard(batch)
-        if self.idempotent and batch.error is not None and batch.halves is None:
+        if self.idempotent and batch.error is not None and batch.halves is None and \
+                batch.builder.producer_id == self._producer_id and not self._closed:
             self._sequence_gap = True  # its sequence numbers were never written
             self._wakeup.set()
         parent = batch.parent
@@ -737,22 +738,29 @@ class Producer:
         try:
             await self.init_producer_id()
         except TrilogError as exc:
-            log.warning("producer: could not renew the producer id (%s); retrying", exc)
-            self._sequence_gap = True
-            await trio.sleep(self._retry_backoff_s)
+            if isinstance(exc, (NetworkError, RequestTimedOutError)) or (
+                    isinstance(exc, ApiError) and exc.retriable):
+                log.warning("producer: could not renew the producer id (%s); retrying", exc)
+                self._sequence_gap = True
+                await trio.sleep(self._retry_backoff_s)
+                return
+            # Fatal, as in Kafka: nothing more can be sent in order.
+            log.error("producer: cannot renew the producer id: %s; closing", exc)
+            self.fail_all(exc)
             return
         log.info("producer: a failed batch left a sequence gap; new producer id %d",
                  self._producer_id)
         self._next_sequence = {}
         for tp, queue in self._ready.items():
             for batch in queue:
-                if batch.attempts or batch.parent is not None:
-                    # Sent before (the broker may have it: a retry must be recognized as
-                    # one), or a half of such a batch: keep the id and sequences.
+                if batch.attempts:
+                    # Sent before (the broker may have it): a retry must be recognized as
+                    # one, so it keeps its id and sequences.
                     continue
                 sequence = self._next_sequence.get(tp, 0)
                 batch.data = restamp_producer(batch.data, self._producer_id,
                                               self._producer_epoch, sequence)
+                batch.builder.producer_id = self._producer_id
                 self._next_sequence[tp] = (sequence + len(batch.builder)) % _SEQUENCE_MOD
 
     def _split(self, batch: _Batch) -> None:
@@ -768,13 +776,13 @@ class Producer:
         halves = []
         parent = RecordBatch(batch.data)
         first_sequence = parent.base_sequence
-        for part in (records[:cut], records[cut:]):
+        for start, part in ((0, records[:cut]), (cut, records[cut:])):
             # The halves carry the parent's sequence numbers, which were never written.
             builder = RecordBatchBuilder(
                 compression_type=self._codec, producer_id=parent.producer_id,
                 producer_epoch=parent.producer_epoch,
-                base_sequence=first_sequence if first_sequence < 0 else
-                (first_sequence + (0 if part is records[:cut] else cut)) % _SEQUENCE_MOD)
+                base_sequence=-1 if first_sequence < 0 else
+                (first_sequence + start) % _SEQUENCE_MOD)
             for record in part:
                 builder.append(record.timestamp, record.key, record.value, record.headers)
             half = _Batch(batch.topic, batch.partition, builder, batch.created,
