@@ -72,3 +72,19 @@ def test_a_partition_is_rebuilt_from_its_stored_batch_headers(tmp_path):
         table.check(TP, batch(seq=33))
     assert loads == [TP]  # rebuilt once, when the partition was first checked
     log.close()
+
+
+def test_producer_ids_stay_above_the_last_one_handed_out_even_if_the_clock_goes_back(
+        tmp_path, monkeypatch):
+    from trilog.broker import _handlers
+
+    first = _handlers._ProducerIds(3, str(tmp_path))
+    ids = [first.allocate() for _ in range(5000)]  # past one millisecond's 4096
+    assert len(set(ids)) == 5000 and ids == sorted(ids)
+    assert all((i >> 12) & 0xFF == 3 for i in ids)  # the broker id bits
+    # A restart with the clock an hour back still starts above the recorded last id.
+    monkeypatch.setattr(_handlers.time, "time", lambda: (ids[-1] >> 20) / 1000 - 3600)
+    again = _handlers._ProducerIds(3, str(tmp_path))
+    assert again.allocate() > ids[-1]
+    (tmp_path / _handlers._ProducerIds.FILE).write_text("garbage")
+    assert _handlers._ProducerIds(3, str(tmp_path)).allocate() > 0  # unreadable: ignored

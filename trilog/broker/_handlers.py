@@ -18,6 +18,7 @@ its partitions.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -98,7 +99,7 @@ class RequestHandler:
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
         }
-        self._producer_ids = _producer_id_source(config.broker_id)
+        self._producer_ids = _ProducerIds(config.broker_id, config.log_dirs[0])
         self.producers = ProducerStateTable(load=self._stored_batch_headers)
         self._locks_lock = threading.Lock()
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
@@ -454,8 +455,9 @@ class RequestHandler:
                 throttle_time_ms=0, error_code=InvalidRequestError.code,
                 producer_id=-1, producer_epoch=-1,
             )
+        producer_id = await trio.to_thread.run_sync(self._producer_ids.allocate)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
-                                      producer_id=next(self._producer_ids), producer_epoch=0)
+                                      producer_id=producer_id, producer_epoch=0)
 
     # -- CreateTopics / DeleteTopics -----------------------------------------------------------
 
@@ -492,19 +494,55 @@ class RequestHandler:
         return R(throttle_time_ms=0, responses=results)
 
 
-def _producer_id_source(broker_id: int):
-    """Producer ids unique across brokers and restarts: start time, broker id, a counter.
+class _ProducerIds:
+    """Producer ids unique across brokers and restarts.
 
     ``ms << 20 | (broker_id % 256) << 12 | counter`` stays below 2**63 until the year 2248
     and allows 4096 ids per broker per millisecond of uptime before it borrows from the
-    future (it never repeats: the counter carries into the time bits).
+    future (it never repeats: the counter carries into the time bits).  Ids are reserved in
+    blocks in ``producer-id.checkpoint`` (first log dir), and a restarted broker starts
+    above the reservation even if the clock went back: a reused id could make a new
+    producer's first batch look like a duplicate of an old producer's.
     """
-    base = (int(time.time() * 1000) << 20) | ((broker_id % 256) << 12)
-    step = 1 << 20
-    n = 0
-    while True:
-        yield base + (n % 4096) + (n // 4096) * step
-        n += 1
+
+    FILE = "producer-id.checkpoint"
+    BLOCK = 1000  # ids reserved on disk at a time
+
+    def __init__(self, broker_id: int, directory: str) -> None:
+        self._path = os.path.join(directory, self.FILE)
+        last = self._read()
+        ms = max(int(time.time() * 1000), (last >> 20) + 1)
+        self._base = (ms << 20) | ((broker_id % 256) << 12)
+        self._n = 0
+        self._reserved = 0  # ids below this index are covered by the file
+        self._lock = threading.Lock()
+
+    def _id(self, n: int) -> int:
+        return self._base + (n % 4096) + (n // 4096) * (1 << 20)
+
+    def allocate(self) -> int:
+        """The next id; the file covers it before it is handed out (blocking: a thread)."""
+        with self._lock:
+            n, self._n = self._n, self._n + 1
+            if n >= self._reserved:
+                self._reserved = n + self.BLOCK
+                tmp = self._path + ".tmp"
+                with open(tmp, "w") as f:
+                    f.write(f"{self._id(self._reserved - 1)}\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self._path)
+            return self._id(n)
+
+    def _read(self) -> int:
+        try:
+            with open(self._path) as f:
+                return int(f.read().strip())
+        except FileNotFoundError:
+            return -1
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable %s (%s)", self._path, exc)
+            return -1
 
 
 class _Converted:
