@@ -13,6 +13,7 @@ import trio
 
 import trilog
 from trilog.broker import open_broker
+from trilog.records import MemoryRecords
 from trilog.zk._server import free_port
 
 _MAIN = "import sys; from trilog.cli import main; sys.exit(main())"
@@ -68,6 +69,21 @@ async def test_produce_keyed_lines_and_consume_them_back(bootstrap):
         "4 0 k4 \ufffd\ufffd",  # undecodable bytes are replaced
     ]
     assert "Processed a total of 5 messages" in consumed.stderr
+
+
+async def test_produce_with_idempotence(bootstrap):
+    refused = await cli("produce", "--topic", "idem", "--bootstrap-server", bootstrap,
+                        "--idempotence", stdin=b"x\n")
+    assert refused.returncode == 2 and "--idempotence needs --acks all" in refused.stderr
+    produced = await cli("produce", "--topic", "idem", "--bootstrap-server", bootstrap,
+                         "--idempotence", "--acks", "all", "--partition", "0",
+                         stdin=b"one\ntwo\n")
+    assert produced.returncode == 0, produced.stderr
+    async with trilog.open_simple_consumer(bootstrap_servers=bootstrap) as consumer:
+        fetched = await consumer.fetch("idem", 0, 0)
+    batches = list(MemoryRecords(bytes(fetched._data)).batches())
+    assert [r.value for b in batches for r in b] == [b"one", b"two"]
+    assert all(b.producer_id >= 0 for b in batches)  # written by an idempotent producer
 
 
 async def test_lines_without_key_have_null_keys_and_format_escapes(bootstrap):

@@ -22,9 +22,8 @@ from trilog.records import CODEC_NAMES, codec_for_name, is_available
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 COMPRESSION_CHOICES = sorted(CODEC_NAMES.values())
 _ACKS = {"0": 0, "1": 1, "-1": -1, "all": -1}
-_CODEC_LIBRARIES = {"snappy": "pip install python-snappy (or cramjam)",
-                    "zstd": "pip install zstandard (or cramjam)"}
-
+_CODEC_LIBRARIES = {"snappy": "pip install 'trilog[fast]' (cramjam), or python-snappy",
+                    "zstd": "pip install 'trilog[fast]' (cramjam), or zstandard"}
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -58,9 +57,14 @@ def add_producer_args(p: argparse.ArgumentParser, *, acks_default: str = "1") ->
                    help="the largest batch per partition (default 65536)")
     p.add_argument("--delivery-timeout-ms", type=int, default=120_000, metavar="MS",
                    help="give up on a record not acknowledged within this (default 120000)")
+    p.add_argument("--idempotence", action="store_true",
+                   help="an idempotent producer: retries never write a record twice "
+                        "(needs --acks all)")
 
 
 def producer_kwargs(args) -> dict[str, Any]:
+    if args.idempotence and _ACKS[args.acks] != -1:
+        raise UsageError("--idempotence needs --acks all (as in Kafka)")
     return {
         **cluster_kwargs(args),
         "acks": _ACKS[args.acks],
@@ -68,6 +72,7 @@ def producer_kwargs(args) -> dict[str, Any]:
         "linger_ms": args.linger_ms,
         "batch_size": args.batch_size,
         "delivery_timeout_ms": args.delivery_timeout_ms,
+        "enable_idempotence": args.idempotence,
     }
 
 
