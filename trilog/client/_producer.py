@@ -369,6 +369,15 @@ class Producer:
     async def partitions_for(self, topic: str) -> tuple[int, ...]:
         return await self._client.partitions_for(topic)
 
+    def check_types(self, key, value) -> None:
+        """``TypeError`` now for a key or value ``send`` would refuse for its type (the
+        blocking facade calls this in the caller's thread).  With serializers, nothing is
+        checked here: they run with the send."""
+        if not self._has_serializers and (
+                (value is not None and type(value) is not bytes) or
+                (key is not None and type(key) is not bytes)):
+            self._serialize(key, value)
+
     def _serialize(self, key, value) -> tuple[bytes | None, bytes | None]:
         if self._key_serializer is not None and key is not None:
             key = self._key_serializer(key)

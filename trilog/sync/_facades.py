@@ -231,10 +231,7 @@ class Producer(_Facade):
         producer is full.  Its outcome, and an error of the send itself, come from
         ``SyncDelivery.get``; a key or value of the wrong type raises here."""
         self._portal.check()
-        if not self._producer._has_serializers and (
-                (value is not None and type(value) is not bytes) or
-                (key is not None and type(key) is not bytes)):
-            self._producer._serialize(key, value)  # raises TypeError for non-bytes
+        self._producer.check_types(key, value)
         sync = SyncDelivery(None, self._portal, self._outbox)
         self._outbox.put((topic, value, key, kwargs, sync))
         return sync
