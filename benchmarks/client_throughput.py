@@ -18,6 +18,14 @@ each in its own fresh process (started and connected before the clock starts), w
   kafka consume     kafka-python's ``KafkaConsumer`` (no group, partitions assigned, from the
                     beginning), iterating every record.
 
+With ``--more`` (no targets; kafka-python beside each, in the same run):
+
+  trilog group      ``open_consumer`` (a new group, Kafka's group protocol), ``async for`` over
+                    its stream; kafka-python: ``KafkaConsumer(group_id=...)`` subscribed.  The
+                    clock starts at the first record (once the group has formed).
+  trilog sync       ``trilog.sync.Producer.send`` in a loop, ``flush()``: the blocking
+                    facade, against kafka-python's producer (``kafka produce`` above).
+
 The table gives records/s of each phase beside its target (trilog: >= 500,000 records/s,
 goal 1,000,000; and >= 10x kafka-python), with the CPU seconds the client process and the
 broker used, and records per client CPU second.  The broker and the client share this
@@ -114,6 +122,68 @@ def trilog_consume(bootstrap: str, topic: str, n: int, size: int, broker_pid: in
     trio.run(main)
 
 
+def trilog_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
+    import trio
+
+    import trilog
+
+    async def main() -> None:
+        async with trilog.open_consumer(f"bench-{os.getpid()}", bootstrap_servers=bootstrap,
+                                        topics={topic: 1}, auto_offset_reset="smallest",
+                                        auto_commit_enable=False) as consumer:
+            stream = consumer.streams[topic][0]
+            await stream.__anext__()  # the group has formed: off the clock, like a connect
+            count, nbytes = 1, 0
+            b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+            async for record in stream:
+                nbytes += len(record.value)
+                count += 1
+                if count >= n:
+                    break
+            seconds = time.perf_counter() - t0
+            _report(count, seconds, time.process_time() - c0,
+                    process_cpu_seconds(broker_pid) - b0, bytes=nbytes)
+
+    trio.run(main)
+
+
+def trilog_sync(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
+    import trilog.sync
+
+    value = b"x" * size
+    with trilog.sync.Producer(bootstrap, acks=1, linger_ms=5, batch_size=65536) as producer:
+        producer.partitions_for(topic)  # connected, partitions known: off the clock
+        send = producer.send
+        b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+        for _ in range(n):
+            send(topic, value)
+        producer.flush()
+        seconds = time.perf_counter() - t0
+        _report(n, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0)
+
+
+def kafka_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bench-{os.getpid()}",
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             max_partition_fetch_bytes=FETCH_BYTES)
+    try:
+        next(consumer)  # the group has formed: off the clock, like a connect
+        count, nbytes = 1, 0
+        b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+        for record in consumer:
+            nbytes += len(record.value)
+            count += 1
+            if count >= n:
+                break
+        seconds = time.perf_counter() - t0
+        _report(count, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0,
+                bytes=nbytes)
+    finally:
+        consumer.close()
+
+
 def kafka_produce(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
     from kafka import KafkaProducer
 
@@ -162,6 +232,9 @@ WORKERS = {
     "trilog-consume": trilog_consume,
     "kafka-produce": kafka_produce,
     "kafka-consume": kafka_consume,
+    "trilog-group": trilog_group,
+    "kafka-group": kafka_group,
+    "trilog-sync": trilog_sync,
 }
 
 
@@ -195,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="partitions of each topic (default 1)")
     parser.add_argument("--quick", action="store_true", help="200,000 records per phase")
     parser.add_argument("--no-kafka", action="store_true", help="skip the kafka-python phases")
+    parser.add_argument("--more", action="store_true",
+                        help="also the group consumer and the blocking producer (no targets)")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     parser.add_argument("--dir", default=None, help="where the log dir goes (default: temp)")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
@@ -236,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_kafka:
                 phases += [("kafka-produce", "kafka-bench", kn),
                            ("kafka-consume", "kafka-bench", kn)]
+            if args.more:
+                phases += [("trilog-group", "trilog-bench", n), ("trilog-sync", "sync-bench", n)]
+                if not args.no_kafka:
+                    phases += [("kafka-group", "kafka-bench", kn)]
             for name, topic, count in phases:
                 result = run_worker(name, bootstrap, topic, count, size, broker.pid, timeout)
                 results[name] = result
@@ -267,6 +346,13 @@ def main(argv: list[str] | None = None) -> int:
         print(_row(f"trilog {what}", results[f"trilog-{what}"], target, ratio))
         if ref:
             print(_row(f"kafka-python {what}", results[f"kafka-{what}"], "", ""))
+    for mine, ref in (("trilog-group", "kafka-group"), ("trilog-sync", "kafka-produce")):
+        if mine in results:
+            ratio = f"{rate(mine) / rate(ref):.1f}x kafka-python" if rate(ref) else "-"
+            label = "trilog " + mine.split("-")[1]
+            print(_row(label, results[mine], "(no target)", ratio))
+            if ref == "kafka-group" and ref in results:
+                print(_row("kafka-python group", results[ref], "", ""))
     if args.json:
         print(json.dumps({"records": n, "record_size": size, "partitions": args.partitions,
                           "results": results}))
