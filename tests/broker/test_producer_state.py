@@ -88,3 +88,22 @@ def test_producer_ids_stay_above_the_last_one_handed_out_even_if_the_clock_goes_
     assert again.allocate() > ids[-1]
     (tmp_path / _handlers._ProducerIds.FILE).write_text("garbage")
     assert _handlers._ProducerIds(3, str(tmp_path)).allocate() > 0  # unreadable: ignored
+
+
+def test_a_failed_reservation_hands_out_no_id_until_one_is_recorded(tmp_path, monkeypatch):
+    from trilog.broker import _handlers
+
+    ids = _handlers._ProducerIds(1, str(tmp_path))
+    real_fsync = _handlers.os.fsync
+
+    def failing_fsync(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_handlers.os, "fsync", failing_fsync)
+    for _ in range(3):
+        with pytest.raises(OSError):
+            ids.allocate()
+    monkeypatch.setattr(_handlers.os, "fsync", real_fsync)
+    handed = ids.allocate()
+    recorded = int((tmp_path / _handlers._ProducerIds.FILE).read_text())
+    assert handed <= recorded  # never an id the file does not cover

@@ -35,6 +35,7 @@ from trilog.errors import (
     CorruptMessageError,
     InvalidRequestError,
     InvalidRequiredAcksError,
+    KafkaStorageError,
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -455,7 +456,14 @@ class RequestHandler:
                 throttle_time_ms=0, error_code=InvalidRequestError.code,
                 producer_id=-1, producer_epoch=-1,
             )
-        producer_id = await trio.to_thread.run_sync(self._producer_ids.allocate)
+        try:
+            producer_id = await trio.to_thread.run_sync(self._producer_ids.allocate)
+        except OSError as exc:
+            log.error("cannot record producer ids in %s: %s", self._producer_ids.path, exc)
+            return InitProducerIdResponse(
+                throttle_time_ms=0, error_code=KafkaStorageError.code,
+                producer_id=-1, producer_epoch=-1,
+            )
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
                                       producer_id=producer_id, producer_epoch=0)
 
@@ -509,7 +517,7 @@ class _ProducerIds:
     BLOCK = 1000  # ids reserved on disk at a time
 
     def __init__(self, broker_id: int, directory: str) -> None:
-        self._path = os.path.join(directory, self.FILE)
+        self.path = self._path = os.path.join(directory, self.FILE)
         last = self._read()
         ms = max(int(time.time() * 1000), (last >> 20) + 1)
         self._base = (ms << 20) | ((broker_id % 256) << 12)
@@ -523,16 +531,26 @@ class _ProducerIds:
     def allocate(self) -> int:
         """The next id; the file covers it before it is handed out (blocking: a thread)."""
         with self._lock:
-            n, self._n = self._n, self._n + 1
+            n = self._n
             if n >= self._reserved:
-                self._reserved = n + self.BLOCK
-                tmp = self._path + ".tmp"
-                with open(tmp, "w") as f:
-                    f.write(f"{self._id(self._reserved - 1)}\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self._path)
+                self._reserve(n + self.BLOCK)  # raises OSError: nothing handed out
+            self._n = n + 1
             return self._id(n)
+
+    def _reserve(self, until: int) -> None:
+        """Cover the ids below index ``until`` on disk (file and rename made durable)."""
+        tmp = self._path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{self._id(until - 1)}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path)
+        directory = os.open(os.path.dirname(self._path), os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        self._reserved = until
 
     def _read(self) -> int:
         try:
