@@ -70,3 +70,28 @@ def lend_snappy(monkeypatch) -> bool:
 
         monkeypatch.setattr(kafka.codec, "snappy", SnappyShim)
     return kafka.codec.has_snappy()
+
+
+class _XXH32:
+    """Enough of the ``xxhash`` package for kafka-python's old-Kafka LZ4 framing."""
+
+    def __init__(self, data: bytes) -> None:
+        from trilog.records._lz4 import xxh32
+
+        self._h = xxh32(data)
+
+    def digest(self) -> bytes:
+        return self._h.to_bytes(4, "big")
+
+
+class _XXHashShim:
+    xxh32 = _XXH32
+
+
+def lend_xxhash(monkeypatch) -> None:
+    """kafka-python frames LZ4 for Kafka 0.8/0.9 (and magic 0) with the ``xxhash`` package,
+    not installed here: lend it trilog's xxh32."""
+    import kafka.codec
+
+    if kafka.codec.xxhash is None:
+        monkeypatch.setattr(kafka.codec, "xxhash", _XXHashShim)

@@ -23,6 +23,7 @@ from broker_helpers import (
     roundtrip,
 )
 from kafka import TopicPartition
+from kafka_helpers import lend_xxhash
 
 from trilog.records import GZIP, LZ4, NONE, MemoryRecords, build_message_set
 
@@ -99,9 +100,9 @@ def test_corrupt_legacy_message_is_refused(broker_process):
 @pytest.mark.parametrize("compression", [None, "gzip", "lz4"])
 @pytest.mark.parametrize("api_version", [(0, 8, 2), (0, 9), (0, 10, 0)],
                          ids=["0.8.2", "0.9", "0.10"])
-def test_kafka_python_as_an_old_client(broker_process, api_version, compression):
-    if compression == "lz4" and api_version < (0, 10):
-        pytest.skip("kafka-python needs xxhash (not installed) for 0.8/0.9's lz4 framing")
+def test_kafka_python_as_an_old_client(broker_process, api_version, compression,
+                                      monkeypatch):
+    lend_xxhash(monkeypatch)  # kafka-python frames 0.8/0.9's LZ4 with the xxhash package
     broker = broker_process()
     topic = "legacy"
     n = 3000

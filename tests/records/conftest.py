@@ -5,8 +5,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from kafka_helpers import lend_snappy
-from records_helpers import XXHashShim
+from kafka_helpers import lend_snappy, lend_xxhash
 
 # kafka-python (the independent implementation we test against) trips a DeprecationWarning
 # inside importlib.resources at import time; pyproject's kafka.* filter does not match it
@@ -26,8 +25,5 @@ def kafka_codecs(monkeypatch):
     for snappy (we lend our raw-snappy backend, e.g. cramjam's; the xerial framing on both
     sides stays each implementation's own).
     """
-    import kafka.codec
-
-    if kafka.codec.xxhash is None:
-        monkeypatch.setattr(kafka.codec, "xxhash", XXHashShim)
+    lend_xxhash(monkeypatch)
     lend_snappy(monkeypatch)

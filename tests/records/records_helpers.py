@@ -1,4 +1,4 @@
-"""Strategies and shims shared by the record-format tests (imported by name)."""
+"""Strategies shared by the record-format tests (imported by name)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from trilog.records import GZIP, LZ4, NONE, SNAPPY, available_codecs
-from trilog.records._lz4 import xxh32
 
 #: Applied to every property test here (not as a global profile, which would reach other
 #: packages' tests): timing on a shared two-core machine is noisy, so no per-example deadline.
@@ -24,17 +23,3 @@ timestamps = st.integers(min_value=0, max_value=2**42)
 headers = st.lists(
     st.tuples(st.text(max_size=10), st.none() | st.binary(max_size=20)), max_size=3
 ).map(tuple)
-
-
-class _XXH32:
-    """Enough of the ``xxhash`` package for kafka-python's old-Kafka LZ4 framing."""
-
-    def __init__(self, data: bytes) -> None:
-        self._h = xxh32(data)
-
-    def digest(self) -> bytes:
-        return self._h.to_bytes(4, "big")
-
-
-class XXHashShim:
-    xxh32 = _XXH32
