@@ -170,16 +170,7 @@ def kafka_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) 
                              max_partition_fetch_bytes=FETCH_BYTES)
     try:
         next(consumer)  # the group has formed: off the clock, like a connect
-        count, nbytes = 1, 0
-        b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
-        for record in consumer:
-            nbytes += len(record.value)
-            count += 1
-            if count >= n:
-                break
-        seconds = time.perf_counter() - t0
-        _report(count, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0,
-                bytes=nbytes)
+        _time_kafka_consumer(consumer, n, broker_pid, count=1)
     finally:
         consumer.close()
 
@@ -213,18 +204,23 @@ def kafka_consume(bootstrap: str, topic: str, n: int, size: int, broker_pid: int
         partitions = sorted(consumer.partitions_for_topic(topic) or ())
         consumer.assign([TopicPartition(topic, p) for p in partitions])
         consumer.seek_to_beginning()
-        count = nbytes = 0
-        b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
-        for record in consumer:
-            nbytes += len(record.value)
-            count += 1
-            if count >= n:
-                break
-        seconds = time.perf_counter() - t0
-        _report(count, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0,
-                bytes=nbytes)
+        _time_kafka_consumer(consumer, n, broker_pid)
     finally:
         consumer.close()
+
+
+def _time_kafka_consumer(consumer, n: int, broker_pid: int, count: int = 0) -> None:
+    """Iterate a kafka-python consumer on the clock until ``n`` records (``count`` read)."""
+    nbytes = 0
+    b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+    for record in consumer:
+        nbytes += len(record.value)
+        count += 1
+        if count >= n:
+            break
+    seconds = time.perf_counter() - t0
+    _report(count, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0,
+            bytes=nbytes)
 
 
 WORKERS = {
