@@ -153,13 +153,18 @@ def trilog_sync(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) 
     value = b"x" * size
     with trilog.sync.Producer(bootstrap, acks=1, linger_ms=5, batch_size=65536) as producer:
         producer.partitions_for(topic)  # connected, partitions known: off the clock
-        send = producer.send
-        b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
-        for _ in range(n):
-            send(topic, value)
-        producer.flush()
-        seconds = time.perf_counter() - t0
-        _report(n, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0)
+        _time_blocking_sends(producer, topic, value, n, broker_pid)
+
+
+def _time_blocking_sends(producer, topic: str, value: bytes, n: int, broker_pid: int) -> None:
+    """``producer.send`` ``n`` times then ``flush()``, on the clock (a blocking API)."""
+    send = producer.send
+    b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+    for _ in range(n):
+        send(topic, value)
+    producer.flush()
+    seconds = time.perf_counter() - t0
+    _report(n, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0)
 
 
 def kafka_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
@@ -183,13 +188,7 @@ def kafka_produce(bootstrap: str, topic: str, n: int, size: int, broker_pid: int
                              linger_ms=5, batch_size=65536, retries=5)
     try:
         producer.partitions_for(topic)  # metadata and connection: off the clock
-        send = producer.send
-        b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
-        for _ in range(n):
-            send(topic, value)
-        producer.flush()
-        seconds = time.perf_counter() - t0
-        _report(n, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0)
+        _time_blocking_sends(producer, topic, value, n, broker_pid)
     finally:
         producer.close(timeout=10)
 
