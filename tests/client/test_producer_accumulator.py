@@ -53,3 +53,30 @@ async def test_mixed_keyed_unkeyed_and_explicit_records_each_land_in_one_batch()
     for b in batches:
         assert len(b.builder) == 1 or b.builder.size_in_bytes <= 600
     await trio.lowlevel.checkpoint()
+
+
+async def test_a_fatal_producer_id_renewal_fails_the_records_and_closes_the_producer():
+    from trilog.client._producer import ProducerClosedError
+    from trilog.errors import UnsupportedVersionError
+
+    producer = Producer(_Client(), acks=-1, linger_ms=5, batch_size=600,
+                        buffer_memory=1 << 30, compression_type=None, key_serializer=None,
+                        value_serializer=None, partitioner=None, retries=5,
+                        retry_backoff_ms=1, delivery_timeout_ms=60_000, request_timeout_ms=1000,
+                        max_in_flight_requests_per_connection=5, max_request_size=1 << 20,
+                        on_delivery=None, enable_idempotence=True)
+    deliveries = [producer.send_nowait("t", b"v" * 100, partition=i % 3) for i in range(30)]
+
+    async def refused():
+        raise UnsupportedVersionError("no InitProducerId here")
+
+    producer.init_producer_id = refused
+    producer._sequence_gap = True
+    await producer._renew_producer_id()
+    assert all(isinstance(d.exception(), UnsupportedVersionError) for d in deliveries)
+    try:
+        producer.send_nowait("t", b"late", partition=0)
+    except ProducerClosedError:
+        pass
+    else:
+        raise AssertionError("the producer should be closed")

@@ -232,3 +232,43 @@ def test_flush_waits_for_what_was_queued_before_it_not_for_an_empty_queue():
         if flusher.ident is not None:  # started
             flusher.join()
         portal.close()
+
+
+def test_a_wait_from_the_loop_thread_itself_raises_instead_of_hanging():
+    """A callback running in the loop thread (on_delivery, say) that waits for the queue
+    would wait for itself forever: it gets a RuntimeError."""
+    from contextlib import asynccontextmanager
+
+    import trio
+
+    from trilog.client import BufferFullError
+    from trilog.sync._facades import SyncDelivery, _Outbox
+    from trilog.sync._portal import Portal
+
+    class FullProducer:  # never has room: the drain task waits in send()
+        def __init__(self):
+            self.room = trio.Event()
+
+        def send_nowait(self, *args, **kwargs):
+            raise BufferFullError("full")
+
+        async def send(self, *args, **kwargs):
+            await self.room.wait()
+            return object()
+
+    @asynccontextmanager
+    async def opened():
+        yield FullProducer()
+
+    portal = Portal(opened(), "test producer")
+    outbox = _Outbox(portal, portal.value)
+    pending = SyncDelivery(None, portal, outbox)
+    outbox.put(("t", b"v", None, {}, pending))
+    with pytest.raises(RuntimeError, match="loop thread"):
+        portal.run_sync(outbox.wait_empty)
+    with pytest.raises(RuntimeError, match="loop thread"):
+        portal.run_sync(outbox.wait_handed, pending, None)
+    portal.run_sync(portal.value.room.set)
+    outbox.wait_empty()  # from this thread it is fine
+    assert pending._delivery is not None
+    portal.close()
