@@ -72,7 +72,8 @@ def add_parser(sub) -> None:
             "  P50 ms 50th, P95 ms 95th, P99 ms 99th, P999 ms 99.9th.\n\n"
             "Latency is from the send to the acknowledgement (acks=0: to the request's\n"
             "write). MB is 2**20 bytes of values. On a terminal a progress line is updated\n"
-            "every second. Exit status 1 if any record failed."
+            "every second. Ctrl-C stops the run and prints the summary of what was sent\n"
+            "(exit status 130). Exit status 1 if any record failed."
         ),
     )
     pp.add_argument("--topic", required=True, help="the topic to write")
@@ -98,7 +99,8 @@ def add_parser(sub) -> None:
             "round for all partitions, each record decoded. Then print:\n\n"
             "  N records consumed, R records/sec (M MB/sec), S MB in T s, F fetches.\n\n"
             "MB counts keys and values (2**20 bytes). On a terminal a progress line is\n"
-            "updated every second. Exit status 1 if --timeout-ms passed without a record\n"
+            "updated every second. Ctrl-C stops the run and prints the summary of what was\n"
+            "read (exit status 130). Exit status 1 if --timeout-ms passed without a record\n"
             "before --messages were read."
         ),
     )
@@ -261,7 +263,7 @@ async def _produce(args) -> int:
     deliveries: list = []
     errors: dict[str, int] = {}
     progress = _progress_enabled()
-    state = {"sent": 0, "done": False}
+    state = {"sent": 0}
 
     def on_error(exc: BaseException) -> None:
         text = str(exc)
@@ -269,20 +271,28 @@ async def _produce(args) -> int:
         if errors[text] == 1 and len(errors) <= 10:
             print(f"\ntrilog perf produce: {text}", file=sys.stderr, flush=True)
 
+    # Ctrl-C cancels `stop`: whatever is under way (finding the topic, sending, the final
+    # flush) ends there, the records not acknowledged yet are no longer timed, and the
+    # summary says what was done.  The producer's close still delivers what it holds.
     stop = trio.CancelScope()
+    finished = trio.Event()  # every record is sent and flushed: the progress line ends too
+    elapsed = 0.0
     async with trio.open_nursery() as outer:
         await outer.start(cancel_on_sigint, stop)
         async with open_producer(**kwargs, buffer_memory=args.buffer_memory,
                                  client_id="trilog-perf-producer") as producer:
-            await producer.partitions_for(topic)  # connect and learn partitions off the clock
             pc = time.perf_counter
-            t0 = pc()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_collect, stats, sent_at, deliveries,
-                                   lambda: state["done"], on_error)
-                if progress:
-                    nursery.start_soon(_produce_progress, stats, state, args.record_size)
-                with stop:
+            t0 = None
+            with stop:
+                # connect and learn the partitions off the clock
+                await producer.partitions_for(topic)
+                t0 = pc()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_collect, stats, sent_at, deliveries, finished.is_set,
+                                       on_error)
+                    if progress:
+                        nursery.start_soon(_produce_progress, stats, state, args.record_size,
+                                           finished)
                     send, send_wait = producer.send_nowait, producer.send
                     add_time, add_delivery = sent_at.append, deliveries.append
                     rate = args.throughput if args.throughput > 0 else None
@@ -307,10 +317,10 @@ async def _produce(args) -> int:
                                 continue
                         await trio.lowlevel.checkpoint()
                     await producer.flush()
-                state["done"] = True
-                if stop.cancelled_caught:
-                    nursery.cancel_scope.cancel()
-            elapsed = pc() - t0
+                    finished.set()
+                    # the collector stamps the last acknowledgements and returns
+            if t0 is not None:
+                elapsed = pc() - t0
         outer.cancel_scope.cancel()
     if progress:
         sys.stdout.write("\r\x1b[K")
@@ -325,10 +335,10 @@ async def _produce(args) -> int:
     return 0
 
 
-async def _produce_progress(stats: LatencyStats, state: dict, record_size: int) -> None:
+async def _produce_progress(stats: LatencyStats, state: dict, record_size: int,
+                            finished: trio.Event) -> None:
     last, last_t = 0, time.perf_counter()
-    while True:
-        await trio.sleep(_PROGRESS_S)
+    while await _wait_for_tick(finished):
         now = time.perf_counter()
         sent = state["sent"]
         count, total, peak = stats.take_window()
@@ -337,6 +347,14 @@ async def _produce_progress(stats: LatencyStats, state: dict, record_size: int) 
         _show(f"{sent} records sent, {rate:.1f} records/sec ({rate * record_size / MB:.2f} "
               f"MB/sec), {avg:.1f} ms avg latency, {peak * 1000:.1f} ms max latency.")
         last, last_t = sent, now
+
+
+async def _wait_for_tick(finished: trio.Event) -> bool:
+    """Wait for the next progress line: True when it is due, False when the run finished
+    (the progress task then returns, so the run's nursery can close)."""
+    with trio.move_on_after(_PROGRESS_S):
+        await finished.wait()
+    return not finished.is_set()
 
 
 # -- perf consume -----------------------------------------------------------------------------------
@@ -364,11 +382,15 @@ async def _consume(args) -> int:
     fetches = 0
     timed_out = False
     elapsed = 0.0
+    # As in perf produce: Ctrl-C cancels `stop`, and the summary says what was read.
     stop = trio.CancelScope()
+    finished = trio.Event()
     async with trio.open_nursery() as outer:
         await outer.start(cancel_on_sigint, stop)
         async with open_simple_consumer(**cluster_kwargs(args),
                                         client_id="trilog-perf-consumer") as consumer:
+            pc = time.perf_counter
+            t0 = idle_since = None
             with stop:
                 partitions, _ = await wait_for_topic(consumer, topic, args.timeout_ms,
                                                      "trilog perf consume")
@@ -379,11 +401,10 @@ async def _consume(args) -> int:
                 positions = await resolve_offsets(consumer, topic, partitions,
                                                   LATEST if args.from_latest else EARLIEST)
                 size = args.fetch_size
-                pc = time.perf_counter
                 t0 = idle_since = pc()
                 async with trio.open_nursery() as nursery:
                     if progress:
-                        nursery.start_soon(_consume_progress, state)
+                        nursery.start_soon(_consume_progress, state, finished)
                     count = nbytes = 0
                     while count < wanted:
                         left = args.timeout_ms / 1000 - (pc() - idle_since)
@@ -409,25 +430,29 @@ async def _consume(args) -> int:
                         if count > before:
                             idle_since = pc()
                         state["count"], state["bytes"] = count, nbytes
-                    nursery.cancel_scope.cancel()
+                    finished.set()
+            if t0 is not None:
+                # a timed-out run is timed up to its last record, not through the idle wait
                 elapsed = (idle_since if timed_out else pc()) - t0
         outer.cancel_scope.cancel()
     if progress:
         sys.stdout.write("\r\x1b[K")
+    count = state["count"]
+    print(consume_summary(count, state["bytes"], elapsed, fetches), flush=True)
     if stop.cancelled_caught:
+        print(f"trilog perf consume: interrupted after {count} of {wanted} records",
+              file=sys.stderr)
         return 130
-    print(consume_summary(state["count"], state["bytes"], elapsed, fetches), flush=True)
     if timed_out:
-        print(f"trilog perf consume: only {state['count']} of {wanted} records: none arrived "
+        print(f"trilog perf consume: only {count} of {wanted} records: none arrived "
               f"for {args.timeout_ms} ms", file=sys.stderr)
         return 1
     return 0
 
 
-async def _consume_progress(state: dict) -> None:
+async def _consume_progress(state: dict, finished: trio.Event) -> None:
     last, last_bytes, last_t = 0, 0, time.perf_counter()
-    while True:
-        await trio.sleep(_PROGRESS_S)
+    while await _wait_for_tick(finished):
         now = time.perf_counter()
         count, nbytes = state["count"], state["bytes"]
         dt = now - last_t
