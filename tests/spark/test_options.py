@@ -77,6 +77,54 @@ def test_write_options():
         parse_write_options({"bootstrap.servers": "h:1", "acks": "0"})
 
 
+@pytest.mark.parametrize("name, suggestion", [
+    ("startingofsets", "startingOffsets"),  # as Spark hands it over: lower-cased
+    ("startingOfsets", "startingOffsets"),
+    ("maxoffsetpertrigger", "maxOffsetsPerTrigger"),
+    ("subscribepatern", "subscribePattern"),
+    ("failOnDataLos", "failOnDataLoss"),
+    ("kafka.bootstrap.server", "kafka.bootstrap.servers"),
+])
+def test_an_unknown_read_option_names_the_nearest_known_one(name, suggestion):
+    with pytest.raises(OptionError) as info:
+        parse_read_options({**BASE, name: "earliest"}, streaming=None)
+    assert str(info.value) == f"unknown option {name!r}; did you mean {suggestion!r}?"
+
+
+def test_an_unknown_option_with_nothing_near_lists_what_is_taken():
+    with pytest.raises(OptionError, match=r"unknown option 'colour'; a read takes assign, ") \
+            as info:
+        parse_read_options({**BASE, "colour": "blue"}, streaming=False)
+    assert "startingOffsets" in str(info.value)
+    with pytest.raises(OptionError, match="unknown option 'colour'; a write takes .*kafka.acks, "):
+        parse_write_options({"bootstrap.servers": "h:1", "colour": "blue"})
+    with pytest.raises(OptionError, match="did you mean 'kafka.linger.ms'"):
+        parse_write_options({"bootstrap.servers": "h:1", "kafka.lingr.ms": "5"})
+
+
+def test_read_options_are_refused_by_a_write_and_write_options_by_a_read():
+    with pytest.raises(OptionError, match="option 'topic' is for writing; a read names its "
+                                          "topics with subscribe"):
+        parse_read_options({**BASE, "topic": "t"}, streaming=True)
+    with pytest.raises(OptionError, match="option 'subscribe' is for reading; a write takes "
+                                          "its topic from the option topic"):
+        parse_write_options({**BASE, "topic": "out"})
+    with pytest.raises(OptionError, match="option 'startingOffsets' is for reading"):
+        parse_write_options({"bootstrap.servers": "h:1", "startingOffsets": "earliest"})
+    with pytest.raises(OptionError, match="option 'acks' is for writing"):
+        parse_read_options({**BASE, "acks": "all"}, streaming=False)
+    # Spark hands a streaming write its checkpointLocation with the options.
+    parse_write_options({"bootstrap.servers": "h:1", "checkpointlocation": "/tmp/c"})
+
+
+def test_a_path_is_refused_with_the_reason():
+    with pytest.raises(OptionError, match="option 'path' is not supported: the trilog source "
+                                          "takes no path"):
+        parse_read_options({**BASE, "path": "events"}, streaming=False)
+    with pytest.raises(OptionError, match="takes no path"):
+        parse_write_options({"bootstrap.servers": "h:1", "path": "/out"})
+
+
 def test_offset_json_is_canonical():
     positions = {("b", 10): 1, ("a", 2): 3, ("b", 9): 4}
     doc = to_offset_json(positions)
@@ -131,6 +179,19 @@ def test_bad_options_fail_the_query_with_the_message(spark, broker):
               .option("subscribe", "t").option("endingOffsets", "latest").load())
     with pytest.raises(Exception, match="for batch queries"):
         stream.writeStream.format("noop").start().awaitTermination(60)
+
+    # A misspelt option fails at load(), for a batch and a stream alike (Spark lower-cases it).
+    with pytest.raises(Exception, match="unknown option 'startingofsets'; did you mean "
+                                        "'startingOffsets'"):
+        (spark.read.format("trilog").option("bootstrap.servers", broker.bootstrap)
+         .option("subscribe", "t").option("startingOfsets", "earliest").load())
+    with pytest.raises(Exception, match="did you mean 'maxOffsetsPerTrigger'"):
+        (spark.readStream.format("trilog").option("bootstrap.servers", broker.bootstrap)
+         .option("subscribe", "t").option("maxOffsetPerTrigger", "10").load())
+    with pytest.raises(Exception, match="option 'subscribe' is for reading"):
+        (spark.createDataFrame([("v",)], "value string").write.format("trilog")
+         .option("bootstrap.servers", broker.bootstrap).option("subscribe", "t")
+         .mode("append").save())
 
 
 _ranges = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 1000), st.integers(0, 300)),

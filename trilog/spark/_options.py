@@ -8,9 +8,10 @@ query fails at planning time instead of inside a task.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from trilog.errors import TrilogError
@@ -98,6 +99,97 @@ class WriteOptions:
     connection: Connection
     topic: str | None = None
     producer: dict = field(default_factory=dict)
+
+
+# -- which names a read and a write take ------------------------------------------------------
+
+#: Producer settings a write may pass, with or without Spark's ``kafka.`` prefix.
+_PRODUCER_INTS = {
+    "linger.ms": "linger_ms",
+    "batch.size": "batch_size",
+    "buffer.memory": "buffer_memory",
+    "retries": "retries",
+    "delivery.timeout.ms": "delivery_timeout_ms",
+    "request.timeout.ms": "request_timeout_ms",
+    "max.request.size": "max_request_size",
+}
+
+_CONNECTION = ("bootstrap.servers", "kafka.bootstrap.servers", "zookeeper.connect",
+               "kafka.zookeeper.connect")
+
+
+def _both_spellings(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(n for name in names for n in (name, "kafka." + name))
+
+
+#: Every option a read takes, spelled as the docs (and error messages) show them.
+READ_OPTIONS = _CONNECTION + (
+    "subscribe", "subscribePattern", "assign",
+    "startingOffsets", "startingTimestamp", "startingOffsetsByTimestampStrategy",
+    "endingOffsets", "endingTimestamp",
+    "minPartitions", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
+) + _both_spellings(["max.partition.fetch.bytes"])
+
+#: Every option a write takes.  ``checkpointLocation`` is Spark's own: a streaming write hands
+#: it to the sink with the others.
+WRITE_OPTIONS = _CONNECTION + ("topic", "checkpointLocation") + _both_spellings(
+    ["acks", "compression.type", *_PRODUCER_INTS])
+
+#: Options known to be wrong for this source, with the reason (so the error can say it).
+_REFUSED = {
+    "path": "the trilog source takes no path: name the topics with subscribe, "
+            "subscribePattern or assign (reads) or with topic (writes)",
+    "kafkaconsumer.polltimeoutms": "a reading task's requests time out after the client's "
+                                   "request timeout",
+    "fetchoffset.numretries": "trilog's client retries offset lookups itself",
+    "fetchoffset.retryintervalms": "trilog's client retries offset lookups itself",
+}
+
+#: Options of Spark's Kafka source that trilog does not implement yet.
+_NOT_YET = ("startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "minOffsetsPerTrigger",
+            "maxTriggerDelay", "maxRecordsPerPartition", "groupIdPrefix", "kafka.group.id")
+
+
+def check_names(options: Mapping[str, str], *, write: bool) -> None:
+    """Refuse every option a read (``write=False``) or a write does not take.
+
+    Spark's own Kafka source ignores what it does not know, so a typo such as
+    ``startingOfsets`` reads a different range without a word; here it fails the query,
+    naming the nearest known option.  Spark lower-cases names on the way in: suggestions
+    give the documented spelling."""
+    known = {n.lower(): n for n in (WRITE_OPTIONS if write else READ_OPTIONS)}
+    other = {n.lower(): n for n in (READ_OPTIONS if write else WRITE_OPTIONS)}
+    not_yet = {n.lower(): n for n in _NOT_YET}
+    for raw in options:
+        name = str(raw).lower()
+        if name in known:
+            continue
+        if name in other:
+            raise OptionError(_wrong_side(raw, write))
+        if name in _REFUSED:
+            raise OptionError(f"option {raw!r} is not supported: {_REFUSED[name]}")
+        if name in not_yet:
+            raise OptionError(f"option {not_yet[name]!r} of Spark's Kafka source is not "
+                              "implemented by the trilog source")
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+        if close:
+            raise OptionError(f"unknown option {raw!r}; did you mean {known[close[0]]!r}?")
+        # List each name once: kafka.X stands for its unprefixed alias.
+        names = sorted((n for n in known.values() if "kafka." + n.lower() not in known),
+                       key=str.lower)
+        raise OptionError(f"unknown option {raw!r}; a {'write' if write else 'read'} takes "
+                          f"{', '.join(names)}")
+
+
+def _wrong_side(name: str, write: bool) -> str:
+    if write:
+        hint = ("a write takes its topic from the option topic or a 'topic' column"
+                if name.lower() in ("subscribe", "subscribepattern", "assign") else
+                "a write does not take it")
+        return f"option {name!r} is for reading; {hint}"
+    hint = ("a read names its topics with subscribe, subscribePattern or assign"
+            if name.lower() == "topic" else "a read does not take it")
+    return f"option {name!r} is for writing; {hint}"
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -250,6 +342,7 @@ def parse_offsets(name: str, raw: str | None, default: str, *, allow_earliest: b
 def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
     """Check every read option; ``streaming`` changes defaults and what is allowed (``None``:
     not known yet, as in ``DataSource.schema()``; only the checks common to both are made)."""
+    check_names(options, write=False)
     opts = _lower(options)
     connection = parse_connection(opts)
     subscription = parse_subscription(opts)
@@ -296,19 +389,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
 
 _ACKS = {"all": "all", "-1": "all", "1": 1, "0": 0}
 
-#: Producer settings a write may pass, with or without Spark's ``kafka.`` prefix.
-_PRODUCER_INTS = {
-    "linger.ms": "linger_ms",
-    "batch.size": "batch_size",
-    "buffer.memory": "buffer_memory",
-    "retries": "retries",
-    "delivery.timeout.ms": "delivery_timeout_ms",
-    "request.timeout.ms": "request_timeout_ms",
-    "max.request.size": "max_request_size",
-}
-
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    check_names(options, write=True)
     opts = _lower(options)
     connection = parse_connection(opts)
     topic = _first(opts, "topic")
