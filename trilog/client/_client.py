@@ -126,11 +126,14 @@ class Client:
 
     # -- metadata ---------------------------------------------------------------------------------
 
-    async def refresh_metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
+    async def refresh_metadata(self, topics: list[str] | None = None, *,
+                               allow_auto_create: bool | None = None) -> ClusterMetadata:
         """Ask a broker for fresh metadata (for ``topics``, or all) and publish it.
 
         Callers that arrive while a refresh is in flight wait for it instead of sending
-        another (a burst of NOT_LEADER errors costs one round trip).
+        another (a burst of NOT_LEADER errors costs one round trip).  ``allow_auto_create``
+        overrides the client's ``allow_auto_create_topics`` for this request (a simple
+        consumer's one-shot calls never create topics; following a partition may).
         """
         seen = self._refresh_count
         async with self._refresh_lock:
@@ -140,7 +143,8 @@ class Client:
             request = MetadataRequest(
                 topics=None if topics is None else
                 [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-                allow_auto_topic_creation=self.allow_auto_create_topics,
+                allow_auto_topic_creation=self.allow_auto_create_topics
+                if allow_auto_create is None else allow_auto_create,
             )
             response = await conn.request(request)
             fresh = ClusterMetadata.from_response(response)

@@ -7,6 +7,14 @@ request per broker for all the partitions that broker leads.  Records come back 
 (normal at the end of a fetch) is dropped, and records before the asked offset (the rest of a
 batch the offset falls inside) are skipped.  A record larger than ``max_bytes`` still comes
 back: the broker sends the first batch whole.
+
+A partition that does not exist (yet) is handled as Kafka's clients do.  The one-shot calls
+(``fetch``, ``multifetch``, ``offsets_before``) raise ``UnknownTopicOrPartitionError`` and
+create nothing, like the seed's ``SimpleConsumer.fetch``.  Following a partition (``iterate``,
+``fetch_when_available``) waits for it as a Kafka consumer waits for an assigned partition:
+its Metadata request creates the topic when the broker auto-creates topics
+(``allow_auto_create_topics``, Kafka's ``allow.auto.create.topics``), and it asks again,
+backing off, until the partition has a leader.  An illegal topic name raises at once.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._client import Client, open_client
 from trilog.errors import (
     ApiError,
+    LeaderNotAvailableError,
     NetworkError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -42,6 +51,11 @@ EARLIEST = -2
 LATEST = -1
 
 _RETRIES = 5
+#: how long ``wait_for_partition`` waits between Metadata requests: doubling up to the max
+_WAIT_BACKOFF_S = 0.05
+_WAIT_BACKOFF_MAX_S = 1.0
+#: the answers that mean "not there yet" to a consumer following a partition
+_NOT_THERE_YET = (UnknownTopicOrPartitionError, LeaderNotAvailableError)
 
 
 class ConsumerRecord(NamedTuple):
@@ -148,12 +162,14 @@ class SimpleConsumer:
 
     def __init__(self, client: Client, nursery: trio.Nursery, *, fetch_max_wait_ms: int,
                  fetch_min_bytes: int, max_partition_fetch_bytes: int,
-                 key_deserializer, value_deserializer) -> None:
+                 key_deserializer, value_deserializer,
+                 allow_auto_create_topics: bool = False) -> None:
         self._client = client
         self._nursery = nursery
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_min_bytes = fetch_min_bytes
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.allow_auto_create_topics = allow_auto_create_topics
         self._kd = key_deserializer
         self._vd = value_deserializer
 
@@ -281,6 +297,53 @@ class SimpleConsumer:
                                           p.log_start_offset, self._kd, self._vd))
         return out
 
+    # -- following a partition ---------------------------------------------------------------
+
+    async def wait_for_partition(self, topic: str, partition: int = 0) -> None:
+        """Wait until ``topic`` has ``partition`` with a leader, as a Kafka consumer does for
+        an assigned partition (see the module docstring).  Returns at once when the
+        metadata at hand already shows a leader.  Raises for an answer other than
+        UNKNOWN_TOPIC_OR_PARTITION / LEADER_NOT_AVAILABLE (an illegal topic name: at once).
+        """
+        if self._client.metadata.value.leader_for(topic, partition) is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        delay = _WAIT_BACKOFF_S
+        told = False
+        while True:
+            meta = await self._client.refresh_metadata(
+                [topic], allow_auto_create=self.allow_auto_create_topics)
+            if meta.leader_for(topic, partition) is not None:
+                return
+            code = meta.topic_errors.get(topic)
+            if code is not None and code not in (UnknownTopicOrPartitionError.code,
+                                                 LeaderNotAvailableError.code):
+                error = error_for_code(code)
+                raise type(error)(f"topic {topic!r}: {error}")
+            if not told:  # the wait may be long (a topic nobody has created): say so once
+                told = True
+                log.info("%s-%d does not exist yet or has no leader; waiting for it",
+                         topic, partition)
+            await trio.sleep(delay)
+            delay = min(delay * 2, _WAIT_BACKOFF_MAX_S)
+
+    async def fetch_when_available(self, topic: str, partition: int, offset: int,
+                                   max_bytes: int | None = None) -> FetchedRecords:
+        """One long poll (``fetch_max_wait_ms``, ``fetch_min_bytes``) of a partition being
+        followed: ``fetch``, except that a partition that does not exist yet, or has no
+        leader for now, is waited for (``wait_for_partition``) instead of raised.
+        ``iterate`` and the blocking facade's ``iterate`` are loops of it."""
+        while True:
+            await self.wait_for_partition(topic, partition)
+            try:
+                return await self.fetch(topic, partition, offset, max_bytes,
+                                        max_wait_ms=self.fetch_max_wait_ms,
+                                        min_bytes=self.fetch_min_bytes)
+            except _NOT_THERE_YET:
+                # The metadata showed a leader, the broker says otherwise (the topic was
+                # deleted, the leader moved): forget the stale picture and wait again.
+                await self._client.refresh_metadata([topic])
+
     # -- offsets ---------------------------------------------------------------------------------
 
     async def offsets_before(self, topic: str, partition: int = 0, time: int = LATEST,
@@ -331,7 +394,8 @@ class SimpleConsumer:
                 max_bytes: int | None = None) -> PartitionIterator:
         """Follow a partition from ``offset``: long-poll fetches (``fetch_max_wait_ms``,
         ``fetch_min_bytes``), the next one in flight while the caller works on the current
-        records.  Ends only when the caller stops iterating (or on an error).
+        records.  Ends only when the caller stops iterating (or on an error).  A partition
+        that does not exist yet is waited for (see the module docstring).
 
         ``async for record in consumer.iterate(...)``; leaving the loop (``break``, an
         exception) stops the prefetch task at once.  ``async with consumer.iterate(...) as
@@ -414,10 +478,8 @@ async def _prefetch(consumer: SimpleConsumer, scope: trio.CancelScope,
         async with send:
             while True:
                 try:
-                    fetched = await consumer.fetch(
-                        topic, partition, position, max_bytes,
-                        max_wait_ms=consumer.fetch_max_wait_ms,
-                        min_bytes=consumer.fetch_min_bytes)
+                    fetched = await consumer.fetch_when_available(topic, partition, position,
+                                                                  max_bytes)
                 except TrilogError as exc:
                     await send.send(exc)
                     return
@@ -435,13 +497,19 @@ async def open_simple_consumer(
     fetch_max_wait_ms: int = 500,
     fetch_min_bytes: int = 1,
     max_partition_fetch_bytes: int = 1 << 20,
+    allow_auto_create_topics: bool = True,
     request_timeout_ms: int = 30_000,
     key_deserializer: Callable[[bytes], Any] | None = None,
     value_deserializer: Callable[[bytes], Any] | None = None,
     metadata_max_age_ms: int = 300_000,
 ) -> AsyncIterator[SimpleConsumer]:
-    """A simple consumer for the body of the ``async with`` (see the module docstring)."""
+    """A simple consumer for the body of the ``async with`` (see the module docstring).
+
+    ``allow_auto_create_topics``: whether following a topic that does not exist may create
+    it (when the broker auto-creates topics), as Kafka's ``allow.auto.create.topics``.
+    """
     with unwrap_exception_group():
+        # The client's own requests never create topics: only wait_for_partition's may.
         async with open_client(bootstrap_servers, zookeeper=zookeeper, client_id=client_id,
                                request_timeout_ms=request_timeout_ms,
                                metadata_max_age_ms=metadata_max_age_ms,
@@ -451,6 +519,7 @@ async def open_simple_consumer(
                     client, nursery, fetch_max_wait_ms=fetch_max_wait_ms,
                     fetch_min_bytes=fetch_min_bytes,
                     max_partition_fetch_bytes=max_partition_fetch_bytes,
+                    allow_auto_create_topics=allow_auto_create_topics,
                     key_deserializer=key_deserializer, value_deserializer=value_deserializer)
                 try:
                     yield consumer

@@ -302,12 +302,12 @@ class SimpleConsumer(_Facade):
     def iterate(self, topic: str, partition: int = 0, offset: int = 0, *,
                 end_offset: int | None = None, max_bytes: int | None = None
                 ) -> Iterator[ConsumerRecord]:
-        """Follow a partition with long-poll fetches; stop before ``end_offset`` if given."""
+        """Follow a partition with long-poll fetches; stop before ``end_offset`` if given.
+        A partition that does not exist yet is waited for, as the async ``iterate`` does."""
         position = offset
         while end_offset is None or position < end_offset:
-            fetched = self.fetch(topic, partition, position, max_bytes,
-                                 max_wait_ms=self._consumer.fetch_max_wait_ms,
-                                 min_bytes=self._consumer.fetch_min_bytes)
+            fetched = self._portal.run(self._consumer.fetch_when_available, topic, partition,
+                                       position, max_bytes)
             for record in fetched:
                 if end_offset is not None and record.offset >= end_offset:
                     return
