@@ -341,6 +341,7 @@ def _drive(splitter, stream: bytes, chunk: int):
         target = splitter.read_buffer()
         n = min(chunk, len(target), len(stream) - pos)
         target[:n] = stream[pos : pos + n]
+        del target  # a large frame's buffer cannot grow while a view of it is alive
         pos += n
         frames += splitter.advance(n)
     return frames
@@ -365,9 +366,47 @@ def test_large_frame_is_received_in_place_and_mixed_feed_works():
     splitter = FrameSplitter()
     data = frame(big) + frame(b"tail")
     assert splitter.feed(data[:100]) == []
-    target = splitter.read_buffer()
-    assert len(target) == len(big) - 96  # the rest of the big frame, nothing more
-    target[: len(target)] = data[100 : 4 + len(big)]
-    (frame_out,) = splitter.advance(len(target))
+    pos, frames = 100, []
+    while not frames:
+        target = splitter.read_buffer()
+        assert 0 < len(target) <= 4 + len(big) - pos  # never past the big frame
+        n = len(target)
+        target[:n] = data[pos : pos + n]
+        del target
+        pos += n
+        frames = splitter.advance(n)
+    (frame_out,) = frames
     assert isinstance(frame_out, bytearray) and frame_out == big
     assert splitter.feed(data[4 + len(big) :]) == [b"tail"]
+
+
+def test_a_large_frame_costs_memory_as_its_bytes_arrive_not_as_announced():
+    from trilog.protocol import FrameSplitter
+
+    splitter = FrameSplitter(max_frame_size=200 << 20)
+    assert splitter.feed(struct.pack(">i", 100 << 20) + b"x") == []  # announces 100 MiB
+    target = splitter.read_buffer()
+    assert len(target) < 2 * FrameSplitter.LARGE_FRAME
+    n = len(target)
+    target[:] = b"y" * n
+    del target
+    assert splitter.advance(n) == []
+    grown = splitter.read_buffer()
+    # The buffer doubles as it fills: what is held stays within twice what arrived.
+    assert 0 < len(grown) <= 1 + n
+    del grown
+    assert splitter.buffered == 4 + 1 + n
+
+
+def test_read_buffer_uses_a_shared_scratch_when_given():
+    from trilog.protocol import FrameSplitter, frame
+
+    scratch = memoryview(bytearray(1024))
+    a, b = FrameSplitter(), FrameSplitter()
+    for splitter, payload in ((a, b"first"), (b, b"second")):
+        target = splitter.read_buffer(scratch)
+        assert target is scratch
+        data = frame(payload)
+        target[: len(data)] = data
+        del target
+        assert splitter.advance(len(data)) == [payload]

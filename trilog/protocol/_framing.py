@@ -122,6 +122,14 @@ class FrameSplitter:
       more) is then received straight into its own ``bytearray``, which becomes the frame:
       the body of a 1 MiB produce request or fetch response is copied by nobody.
 
+    Memory follows the bytes that arrived, never the size a peer announces: a large frame's
+    buffer starts at ``LARGE_FRAME`` bytes and doubles as it fills (a ``realloc``, which costs
+    no copy for large blocks), so a 4-byte prefix announcing 100 MiB costs 64 KiB until the
+    bytes come.  The scratch buffer that small frames are received into may be the caller's
+    (``read_buffer(scratch)``: one buffer shared by many connections of one thread, as long
+    as ``advance`` follows the receive with no checkpoint between them); otherwise it is
+    allocated on first use.
+
     A declared size that is negative or above ``max_frame_size`` raises
     :class:`RemoteProtocolError` as soon as the 4-byte prefix arrives (before buffering the
     body), and every later call raises again: the stream cannot be resynchronised, so the
@@ -138,7 +146,8 @@ class FrameSplitter:
         self._error: RemoteProtocolError | None = None
         self._large: bytearray | None = None  # a large frame being received in place
         self._large_got = 0
-        self._scratch: memoryview | None = None
+        self._scratch: memoryview | None = None  # what the last read_buffer() handed out
+        self._own_scratch: memoryview | None = None  # allocated when no scratch is given
 
     @property
     def buffered(self) -> int:
@@ -152,26 +161,45 @@ class FrameSplitter:
         """True when no partial frame is held (a clean place for the peer to hang up)."""
         return not self._buf and self._need is None and self._large is None
 
-    def read_buffer(self) -> memoryview:
-        """Where the next ``recv_into`` should write; follow it with ``advance(n)``."""
+    def read_buffer(self, scratch: memoryview | None = None) -> memoryview:
+        """Where the next ``recv_into`` should write; follow it with ``advance(n)``.
+
+        While a large frame is being received this is the rest of its buffer (grown first if
+        it is full); otherwise ``scratch`` if given, else a buffer of ``SCRATCH_SIZE`` bytes
+        kept by this splitter.  Release the view before the next call (the large frame's
+        buffer cannot grow while a view of it is alive).
+        """
         if self._error is not None:
             raise self._error
-        if self._large is not None:
-            return memoryview(self._large)[self._large_got :]
-        if self._scratch is None:
-            self._scratch = memoryview(bytearray(self.SCRATCH_SIZE))
-        return self._scratch
+        large = self._large
+        if large is not None:
+            self._scratch = None
+            if self._large_got == len(large):
+                assert self._need is not None
+                large.extend(bytes(min(len(large), self._need - len(large))))
+            return memoryview(large)[self._large_got :]
+        if scratch is None:
+            if self._own_scratch is None:
+                self._own_scratch = memoryview(bytearray(self.SCRATCH_SIZE))
+            scratch = self._own_scratch
+        self._scratch = scratch
+        return scratch
 
     def advance(self, n: int) -> list[bytes | bytearray]:
         """``n`` bytes were written into the last ``read_buffer()``; return completed frames."""
-        if self._large is not None:
+        scratch = self._scratch
+        if scratch is None:
+            assert self._large is not None
             self._large_got += n
-            if self._large_got < len(self._large):
-                return []
-            frame, self._large, self._need = self._large, None, None
-            return [frame]
-        assert self._scratch is not None
-        return self.feed(self._scratch[:n])
+            return self._large_done()
+        self._scratch = None
+        return self.feed(scratch[:n])
+
+    def _large_done(self) -> list[bytes | bytearray]:
+        if self._large_got < self._need:  # type: ignore[operator]
+            return []
+        frame, self._large, self._need = self._large, None, None
+        return [frame]  # type: ignore[list-item]
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | bytearray]:
         if self._error is not None:
@@ -199,9 +227,11 @@ class FrameSplitter:
                 available = len(buf) - pos
                 if available < need:
                     if need >= self.LARGE_FRAME:
-                        # Receive the rest of this frame in place (see read_buffer).
-                        self._large = bytearray(need)
-                        self._large[:available] = view[pos:]
+                        # Receive the rest of this frame in place (see read_buffer); its
+                        # buffer grows with what arrives, not with what was announced.
+                        size = min(need, max(self.LARGE_FRAME, 2 * available))
+                        self._large = large = bytearray(size)
+                        large[:available] = view[pos:]
                         self._large_got = available
                         pos = len(buf)
                     break
@@ -213,14 +243,17 @@ class FrameSplitter:
 
     def _feed_large(self, data) -> list[bytes | bytearray]:
         large = self._large
-        assert large is not None
-        take = min(len(data), len(large) - self._large_got)
-        large[self._large_got : self._large_got + take] = data[:take]
-        self._large_got += take
-        if self._large_got < len(large):
-            return []
-        self._large, self._need = None, None
-        return [large, *self.feed(data[take:])] if take < len(data) else [large]
+        assert large is not None and self._need is not None
+        take = min(len(data), self._need - self._large_got)
+        end = self._large_got + take
+        if end > len(large):
+            large.extend(bytes(min(self._need, max(end, 2 * len(large))) - len(large)))
+        large[self._large_got : end] = data[:take]
+        self._large_got = end
+        done = self._large_done()
+        if done and take < len(data):
+            return [*done, *self.feed(data[take:])]
+        return done
 
 
 #: The same class under the name the broker's network layer uses.
