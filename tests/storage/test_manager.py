@@ -51,8 +51,10 @@ def test_public_names():
             "RECOVERY_POINT_CHECKPOINT_FILE",
             "TimeIndex",
             "TimestampOffset",
+            "fsync_dir",
             "offsets_before",
             "segments_to_delete",
+            "write_atomically",
         ]
     )
     for name in trilog.storage.__all__:

@@ -8,6 +8,7 @@ Blocking code (no trio): the broker calls it from worker threads.
 from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._config import LogConfig
 from trilog.storage._fetch import FetchSlice
+from trilog.storage._files import fsync_dir, write_atomically
 from trilog.storage._index import OffsetIndex, TimeIndex
 from trilog.storage._log import Log, LogAppendInfo, TimestampOffset
 from trilog.storage._manager import (
@@ -39,6 +40,8 @@ __all__ = [
     "OffsetIndex",
     "TimeIndex",
     "TimestampOffset",
+    "fsync_dir",
     "offsets_before",
     "segments_to_delete",
+    "write_atomically",
 ]

@@ -7,8 +7,8 @@ Format (``recovery-point-offset-checkpoint``, as Kafka writes it)::
     my-topic 0 1234        topic partition offset
     other 3 0
 
-Written atomically: a temporary file is written and fsynced, renamed over the old one,
-and the directory fsynced, so a crash leaves either the old or the new file.
+Written atomically (``write_atomically``): a crash or a full disk leaves either the old or
+the new file.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+
+from trilog.storage._files import write_atomically
 
 logger = logging.getLogger("trilog.storage")
 
@@ -36,23 +38,7 @@ class OffsetCheckpoint:
             f"{topic} {partition} {offset}"
             for (topic, partition), offset in sorted(offsets.items())
         ]
-        data = ("\n".join(lines) + "\n").encode("utf-8")
-        tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        directory = os.path.dirname(os.path.abspath(self.path))
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomically(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def read(self) -> dict[tuple[str, int], int]:
         """The offsets, or ``{}`` if the file is missing or malformed (logged): a lost

@@ -253,6 +253,7 @@ class Log:
             if base not in known:
                 _unlink(path)  # an index whose log is gone
         segments: list[LogSegment] = []
+        indexes_written = True
         try:
             for base in bases:
                 segments.append(LogSegment.open(self.directory, base, self.config))
@@ -276,8 +277,16 @@ class Log:
                 min_offset = segments[i - 1].next_offset if i else segment.base_offset
                 truncated = segment.recover(min_offset)
                 os.fsync(segment.fd)  # recovered bytes may only be in the page cache
-                segment.offset_index.flush()
-                segment.time_index.flush()
+                try:
+                    segment.offset_index.flush()
+                    segment.time_index.flush()
+                except OSError as exc:
+                    # A full disk must not stop a start: the rebuilt indexes serve from
+                    # memory, and the next flush writes them.  Until one does, the recovery
+                    # point stays where it was, so that a crash recovers these again.
+                    logger.warning("%s: cannot write the rebuilt indexes of segment %d: %s",
+                                   self.directory, segment.base_offset, exc)
+                    indexes_written = False
                 if truncated or (segment.size == 0 and i < len(segments) - 1):
                     # Nothing valid may follow an invalid (or lost) stretch: the log is its
                     # longest valid prefix.
@@ -297,7 +306,7 @@ class Log:
                         dead.delete()
                     del segments[i + 1 :]
                 i += 1
-            if needs_recovery and segments:
+            if needs_recovery and segments and indexes_written:
                 self._recovery_point = segments[-1].next_offset
             if not segments:
                 segments.append(LogSegment.create(self.directory, 0, self.config))
@@ -501,7 +510,11 @@ class Log:
         """Under the lock: make a new active segment starting at ``base_offset``."""
         old = self._active
         new = LogSegment.create(self.directory, base_offset, self.config)
-        old.on_become_inactive()
+        try:
+            old.on_become_inactive()
+        except BaseException:  # e.g. a full disk: stay on the old segment
+            new.delete()
+            raise
         self._segments = self._segments + (new,)
         self._active = new
         self._dir_dirty = True
@@ -796,22 +809,34 @@ class Log:
     # -- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush everything, write the final index entries, close every file."""
+        """Flush everything, write the final index entries, close every file.
+
+        Every file is closed even when the flush fails (a full or failing disk); the first
+        such error is raised afterwards, so the caller knows this log needs recovery."""
         with self._flush_lock, self._lock:
             if self._closed:
                 return
             self._active.time_index.maybe_append(
                 self._active.max_timestamp, self._active.offset_of_max_timestamp
             )
-        self.flush()
+        error: OSError | None = None
+        try:
+            self.flush()
+        except OSError as exc:
+            error = exc
         with self._flush_lock, self._lock:
             if self._closed:
                 return
             self._closed = True
             for segment in self._segments:
-                segment.offset_index.flush()
-                segment.time_index.flush()
+                try:
+                    segment.offset_index.flush()
+                    segment.time_index.flush()
+                except OSError as exc:
+                    error = error or exc
                 segment.close()
+        if error is not None:
+            raise error
 
     def _close_handles(self) -> None:
         """Close every descriptor without flushing anything: what a crash leaves behind

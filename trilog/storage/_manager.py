@@ -1,7 +1,9 @@
 """``LogManager``: every partition log of a broker, across its ``log.dirs``.
 
 Each log dir holds ``<topic>-<partition>/`` directories, a ``recovery-point-offset-checkpoint``
-and, between a clean shutdown and the next start, the ``.kafka_cleanshutdown`` marker.
+and, between a clean shutdown and the next start, the ``.kafka_cleanshutdown`` marker.  While
+a topic's partitions are being created, a ``.creating-*`` marker in the first log dir lists
+them: a start that finds one removes those partitions (their creation never completed).
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 
 from trilog._topic import validate_topic_name
 from trilog.errors import TrilogError
 from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._config import LogConfig
+from trilog.storage._files import fsync_dir, write_atomically
 from trilog.storage._log import Log, _now_ms, _unlink, parse_partition_dir_name
 
 logger = logging.getLogger("trilog.storage")
@@ -23,6 +27,10 @@ logger = logging.getLogger("trilog.storage")
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
+CREATING_PREFIX = ".creating-"
+
+#: ``on_error(log, exc)``: what the timers' sweeps call for a log that failed, before going on.
+ErrorHandler = Callable[[Log, OSError], None]
 
 
 class LogManager:
@@ -68,6 +76,8 @@ class LogManager:
             for log_dir in self.log_dirs:
                 os.makedirs(log_dir, exist_ok=True)
                 self._lock_dir(log_dir)
+            for log_dir in self.log_dirs:
+                self._undo_interrupted_creations(log_dir)
             for log_dir in self.log_dirs:
                 self._load_dir(log_dir)
         except BaseException:
@@ -135,7 +145,30 @@ class LogManager:
             self._log_dir_of[key] = log_dir
         if clean:
             os.unlink(marker)
-            _fsync_dir(log_dir)
+            fsync_dir(log_dir)
+
+    def _undo_interrupted_creations(self, log_dir: str) -> None:
+        """Remove the partitions a crash left half-created (see ``create_logs``)."""
+        for name in sorted(os.listdir(log_dir)):
+            if not name.startswith(CREATING_PREFIX) or name.endswith(".tmp"):
+                continue
+            path = os.path.join(log_dir, name)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    topic, *partitions = f.read().split()
+                doomed = [f"{topic}-{int(p)}" for p in partitions]
+            except (OSError, ValueError) as exc:
+                logger.warning("%s: ignoring unreadable %s: %s", log_dir, name, exc)
+                doomed = []
+            for d in self.log_dirs:
+                for dir_name in doomed:
+                    if os.path.isdir(os.path.join(d, dir_name)):
+                        logger.warning("%s: removing %s, whose creation never completed",
+                                       d, dir_name)
+                        _unlink(os.path.join(d, dir_name))
+                fsync_dir(d)
+            os.unlink(path)
+            fsync_dir(log_dir)
 
     # -- configs -------------------------------------------------------------------------
 
@@ -179,18 +212,59 @@ class LogManager:
                 self._topic_configs.setdefault(topic, config)
             path = os.path.join(log_dir, f"{topic}-{partition}")
             assert os.path.dirname(path) == log_dir
-            log = Log(
-                path,
-                config or self.config_for(topic),
-                needs_recovery=False,
-                topic=topic,
-                partition=partition,
-            )
-            _fsync_dir(log_dir)
+            existed = os.path.exists(path)
+            try:
+                log = Log(
+                    path,
+                    config or self.config_for(topic),
+                    needs_recovery=False,
+                    topic=topic,
+                    partition=partition,
+                )
+                fsync_dir(log_dir)
+            except BaseException:
+                if not existed:  # no half-made partition directory is left behind
+                    _unlink(path)
+                raise
             self._logs[key] = log
             self._log_dir_of[key] = log_dir
             logger.info("created log for %s-%d in %s", topic, partition, log_dir)
             return log
+
+    def create_logs(self, topic: str, partitions: Iterable[int],
+                    config: LogConfig | None = None) -> list[Log]:
+        """Create the logs of a topic's ``partitions``, all or nothing.
+
+        If one cannot be created (a full disk, no descriptor left), the ones this call
+        created are deleted again and the error is raised.  A marker listing the partitions
+        is written first and removed once all exist, so that a crash in between is undone
+        at the next start.
+        """
+        partitions = [p for p in partitions if (topic, p) not in self._logs]
+        if not partitions:
+            return []
+        validate_topic_name(topic)
+        marker = os.path.join(self.log_dirs[0], f"{CREATING_PREFIX}{uuid.uuid4().hex}")
+        write_atomically(marker, (" ".join([topic, *map(str, partitions)]) + "\n").encode())
+        created: list[Log] = []
+        try:
+            for p in partitions:
+                if (topic, p) not in self._logs:
+                    created.append(self.get_or_create_log(topic, p, config))
+        except BaseException:
+            for log in created:
+                self.delete_log(log.topic, log.partition)
+            raise
+        finally:
+            try:
+                os.unlink(marker)
+            except FileNotFoundError:
+                pass
+        return created
+
+    def open_files(self) -> int:
+        """Descriptors the logs hold open now: one per segment, plus the log dirs' locks."""
+        return sum(len(log.segments) for log in self.logs()) + len(self._lock_fds)
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close and remove a partition's log; False if there was none.  Open slices of it
@@ -216,25 +290,43 @@ class LogManager:
 
     # -- the broker's timers -------------------------------------------------------------
 
-    def flush_due_logs(self, now_ms: int | None = None) -> list[tuple[str, int]]:
+    def flush_due_logs(self, now_ms: int | None = None,
+                       on_error: ErrorHandler | None = None) -> list[tuple[str, int]]:
         """Flush every log whose ``flush_interval_ms`` has passed or that rolled a segment
         since its last flush; return which.  The broker calls this from a worker thread
-        every so often (e.g. each second, or ``min(flush_interval_ms)`` if smaller)."""
+        every so often (e.g. each second, or ``min(flush_interval_ms)`` if smaller).
+
+        With ``on_error``, a log whose flush fails (``OSError``: a full or failing disk) is
+        reported to it and the sweep goes on (its data stays unflushed, retried next time);
+        without, the error is raised."""
         now = now_ms if now_ms is not None else _now_ms()
         flushed = []
         for log in self.logs():
-            if log.flush_due(now) and log.maybe_flush(now):
-                flushed.append((log.topic, log.partition))
+            try:
+                if log.flush_due(now) and log.maybe_flush(now):
+                    flushed.append((log.topic, log.partition))
+            except OSError as exc:
+                if on_error is None:
+                    raise
+                on_error(log, exc)
         return flushed
 
-    def cleanup_logs(self, now_ms: int | None = None) -> dict[tuple[str, int], list[int]]:
+    def cleanup_logs(self, now_ms: int | None = None, on_error: ErrorHandler | None = None
+                     ) -> dict[tuple[str, int], list[int]]:
         """Apply retention to every log; return ``{(topic, partition): [deleted segment
         base offsets]}`` for the logs that lost segments.  The broker calls this every
-        ``log.retention.check.interval.ms`` (Kafka's default: 5 minutes)."""
+        ``log.retention.check.interval.ms`` (Kafka's default: 5 minutes).  ``on_error`` as
+        for ``flush_due_logs``."""
         now = now_ms if now_ms is not None else _now_ms()
         deleted = {}
         for log in self.logs():
-            gone = log.delete_old_segments(now)
+            try:
+                gone = log.delete_old_segments(now)
+            except OSError as exc:
+                if on_error is None:
+                    raise
+                on_error(log, exc)
+                continue
             if gone:
                 deleted[(log.topic, log.partition)] = gone
         return deleted
@@ -246,32 +338,58 @@ class LogManager:
                 by_dir: dict[str, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
                 for key, log in self._logs.items():
                     by_dir[self._log_dir_of[key]][key] = log.recovery_point
+            failure: OSError | None = None
             for log_dir, offsets in by_dir.items():
-                OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE)).write(
-                    offsets
-                )
+                path = os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE)
+                try:
+                    OffsetCheckpoint(path).write(offsets)
+                except OSError as exc:  # the others are still written; the old file stays
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
 
     def shutdown(self) -> None:
         """Flush and close every log, checkpoint, write the clean-shutdown markers, and
-        release the log dirs.  Idempotent."""
+        release the log dirs.  Idempotent.
+
+        Needs no free space: on a full or failing disk every log is still closed; a log dir
+        whose logs could not all be flushed gets no clean-shutdown marker (its logs are
+        recovered at the next start), and a checkpoint that cannot be written keeps the old
+        one (recovery then starts further back)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            logs = list(self._logs.values())
-        for log in logs:
-            log.close()  # flushes first
-        self.checkpoint_recovery_points()
-        for log_dir in self.log_dirs:
-            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            logs = list(self._logs.items())
+        unclean: set[str] = set()
+        for key, log in logs:
             try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            _fsync_dir(log_dir)
+                log.close()  # flushes first
+            except OSError as exc:
+                log_dir = self._log_dir_of[key]
+                unclean.add(log_dir)
+                logger.error("%s: cannot flush %s-%d at shutdown (%s); it will be recovered at "
+                             "the next start", log_dir, log.topic, log.partition, exc)
+        try:
+            self.checkpoint_recovery_points()
+        except OSError as exc:
+            logger.error("cannot write the recovery-point checkpoints at shutdown: %s", exc)
+        for log_dir in self.log_dirs:
+            if log_dir in unclean:
+                continue
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            try:
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                fsync_dir(log_dir)
+            except OSError as exc:
+                logger.error("%s: cannot write the clean-shutdown marker (%s); its logs will be "
+                             "recovered at the next start", log_dir, exc)
         self._unlock_dirs()
-        logger.info("log manager shut down cleanly (%d logs)", len(logs))
+        logger.info("log manager shut down (%d logs)", len(logs))
 
     close = shutdown
 
@@ -285,10 +403,3 @@ class LogManager:
     def __exit__(self, *exc_info) -> None:
         self.shutdown()
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -161,10 +161,14 @@ class LogSegment:
         path = os.path.join(directory, segment_file_name(base_offset, ".log"))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         segment = cls(directory, base_offset, fd, 0, config)
-        segment.offset_index.reset()
-        segment.time_index.reset()
-        segment.offset_index.flush(fsync=False)
-        segment.time_index.flush(fsync=False)
+        try:
+            segment.offset_index.reset()
+            segment.time_index.reset()
+            segment.offset_index.flush(fsync=False)
+            segment.time_index.flush(fsync=False)
+        except BaseException:
+            segment.delete()
+            raise
         return segment
 
     @classmethod
