@@ -14,6 +14,7 @@ ZooKeeper session, which removes this broker's ephemeral registration.
 
 from __future__ import annotations
 
+import errno
 import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Mapping
@@ -25,14 +26,29 @@ from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_
 from trilog.broker._config import BrokerConfig
 from trilog.broker._coordinator import GroupCoordinator, client_address
 from trilog.broker._handlers import RequestHandler
-from trilog.broker._network import Network
+from trilog.broker._limits import (
+    RESERVED_FDS,
+    DescriptorBudget,
+    PartitionBudget,
+    RateLimitedLog,
+    raise_fd_limit,
+)
+from trilog.broker._network import ConnectionLimits, Network
 from trilog.broker._purgatory import FetchPurgatory
-from trilog.storage import LogConfig, LogManager
+from trilog.errors import TrilogError
+from trilog.storage import Log, LogConfig, LogManager
 
 log = logging.getLogger("trilog.broker")
 
-#: How often recovery points are checkpointed (Kafka's log.flush.offset.checkpoint.interval.ms).
-CHECKPOINT_INTERVAL_S = 60.0
+#: A timer's fault that repeats (a full disk) is logged once a minute per partition.
+_timer_faults = RateLimitedLog(log, 60.0)
+
+
+def _timer_fault(what: str) -> Any:
+    def report(lg: Log, exc: OSError) -> None:
+        _timer_faults.error((what, lg.topic, lg.partition), "%s of %s-%d failed: %s", what,
+                            lg.topic, lg.partition, exc)
+    return report
 
 
 def log_config_from(config: BrokerConfig) -> LogConfig:
@@ -43,9 +59,10 @@ def log_config_from(config: BrokerConfig) -> LogConfig:
 class Broker:
     """A running broker.  Read ``port``, ``broker_id``, ``cluster``; call ``shutdown()``."""
 
-    def __init__(self, config: BrokerConfig, logs: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager, fd_limit: int) -> None:
         self.config = config
         self.logs = logs
+        self.descriptors = DescriptorBudget(fd_limit, logs.open_files)
         self.cluster: Cluster | None = None
         self.network: Network | None = None
         self.purgatory = FetchPurgatory()
@@ -79,12 +96,19 @@ class Broker:
 
     def statistics(self) -> dict[str, Any]:
         net = self.network
-        return {
-            "open_connections": net.open_connections if net else 0,
-            "connections_accepted": net.connection_count if net else 0,
-            "parked_fetches": len(self.purgatory),
-            "partitions": len(self.logs),
+        stats: dict[str, Any] = {
+            "open_connections": 0,
+            "connections_accepted": 0,
+            "connections_refused": 0,
+            "connections_idled_out": 0,
+            "queued_request_bytes": 0,
         }
+        if net is not None:
+            stats.update(net.statistics())
+        stats["parked_fetches"] = len(self.purgatory)
+        stats["partitions"] = len(self.logs)
+        stats["descriptor_limit"] = self.descriptors.limit
+        return stats
 
 
 async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *,
@@ -98,8 +122,10 @@ async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *
         cluster_id = await trio.to_thread.run_sync(
             load_or_create_meta, config.log_dirs, config.broker_id, None
         )
-    logs = await trio.to_thread.run_sync(LogManager, config.log_dirs, log_config_from(config))
-    broker = Broker(config, logs)
+    fd_limit = raise_fd_limit()
+    logs = await trio.to_thread.run_sync(_open_logs, config, fd_limit)
+    broker = Broker(config, logs, fd_limit)
+    log.info("%s", broker.descriptors.describe())
     try:
         if config.zookeeper_connect is None:
             await _serve(broker, limiter, cluster_id, task_status)
@@ -112,6 +138,19 @@ async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *
             await trio.to_thread.run_sync(logs.shutdown)
             broker.stopped.set()
             log.info("broker %d stopped", config.broker_id)
+
+
+def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:
+    try:
+        return LogManager(config.log_dirs, log_config_from(config))
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        raise TrilogError(
+            f"cannot open the log: the descriptor limit ({fd_limit}, `ulimit -n`) is too low "
+            f"for the segments in {', '.join(config.log_dirs)} plus {RESERVED_FDS} reserved; "
+            "raise the limit"
+        ) from None
 
 
 async def _serve(broker: Broker, limiter: trio.CapacityLimiter, cluster_id: str | None,
@@ -134,6 +173,14 @@ async def _serve(broker: Broker, limiter: trio.CapacityLimiter, cluster_id: str 
         send_buffer_bytes=config["socket.send.buffer.bytes"],
         receive_buffer_bytes=config["socket.receive.buffer.bytes"],
         limiter=limiter,
+        limits=ConnectionLimits(
+            max_connections=config["max.connections"],
+            max_connections_per_ip=config["max.connections.per.ip"],
+            per_ip_overrides=config["max.connections.per.ip.overrides"],
+            idle_ms=config["connections.max.idle.ms"],
+            queued_request_bytes=config["queued.max.request.bytes"],
+        ),
+        connection_room=broker.descriptors.connection_room,
     )
     broker.network = network
     await network.listen()
@@ -151,6 +198,12 @@ async def _serve(broker: Broker, limiter: trio.CapacityLimiter, cluster_id: str 
         with trio.CancelScope(shield=True):
             await network.aclose_listeners()
         raise
+    cluster.partition_budget = PartitionBudget(
+        config["max.partitions.per.topic"],
+        config["max.broker.partitions"],
+        held=lambda: len(broker.logs),
+        descriptor_room=lambda: broker.descriptors.partition_room(network.open_connections),
+    )
     broker.cluster = cluster
     handler_box.append(RequestHandler(config, cluster, broker.logs, broker.purgatory, limiter))
     broker.coordinator = GroupCoordinator(config, cluster, broker.logs, limiter)
@@ -185,34 +238,46 @@ async def _drain(broker: Broker, timeout_s: float) -> None:
     network.stop_reading()
     broker.purgatory.wake_all()
     with trio.move_on_after(timeout_s):
-        while network.open_connections:
-            await trio.sleep(0.01)
+        await network.wait_all_closed()
     if network.open_connections:
         log.warning("%d connections still open after %.1f s; closing them",
                     network.open_connections, timeout_s)
 
 
 async def _flush_scheduler(broker: Broker, limiter: trio.CapacityLimiter) -> None:
-    """Time-based flushes (``log.flush.interval.ms``) and periodic recovery checkpoints."""
-    interval = broker.config["log.flush.scheduler.interval.ms"] / 1000
-    flush_ms = broker.config["log.flush.interval.ms"]
+    """Time-based flushes (``log.flush.interval.ms``) and periodic recovery checkpoints
+    (``log.flush.offset.checkpoint.interval.ms``).  A failing disk is logged and retried on
+    the next tick: it never stops the broker."""
+    config = broker.config
+    interval = config["log.flush.scheduler.interval.ms"] / 1000
+    flush_ms = config["log.flush.interval.ms"]
     if flush_ms is not None:
         interval = min(interval, max(flush_ms, 1) / 1000)
-    since_checkpoint = 0.0
+    checkpoint_s = config["log.flush.offset.checkpoint.interval.ms"] / 1000
+    interval = min(interval, checkpoint_s)
+    next_checkpoint = trio.current_time() + checkpoint_s
+    on_error = _timer_fault("flush")
     while True:
         await trio.sleep(interval)
-        await trio.to_thread.run_sync(broker.logs.flush_due_logs, limiter=limiter)
-        since_checkpoint += interval
-        if since_checkpoint >= CHECKPOINT_INTERVAL_S:
-            since_checkpoint = 0.0
-            await trio.to_thread.run_sync(broker.logs.checkpoint_recovery_points, limiter=limiter)
+        await trio.to_thread.run_sync(broker.logs.flush_due_logs, None, on_error,
+                                      limiter=limiter)
+        if trio.current_time() >= next_checkpoint:
+            next_checkpoint = trio.current_time() + checkpoint_s
+            try:
+                await trio.to_thread.run_sync(broker.logs.checkpoint_recovery_points,
+                                              limiter=limiter)
+            except OSError as exc:
+                _timer_faults.error("checkpoint", "writing the recovery-point checkpoints "
+                                    "failed (the previous ones stay): %s", exc)
 
 
 async def _retention_checker(broker: Broker, limiter: trio.CapacityLimiter) -> None:
     interval = broker.config["log.retention.check.interval.ms"] / 1000
+    on_error = _timer_fault("retention")
     while True:
         await trio.sleep(interval)
-        deleted = await trio.to_thread.run_sync(broker.logs.cleanup_logs, limiter=limiter)
+        deleted = await trio.to_thread.run_sync(broker.logs.cleanup_logs, None, on_error,
+                                                limiter=limiter)
         for (topic, partition), bases in deleted.items():
             log.info("retention deleted %d segments of %s-%d", len(bases), topic, partition)
 

@@ -22,15 +22,17 @@ from dataclasses import dataclass
 import trio
 
 from trilog._topic import validate_topic_name
+from trilog.broker._limits import PartitionBudget
 from trilog.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
+    KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from trilog.storage import LogManager
+from trilog.storage import LogManager, write_atomically
 
 log = logging.getLogger("trilog.broker")
 
@@ -82,6 +84,8 @@ class Cluster:
 
     broker: BrokerInfo
     cluster_id: str
+    #: What new partitions may be created here (None: no limit; tests of the views).
+    partition_budget: PartitionBudget | None = None
 
     def brokers(self) -> list[BrokerInfo]:
         raise NotImplementedError
@@ -149,16 +153,18 @@ class StandaloneCluster(Cluster):
         async with self._lock:
             if name in self._topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            if self.partition_budget is not None:
+                self.partition_budget.check(name, num_partitions, num_partitions)
             if validate_only:
                 return
-            await trio.to_thread.run_sync(self._create_logs, name, num_partitions,
-                                          limiter=self._limiter)
+            try:
+                await trio.to_thread.run_sync(self._logs.create_logs, name,
+                                              range(num_partitions), limiter=self._limiter)
+            except OSError as exc:  # nothing of the topic is left (create_logs)
+                log.error("cannot create topic %s: %s", name, exc)
+                raise KafkaStorageError(f"cannot create topic {name!r}: {exc}") from None
             self._topics[name] = {p: self.broker.node_id for p in range(num_partitions)}
         log.info("created topic %s with %d partitions", name, num_partitions)
-
-    def _create_logs(self, name: str, num_partitions: int) -> None:
-        for p in range(num_partitions):
-            self._logs.get_or_create_log(name, p)
 
     async def delete_topic(self, name: str) -> None:
         async with self._lock:
@@ -207,10 +213,7 @@ def load_or_create_meta(log_dirs: list[str], broker_id: int, cluster_id: str | N
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "meta.properties")
         if not os.path.exists(path):
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(f"version=0\nbroker.id={broker_id}\ncluster.id={result}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            write_atomically(
+                path, f"version=0\nbroker.id={broker_id}\ncluster.id={result}\n".encode()
+            )
     return result

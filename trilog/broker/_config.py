@@ -42,6 +42,17 @@ def _list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _host_counts(text: str) -> dict[str, int]:
+    """Kafka's ``max.connections.per.ip.overrides``: ``host:count,host:count``."""
+    counts = {}
+    for item in _list(text):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"expected host:count, got {item!r}")
+        counts[host.strip().strip("[]")] = int(count)
+    return counts
+
+
 @dataclass(frozen=True)
 class Property:
     name: str
@@ -52,6 +63,7 @@ class Property:
 
 
 _MB = 1 << 20
+_INT_MAX = 2**31 - 1
 
 PROPERTIES: tuple[Property, ...] = (
     Property("broker.id", _int, 0, "This broker's id, unique in the cluster.", low=0),
@@ -74,6 +86,20 @@ PROPERTIES: tuple[Property, ...] = (
              "Worker threads for blocking work (fsync, sendfile, ZooKeeper calls).", low=1),
     Property("socket.request.max.bytes", _int, 100 * _MB,
              "Largest request frame; a larger one closes its connection.", low=1024),
+    Property("max.connections", _int, _INT_MAX,
+             "Connections open at once; a new one above it is closed as soon as it is accepted. "
+             "The descriptor budget (`ulimit -n` less the log's files and a reserve) may cap it "
+             "lower.", low=0),
+    Property("max.connections.per.ip", _int, _INT_MAX,
+             "Connections open at once from one address; more are closed at once.", low=0),
+    Property("max.connections.per.ip.overrides", _host_counts, {},
+             "Per-address exceptions to max.connections.per.ip: host:count,host:count."),
+    Property("connections.max.idle.ms", _int, 600_000,
+             "Close a connection that sent nothing for this long while none of its requests was "
+             "being answered (idle, or stalled inside a request); -1: never.", low=-1),
+    Property("queued.max.request.bytes", _int, 256 * _MB,
+             "Request bytes received or queued, broker-wide; at the limit connections stop "
+             "reading until requests are answered (-1: no limit).", low=-1),
     Property("socket.send.buffer.bytes", _int, 1 << 20, "SO_SNDBUF of client sockets (-1: the OS default)."),
     Property("socket.receive.buffer.bytes", _int, 1 << 20, "SO_RCVBUF of client sockets (-1: the OS default)."),
     Property("message.max.bytes", _int, 1048588,
@@ -89,6 +115,14 @@ PROPERTIES: tuple[Property, ...] = (
              "Fsync a partition when its oldest unflushed message is this old (ms). Unset: rely on the OS.", low=0),
     Property("log.flush.scheduler.interval.ms", _int, 1000,
              "How often the flush timer looks for partitions due a time-based flush.", low=1),
+    Property("log.flush.offset.checkpoint.interval.ms", _int, 60_000,
+             "How often the recovery points are written to recovery-point-offset-checkpoint.",
+             low=1),
+    Property("max.partitions.per.topic", _int, 10_000,
+             "Most partitions one topic may have (INVALID_PARTITIONS above it).", low=1),
+    Property("max.broker.partitions", _int, 10_000,
+             "Most partitions this broker may hold (POLICY_VIOLATION above it); the descriptor "
+             "budget may cap it lower.", low=1),
     Property("log.retention.hours", _int, 168, "Delete segments older than this (hours).", low=-1),
     Property("log.retention.minutes", _int, None, "Like log.retention.hours, in minutes (wins over hours)."),
     Property("log.retention.ms", _int, None, "Like log.retention.hours, in ms (wins over minutes and hours; -1: forever)."),
@@ -299,6 +333,8 @@ class BrokerConfig:
 def _to_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return str(value)
@@ -309,7 +345,7 @@ def properties_help() -> str:
     width = max(len(p.name) for p in PROPERTIES)
     lines = []
     for p in PROPERTIES:
-        default = "unset" if p.default is None else _to_text(p.default)
+        default = "unset" if p.default is None else (_to_text(p.default) or "empty")
         lines.append(f"  {p.name:<{width}}  {p.doc} (default: {default})")
     return "\n".join(lines)
 
@@ -318,6 +354,7 @@ def properties_markdown() -> str:
     """The property table as Markdown, for ``docs/broker-config.md``."""
     rows = ["| property | default | meaning |", "| --- | --- | --- |"]
     for p in PROPERTIES:
-        default = "unset" if p.default is None else f"`{_to_text(p.default)}`"
+        default = "unset" if p.default is None else (f"`{_to_text(p.default)}`"
+                                                     if _to_text(p.default) else "empty")
         rows.append(f"| `{p.name}` | {default} | {p.doc} |")
     return "\n".join(rows)

@@ -12,7 +12,10 @@ Error policy, as Kafka's broker:
   (there is no way to answer in a format the client will parse).
 
 Storage calls are blocking; each request makes at most one hop to a worker thread for all
-its partitions.
+its partitions.  Whatever goes wrong with one partition there is that partition's error code:
+a full or failing disk is ``KAFKA_STORAGE_ERROR`` (logged once a minute per partition, the
+next append tries again), a codec this broker cannot read is
+``UNSUPPORTED_COMPRESSION_TYPE``, a batch that does not decode is ``CORRUPT_MESSAGE``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import trio
 from trilog._topic import validate_topic_name
 from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker._config import BrokerConfig
+from trilog.broker._limits import RateLimitedLog
 from trilog.broker._producer_state import ProducerStateTable
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.errors import (
@@ -45,6 +49,8 @@ from trilog.errors import (
     TopicDeletionDisabledError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
+    UnsupportedCodecError,
+    UnsupportedCompressionTypeError,
     UnsupportedVersionError,
 )
 from trilog.protocol import (
@@ -64,15 +70,34 @@ from trilog.protocol import (
     peek_request_header,
 )
 from trilog.records import legacy_to_v2, v2_to_legacy
-from trilog.storage import LogManager
+from trilog.storage import LogManager, write_atomically
 
 log = logging.getLogger("trilog.broker.requests")
 
 _MAGIC_OFFSET = 16  # where every record format keeps its magic byte
 
 
+#: A full disk fails every append: one log line per partition and minute.
+_storage_faults = RateLimitedLog(log, 60.0)
+
+
 def _code(exc: BaseException) -> int:
     return exc.code if isinstance(exc, ApiError) else UnknownServerError.code
+
+
+def _partition_error(exc: Exception, what: str, topic: str, partition: int) -> int:
+    """The error code of one partition whose ``what`` (append, read...) raised ``exc``;
+    call it from the ``except`` block."""
+    if isinstance(exc, ApiError):
+        return exc.code
+    if isinstance(exc, UnsupportedCodecError):
+        return UnsupportedCompressionTypeError.code
+    if isinstance(exc, OSError):
+        _storage_faults.error((topic, partition), "%s of %s-%d failed: %s", what, topic,
+                              partition, exc)
+        return KafkaStorageError.code
+    log.exception("%s of %s-%d failed", what, topic, partition)
+    return UnknownServerError.code
 
 
 def _now_ms() -> int:
@@ -289,11 +314,9 @@ class RequestHandler:
                     info = lg.append(records)
                     self.producers.record(tp, records, info.first_offset)
                 out[tp] = (0, info.first_offset, info.log_start_offset, info.size_in_bytes)
-            except ApiError as exc:
-                out[(topic, partition)] = (exc.code, -1, -1, 0)
-            except Exception:
-                log.exception("append to %s-%d failed", topic, partition)
-                out[(topic, partition)] = (UnknownServerError.code, -1, -1, 0)
+            except Exception as exc:
+                out[(topic, partition)] = (_partition_error(exc, "append", topic, partition),
+                                           -1, -1, 0)
         return out
 
     # -- Fetch -------------------------------------------------------------------------------
@@ -352,21 +375,16 @@ class RequestHandler:
                 out.append((0, None, (lg.high_watermark, lg.log_start_offset)))
                 continue
             try:
-                # Log.read returns the first batch whole even above the limit (KIP-74), so a
-                # consumer is never stuck behind a large batch.
-                slc = lg.read(offset, max(1, min(part_max, budget)))
+                out.append(_read_partition(lg, offset, min(part_max, budget), part_max,
+                                           convert))
             except OffsetOutOfRangeError as exc:
                 out.append((exc.code, None, (exc.log_end_offset, exc.log_start_offset)))
+            except Exception as exc:
+                out.append((_partition_error(exc, "read", topic, partition), None, None))
                 continue
-            except ApiError as exc:
-                out.append((exc.code, None, None))
-                continue
-            budget -= slc.length
-            if convert is not None and slc.length:
-                with slc:
-                    data = v2_to_legacy(slc.read(), convert, max_bytes=part_max)
-                slc = _Converted(data, slc.high_watermark, slc.log_start_offset)
-            out.append((0, slc, None))
+            slc = out[-1][1]
+            if slc is not None:
+                budget -= slc.length
         return out
 
     def _fetch_response(self, version, wanted, results):
@@ -433,14 +451,18 @@ class RequestHandler:
             if lg is None:
                 out.append((UnknownTopicOrPartitionError.code, [], -1, -1))
                 continue
-            if version == 0:
-                out.append((0, list(lg.offsets_before(ts, max_n)), -1, -1))
-            else:
+            try:
+                if version == 0:
+                    out.append((0, list(lg.offsets_before(ts, max_n)), -1, -1))
+                    continue
                 found = lg.offset_for_timestamp(ts)
-                if found is None:
-                    out.append((0, [], -1, -1))
-                else:
-                    out.append((0, [], found.timestamp, found.offset))
+            except Exception as exc:
+                out.append((_partition_error(exc, "offset lookup", topic, partition), [], -1, -1))
+                continue
+            if found is None:
+                out.append((0, [], -1, -1))
+            else:
+                out.append((0, [], found.timestamp, found.offset))
         return out
 
     # -- InitProducerId ----------------------------------------------------------------------
@@ -539,17 +561,7 @@ class _ProducerIds:
 
     def _reserve(self, until: int) -> None:
         """Cover the ids below index ``until`` on disk (file and rename made durable)."""
-        tmp = self._path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{self._id(until - 1)}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
-        directory = os.open(os.path.dirname(self._path), os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_atomically(self._path, f"{self._id(until - 1)}\n".encode())
         self._reserved = until
 
     def _read(self) -> int:
@@ -561,6 +573,19 @@ class _ProducerIds:
         except (OSError, ValueError) as exc:
             log.warning("ignoring unreadable %s (%s)", self._path, exc)
             return -1
+
+
+def _read_partition(lg, offset: int, max_bytes: int, convert_max_bytes: int, convert):
+    """In a worker thread: one partition's fetch answer ``(0, slice, None)``, the slice
+    down-converted to magic ``convert`` when that is not None."""
+    # Log.read returns the first batch whole even above the limit (KIP-74), so a consumer is
+    # never stuck behind a large batch.
+    slc = lg.read(offset, max(1, max_bytes))
+    if convert is not None and slc.length:
+        with slc:
+            data = v2_to_legacy(slc.read(), convert, max_bytes=convert_max_bytes)
+        slc = _Converted(data, slc.high_watermark, slc.log_start_offset)
+    return (0, slc, None)
 
 
 class _Converted:

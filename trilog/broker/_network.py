@@ -15,6 +15,18 @@ socket with ``os.sendfile``: record bytes never pass through Python.  Large slic
 from worker threads (a disk read may block); small ones inline, since a page-cache hit costs
 less than the hop to a thread.
 
+Limits (:class:`ConnectionLimits`, Kafka's property names):
+
+- ``max.connections`` and ``max.connections.per.ip``: a connection over either limit, or over
+  what the descriptor budget leaves beside the log, is closed as soon as it is accepted;
+- ``queued.max.request.bytes``: request bytes received or queued, broker-wide.  When they
+  reach the budget, connections stop reading (TCP pushes back on their clients) until
+  answered requests give bytes back.  Memory follows the bytes that arrive, never the size a
+  frame announces (see ``FrameSplitter``), and idle connections hold no buffer: readers share
+  one scratch buffer per listener, filled and emptied with no checkpoint in between;
+- ``connections.max.idle.ms``: a connection that sent nothing for that long while nothing of
+  its was being answered (idle, or stalled inside a request) is closed.
+
 Shutdown (``drain``): stop accepting, stop reading new requests, let queued requests finish
 (parked long polls are woken by the handler), then close.
 """
@@ -23,16 +35,19 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import select
 import socket
 import time
+from dataclasses import dataclass, field
 from itertools import cycle
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 import trio
 
 from trilog._concurrency import unwrap_exception_group
+from trilog.broker._limits import RateLimitedLog
 from trilog.errors import ProtocolError
 from trilog.protocol import FrameDecoder
 
@@ -45,6 +60,11 @@ INLINE_SENDFILE_BYTES = 64 * 1024
 SENDFILE_THREAD_WAIT_S = 0.1
 #: Requests read ahead per connection while the current one is being answered.
 MAX_QUEUED_REQUESTS = 16
+#: The readers' shared receive buffer (per listener): what one read can take at most.
+SCRATCH_BYTES = 256 * 1024
+#: accept() errors that mean "out of a resource, try again soon" (trio's serve_listeners).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+UNLIMITED = 2**31 - 1
 
 
 class FileSlice(Protocol):
@@ -62,8 +82,73 @@ ResponseParts = Sequence["bytes | bytearray | memoryview | FileSlice"]
 Handler = Callable[[memoryview, str], Awaitable["ResponseParts | None"]]
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """The network's limits; see the module docstring.  ``idle_ms`` < 0: never idle out;
+    ``queued_request_bytes`` < 0: no budget."""
+
+    max_connections: int = UNLIMITED
+    max_connections_per_ip: int = UNLIMITED
+    per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    idle_ms: int = 600_000
+    queued_request_bytes: int = -1
+
+
+class RequestMemory:
+    """The broker-wide budget of request bytes received or queued (``queued.max.request.bytes``).
+
+    A reader charges what it receives and waits before reading while the budget is spent;
+    the responder gives a request's bytes back once it is answered.  A read may overshoot the
+    budget by what it takes (at most one scratch buffer or one step of a large frame), as
+    Kafka's memory pool lets one allocation overshoot: a single request larger than the
+    budget is still received.  Runs in the trio thread.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._room: trio.Event | None = None
+
+    @property
+    def exhausted(self) -> bool:
+        return 0 <= self.capacity <= self.used
+
+    async def wait_for_room(self) -> None:
+        while self.exhausted:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+
+    def take(self, n: int) -> None:
+        self.used += n
+
+    def give_back(self, n: int) -> None:
+        self.used -= n
+        if self._room is not None and not self.exhausted:
+            self._room.set()
+            self._room = None
+
+
+class _Connection:
+    """One client connection's state, shared by its reader and responder tasks."""
+
+    __slots__ = ("stream", "peer", "ip", "last_active", "in_flight", "charged")
+
+    def __init__(self, stream: trio.SocketStream, peer: str, ip: str) -> None:
+        self.stream = stream
+        self.peer = peer
+        self.ip = ip
+        self.last_active = trio.current_time()
+        self.in_flight = 0  # requests queued or being answered
+        self.charged = 0  # request bytes charged to the RequestMemory, not yet given back
+
+
 class Network:
-    """Accepts and serves connections for one listener.  Owned by the broker's nursery."""
+    """Accepts and serves connections for one listener.  Owned by the broker's nursery.
+
+    ``connection_room()``, when given, says how many connections the descriptor budget has
+    room for now (``DescriptorBudget.connection_room``).
+    """
 
     def __init__(
         self,
@@ -76,6 +161,8 @@ class Network:
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         limiter: trio.CapacityLimiter | None = None,
+        limits: ConnectionLimits | None = None,
+        connection_room: Callable[[], int] | None = None,
     ) -> None:
         self._handler = handler
         self.host = host
@@ -85,11 +172,20 @@ class Network:
         self._sndbuf = send_buffer_bytes
         self._rcvbuf = receive_buffer_bytes
         self._limiter = limiter
+        self.limits = limits or ConnectionLimits()
+        self._connection_room = connection_room
+        self.memory = RequestMemory(self.limits.queued_request_bytes)
+        self._scratch = memoryview(bytearray(SCRATCH_BYTES))
         self._accept_scope = trio.CancelScope()
         self._reader_scopes: set[trio.CancelScope] = set()
-        self._connections: set[Any] = set()
+        self._by_ip: dict[str, int] = {}
+        self._open = 0
+        self._all_closed = trio.Event()
         self._listeners: list[trio.SocketListener] = []
+        self._quiet = RateLimitedLog(log, 1.0)
         self.connection_count = 0
+        self.connections_refused = 0
+        self.connections_idled_out = 0
 
     async def listen(self) -> int:
         """Bind the listening socket (``port`` 0 picks one); return the bound port."""
@@ -129,12 +225,42 @@ class Network:
             try:
                 stream = await listener.accept()
             except OSError as exc:
-                # EMFILE and friends: wait and go on rather than die (trio's serve_listeners).
-                log.error("accept failed: %s; retrying in 100 ms", exc)
+                if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                self._quiet.error("accept", "accept failed: %s; retrying in 100 ms", exc)
                 await trio.sleep(0.1)
                 continue
+            try:
+                ip, port = stream.socket.getpeername()[:2]
+            except OSError:  # the peer is already gone
+                stream.socket.close()
+                continue
+            refusal = self._refusal(ip)
+            if refusal is not None:
+                self.connections_refused += 1
+                self._quiet.warning("refused", "refusing a connection from %s: %s", ip, refusal)
+                stream.socket.close()  # at once: a refused connection costs no task
+                continue
+            self._open += 1
+            self._by_ip[ip] = self._by_ip.get(ip, 0) + 1
+            self.connection_count += 1
             self._tune(stream)
-            await next(processors).send(stream)
+            await next(processors).send(_Connection(stream, f"{ip}:{port}", ip))
+
+    def _refusal(self, ip: str) -> str | None:
+        """Why a new connection from ``ip`` cannot be served now, or None."""
+        limits = self.limits
+        limit = limits.max_connections
+        room = self._connection_room() if self._connection_room is not None else limit
+        if self._open >= min(limit, room):
+            if room < limit:
+                return (f"{self._open} connections are open, all the descriptor budget leaves "
+                        "beside the log (raise `ulimit -n`)")
+            return f"{self._open} connections are open (max.connections={limit})"
+        per_ip = limits.per_ip_overrides.get(ip, limits.max_connections_per_ip)
+        if self._by_ip.get(ip, 0) >= per_ip:
+            return f"{ip} has {self._by_ip[ip]} connections open (the limit per address is {per_ip})"
+        return None
 
     def _tune(self, stream: trio.SocketStream) -> None:
         try:
@@ -148,8 +274,8 @@ class Network:
 
     async def _processor(self, connections: trio.MemoryReceiveChannel) -> None:
         async with trio.open_nursery() as nursery:
-            async for stream in connections:
-                nursery.start_soon(self._connection, stream)
+            async for conn in connections:
+                nursery.start_soon(self._connection, conn)
 
     def stop_accepting(self) -> None:
         self._accept_scope.cancel()
@@ -161,23 +287,34 @@ class Network:
 
     @property
     def open_connections(self) -> int:
-        return len(self._connections)
+        return self._open
+
+    async def wait_all_closed(self) -> None:
+        """Return once no connection is open (after ``stop_accepting``)."""
+        if self._open:
+            await self._all_closed.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "open_connections": self._open,
+            "connections_accepted": self.connection_count,
+            "connections_refused": self.connections_refused,
+            "connections_idled_out": self.connections_idled_out,
+            "queued_request_bytes": self.memory.used,
+        }
 
     # -- one connection ---------------------------------------------------------------------
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
-        try:
-            peer = "%s:%s" % stream.socket.getpeername()[:2]
-        except OSError:
-            peer = "?"
-        self.connection_count += 1
-        self._connections.add(stream)
+    async def _connection(self, conn: _Connection) -> None:
+        stream, peer = conn.stream, conn.peer
         requests_send, requests_receive = trio.open_memory_channel(MAX_QUEUED_REQUESTS)
         try:
             with unwrap_exception_group():
                 async with stream, trio.open_nursery() as nursery:
-                    nursery.start_soon(self._reader, stream, requests_send, peer)
-                    await self._responder(stream, requests_receive, peer)
+                    nursery.start_soon(self._reader, conn, requests_send)
+                    await self._responder(conn, requests_receive)
                     nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass  # the peer went away
@@ -186,50 +323,95 @@ class Network:
         except Exception:
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
-            self._connections.discard(stream)
+            self.memory.give_back(conn.charged)  # partial and unanswered requests
+            conn.charged = 0
+            self._open -= 1
+            left = self._by_ip[conn.ip] - 1
+            if left:
+                self._by_ip[conn.ip] = left
+            else:
+                del self._by_ip[conn.ip]
+            if not self._open:
+                self._all_closed.set()
+                self._all_closed = trio.Event()
 
-    async def _reader(self, stream: trio.SocketStream, requests: trio.MemorySendChannel,
-                      peer: str) -> None:
+    async def _reader(self, conn: _Connection, requests: trio.MemorySendChannel) -> None:
         decoder = FrameDecoder(max_frame_size=self._max_request_bytes)
+        stream = conn.stream
+        fd = stream.socket.fileno()
+        memory = self.memory
         scope = trio.CancelScope()
         self._reader_scopes.add(scope)
         try:
             async with requests:
                 with scope:
-                    sock = stream.socket
                     while True:
+                        if memory.exhausted:
+                            await memory.wait_for_room()
+                        # The receive and the split run with no checkpoint in between, so
+                        # every reader of this listener can share one scratch buffer.
+                        target = decoder.read_buffer(self._scratch)
                         try:
-                            # recv_into the decoder's buffer: a large request lands in its
-                            # own bytearray, copied by nobody (see FrameSplitter).
-                            target = decoder.read_buffer()
-                            received = await sock.recv_into(target)
-                        except ProtocolError as exc:
-                            log.warning("closing connection from %s: %s", peer, exc)
-                            await stream.aclose()
-                            return
+                            received = os.readv(fd, [target])
+                        except BlockingIOError:
+                            received = -1
                         finally:
-                            target = None  # release the memoryview before the buffer moves
+                            target = None  # release the view before the buffer may grow
+                        if received < 0:
+                            if not await self._wait_readable(conn):
+                                self.connections_idled_out += 1
+                                log.info("closing connection from %s: idle for %d ms",
+                                         conn.peer, self.limits.idle_ms)
+                                await stream.aclose()
+                                return
+                            continue
                         if not received:
                             return
+                        memory.take(received)
+                        conn.charged += received
+                        conn.last_active = trio.current_time()
                         try:
                             frames = decoder.advance(received)
                         except ProtocolError as exc:
-                            log.warning("closing connection from %s: %s", peer, exc)
+                            log.warning("closing connection from %s: %s", conn.peer, exc)
                             await stream.aclose()
                             return
+                        if not frames:
+                            await trio.lowlevel.checkpoint()
                         for frame in frames:
+                            conn.in_flight += 1
                             await requests.send(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             return
         finally:
             self._reader_scopes.discard(scope)
 
-    async def _responder(self, stream: trio.SocketStream, requests: trio.MemoryReceiveChannel,
-                         peer: str) -> None:
+    async def _wait_readable(self, conn: _Connection) -> bool:
+        """Wait for bytes; False once the connection has been idle for ``idle_ms``."""
+        idle_s = self.limits.idle_ms / 1000 if self.limits.idle_ms >= 0 else math.inf
+        sock = conn.stream.socket
+        while True:
+            with trio.move_on_at(conn.last_active + idle_s):
+                await trio.lowlevel.wait_readable(sock)
+                return True
+            if not conn.in_flight:
+                return False
+            conn.last_active = trio.current_time()  # a request is being answered: not idle
+
+    async def _responder(self, conn: _Connection, requests: trio.MemoryReceiveChannel) -> None:
+        memory = self.memory
         async for frame in requests:
-            parts = await self._handler(frame, peer)
-            if parts:
-                await self._send(stream, parts)
+            size = len(frame) + 4
+            try:
+                parts = await self._handler(frame, conn.peer)
+                del frame
+                if parts:
+                    await self._send(conn.stream, parts)
+            finally:
+                conn.in_flight -= 1
+                conn.charged -= size
+                memory.give_back(size)
+            conn.last_active = trio.current_time()
 
     async def _send(self, stream: trio.SocketStream, parts: ResponseParts) -> None:
         try:

@@ -41,6 +41,7 @@ from typing import NamedTuple
 
 import trio
 
+from trilog.broker._limits import RateLimitedLog
 from trilog.errors import (
     ApiError,
     CorruptMessageError,
@@ -52,6 +53,8 @@ from trilog.records import CorruptRecordsError, RecordBatchBuilder, iter_batches
 from trilog.storage import Log, LogConfig, LogManager
 
 log = logging.getLogger("trilog.broker.offsets")
+#: A full disk fails every commit: one line per partition and minute.
+_storage_faults = RateLimitedLog(log, 60.0)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -421,8 +424,12 @@ class OffsetManager:
             return UNKNOWN_SERVER_ERROR
         except ApiError as exc:
             return exc.code
+        except OSError as exc:  # a full or failing disk: the client retries later
+            _storage_faults.error(partition, "append to %s-%d failed: %s", OFFSETS_TOPIC,
+                                  partition, exc)
+            return COORDINATOR_NOT_AVAILABLE
         except Exception:
-            # A closed log (shutdown) or an I/O error: the client retries elsewhere/later.
+            # A closed log (shutdown): the client retries elsewhere/later.
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition)
             return COORDINATOR_NOT_AVAILABLE
         return NONE

@@ -207,13 +207,20 @@ class ZooKeeperCluster(Cluster):
                 if r and r[0] == self.broker.node_id and (t, p) not in self._served]
         if not mine:
             return
-        await trio.to_thread.run_sync(self._create_logs, mine, limiter=self._limiter)
+        by_topic: dict[str, list[int]] = {}
         for topic, partition in mine:
-            await self._write_state(topic, partition)
-
-    def _create_logs(self, partitions) -> None:
-        for topic, partition in partitions:
-            self._logs.get_or_create_log(topic, partition)
+            by_topic.setdefault(topic, []).append(partition)
+        for topic, partitions in sorted(by_topic.items()):
+            try:
+                await trio.to_thread.run_sync(self._logs.create_logs, topic, partitions,
+                                              limiter=self._limiter)
+            except (OSError, TrilogError) as exc:
+                # A full disk or no descriptor left: the partitions stay offline here (no
+                # state node), and the next change of the topic list tries again.
+                log.error("cannot create the logs of %s %s: %s", topic, partitions, exc)
+                continue
+            for partition in partitions:
+                await self._write_state(topic, partition)
 
     async def _write_state(self, topic: str, partition: int) -> None:
         path = partition_state_path(topic, partition)
@@ -250,6 +257,9 @@ class ZooKeeperCluster(Cluster):
             assignment = assign_replicas(n, live, start=random.randrange(len(live)))
         if name in self._assignments:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if self.partition_budget is not None:
+            here = sum(1 for r in assignment.values() if r and r[0] == self.broker.node_id)
+            self.partition_budget.check(name, len(assignment), here)
         if validate_only:
             return
         try:
