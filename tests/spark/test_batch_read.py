@@ -75,6 +75,19 @@ def test_a_task_that_fails_once_is_retried_without_duplicates(spark, broker, tmp
     assert set(got) == expected
 
 
+def test_kafka_client_settings_reach_the_consumer(spark, broker):
+    """Every kafka.* setting a read passes is one trilog's consumer takes: a wrong keyword
+    would fail the planning step and every task."""
+    records = [(i % 4, None, b"c%d" % i + b"." * 100) for i in range(400)]
+    expected = _expected(produce(broker.bootstrap, "tuned", records), records, "tuned")
+    df = load(spark, broker.bootstrap, subscribe="tuned", **{
+        "kafka.client.id": "tuned-reader", "kafka.group.id": "reports",
+        "kafka.request.timeout.ms": 20_000, "kafka.metadata.max.age.ms": 60_000,
+        "kafka.max.partition.fetch.bytes": 1 << 20, "kafka.fetch.max.bytes": 2048,
+        "kafka.security.protocol": "PLAINTEXT"})
+    assert set(keyed(df)) == expected
+
+
 def test_assign_with_json_offsets_and_headers(spark, broker):
     records = [(1, b"k", b"v%d" % i) for i in range(20)]
     produce(broker.bootstrap, "assigned", records, headers=[("h", b"x"), ("n", None)])

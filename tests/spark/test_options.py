@@ -125,6 +125,87 @@ def test_a_path_is_refused_with_the_reason():
         parse_write_options({"bootstrap.servers": "h:1", "path": "/out"})
 
 
+def test_kafka_client_settings_pass_through_to_the_consumer():
+    options = parse_read_options({**BASE, "kafka.client.id": "reports",
+                                  "kafka.request.timeout.ms": "5000",
+                                  "metadata.max.age.ms": "60000",
+                                  "kafka.max.partition.fetch.bytes": "65536",
+                                  "kafka.fetch.max.bytes": "4096",
+                                  "kafka.security.protocol": "plaintext"}, streaming=False)
+    assert options.consumer == {"client_id": "reports", "request_timeout_ms": 5000,
+                                "metadata_max_age_ms": 60000}
+    # a task fetches one partition per request: the smaller cap wins
+    assert options.max_partition_fetch_bytes == 4096
+    assert parse_read_options(BASE, streaming=False).consumer == {"client_id": "trilog-spark"}
+
+
+def test_group_id_and_prefix_name_the_client():
+    # Spark's source names its consumers' group after them and joins no group; trilog's
+    # has no group, so they name its connections, unless kafka.client.id does.
+    def client_id(**extra):
+        return parse_read_options({**BASE, **extra}, streaming=True).consumer["client_id"]
+
+    assert client_id(**{"kafka.group.id": "authorized"}) == "authorized"
+    assert client_id(groupidprefix="etl") == "etl"
+    assert client_id(**{"kafka.group.id": "authorized", "groupIdPrefix": "etl"}) == "authorized"
+    assert client_id(**{"kafka.group.id": "g", "kafka.client.id": "c"}) == "c"
+    with pytest.raises(OptionError, match="option kafka.group.id is empty"):
+        client_id(**{"kafka.group.id": " "})
+    with pytest.raises(OptionError, match="'kafka.group.id' is not supported: a write joins no "
+                                          "consumer group"):
+        parse_write_options({"bootstrap.servers": "h:1", "kafka.group.id": "g"})
+
+
+def test_kafka_client_settings_pass_through_to_the_producer():
+    options = parse_write_options({
+        "bootstrap.servers": "h:1", "kafka.client.id": "loader", "kafka.acks": "-1",
+        "kafka.linger.ms": "20", "batch.size": "32768", "kafka.buffer.memory": "1048576",
+        "kafka.retries": "3", "kafka.retry.backoff.ms": "50", "kafka.delivery.timeout.ms": "60000",
+        "kafka.request.timeout.ms": "5000", "kafka.max.request.size": "2097152",
+        "kafka.max.in.flight.requests.per.connection": "2", "kafka.metadata.max.age.ms": "1000",
+        "kafka.enable.idempotence": "true", "kafka.compression.type": "GZIP",
+        "kafka.security.protocol": "PLAINTEXT"})
+    assert options.producer == {
+        "client_id": "loader", "acks": "all", "linger_ms": 20, "batch_size": 32768,
+        "buffer_memory": 1048576, "retries": 3, "retry_backoff_ms": 50,
+        "delivery_timeout_ms": 60000, "request_timeout_ms": 5000, "max_request_size": 2097152,
+        "max_in_flight_requests_per_connection": 2, "metadata_max_age_ms": 1000,
+        "enable_idempotence": True, "compression_type": "gzip"}
+
+
+@pytest.mark.parametrize("options, write, message", [
+    ({"kafka.security.protocol": "SASL_SSL"}, False,
+     "kafka.security.protocol='SASL_SSL' is not supported: trilog's client does not support "
+     "TLS/SASL yet"),
+    ({"kafka.security.protocol": "SSL"}, True, "does not support TLS/SASL yet"),
+    ({"kafka.ssl.truststore.location": "/etc/ts.jks"}, False,
+     "'kafka.ssl.truststore.location' is not supported: trilog's client does not support "
+     "TLS/SASL yet"),
+    ({"kafka.sasl.jaas.config": "x"}, True, "does not support TLS/SASL yet"),
+    ({"kafka.auto.offset.reset": "earliest"}, False, "set the option startingOffsets instead"),
+    ({"kafka.enable.auto.commit": "true"}, False, "offsets to the cluster: they live in Spark's checkpoint"),
+    ({"kafka.value.deserializer": "x"}, False, "deserialize them with DataFrame operations"),
+    ({"kafka.key.serializer": "x"}, True, "serialize with DataFrame operations"),
+    ({"kafka.transactional.id": "t"}, True, "trilog's producer has no transactions"),
+    ({"kafka.fetch.min.bytes": "1"}, False,
+     "'kafka.fetch.min.bytes' is not passed to trilog's client: the source has no such "
+     "setting; a read passes kafka.bootstrap.servers, kafka.client.id, "),
+    ({"kafka.reconnect.backoff.ms": "1"}, True, "a write passes kafka.bootstrap.servers"),
+    ({"kafka.compression.type": "brotli"}, True, "must be one of none, gzip, snappy, lz4, zstd"),
+    ({"kafka.enable.idempotence": "true", "acks": "1"}, True,
+     "enable.idempotence=true needs acks=all"),
+    ({"kafka.request.timeout.ms": "0"}, False, "kafka.request.timeout.ms=0 must be at least 1"),
+    ({"kafka.client.id": ""}, True, "option kafka.client.id is empty"),
+])
+def test_kafka_settings_the_client_lacks_are_refused_with_the_reason(options, write, message):
+    with pytest.raises(OptionError) as info:
+        if write:
+            parse_write_options({"bootstrap.servers": "h:1", **options})
+        else:
+            parse_read_options({**BASE, **options}, streaming=False)
+    assert message in str(info.value)
+
+
 def test_offset_json_is_canonical():
     positions = {("b", 10): 1, ("a", 2): 3, ("b", 9): 4}
     doc = to_offset_json(positions)

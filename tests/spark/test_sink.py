@@ -33,6 +33,28 @@ def test_batch_write_with_topic_partition_and_headers_columns(spark, broker):
         assert all(list(r.headers) == [("n", r.value)] for r in records)
 
 
+def test_kafka_client_settings_reach_the_producer(spark, broker):
+    """Every kafka.* setting a write passes is one trilog's producer takes: a wrong keyword
+    would fail every task."""
+    df = spark.createDataFrame([(f"k{i % 3}", f"v{i}") for i in range(200)],
+                               "key string, value string")
+    writer = df.write.format("trilog").option("bootstrap.servers", broker.bootstrap) \
+        .option("topic", "tuned-out").mode("append")
+    for key, value in {"kafka.client.id": "loader", "kafka.acks": "all", "kafka.linger.ms": "1",
+                       "kafka.batch.size": "4096", "kafka.buffer.memory": "8388608",
+                       "kafka.retries": "3", "kafka.retry.backoff.ms": "20",
+                       "kafka.delivery.timeout.ms": "60000", "kafka.request.timeout.ms": "20000",
+                       "kafka.max.request.size": "1048576",
+                       "kafka.max.in.flight.requests.per.connection": "1",
+                       "kafka.metadata.max.age.ms": "60000", "kafka.enable.idempotence": "true",
+                       "kafka.compression.type": "gzip",
+                       "kafka.security.protocol": "PLAINTEXT"}.items():
+        writer = writer.option(key, value)
+    writer.save()
+    records = read_back(broker.bootstrap, "tuned-out")
+    assert sorted(r.value for r in records) == sorted(f"v{i}".encode() for i in range(200))
+
+
 def test_batch_write_needs_a_topic_and_a_value(spark, broker):
     df = spark.createDataFrame([("a",)], "value string")
     with pytest.raises(Exception, match="needs the option topic or a 'topic' column"):

@@ -16,7 +16,6 @@ from trilog.errors import TrilogError, UnknownTopicOrPartitionError
 from trilog.spark._options import (
     EARLIEST,
     LATEST,
-    Connection,
     OffsetSpec,
     OptionError,
     ReadOptions,
@@ -31,8 +30,9 @@ class DataLossError(TrilogError):
 
 
 @contextmanager
-def open_consumer(connection: Connection, **kwargs) -> Iterator[ts.SimpleConsumer]:
-    with ts.SimpleConsumer(**connection.kwargs(), client_id="trilog-spark", **kwargs) as c:
+def open_consumer(options: ReadOptions) -> Iterator[ts.SimpleConsumer]:
+    """A consumer with the query's connection and kafka.* client settings."""
+    with ts.SimpleConsumer(**options.connection.kwargs(), **options.consumer) as c:
         yield c
 
 

@@ -21,6 +21,10 @@ EARLIEST = -2
 LATEST = -1
 
 
+#: The client id of the source's connections when no option names them.
+DEFAULT_CLIENT_ID = "trilog-spark"
+
+
 class OptionError(TrilogError, ValueError):
     """An option of the ``trilog`` data source is missing, unknown in value, or conflicting."""
 
@@ -91,7 +95,10 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    #: Bytes a reading task asks for per fetch (it fetches one partition at a time).
     max_partition_fetch_bytes: int = 1 << 20
+    #: Keywords for ``trilog.sync.SimpleConsumer`` (client id, timeouts) from kafka.* options.
+    consumer: dict = field(default_factory=lambda: {"client_id": DEFAULT_CLIENT_ID})
 
 
 @dataclass(frozen=True)
@@ -103,16 +110,34 @@ class WriteOptions:
 
 # -- which names a read and a write take ------------------------------------------------------
 
-#: Producer settings a write may pass, with or without Spark's ``kafka.`` prefix.
-_PRODUCER_INTS = {
-    "linger.ms": "linger_ms",
-    "batch.size": "batch_size",
-    "buffer.memory": "buffer_memory",
-    "retries": "retries",
-    "delivery.timeout.ms": "delivery_timeout_ms",
-    "request.timeout.ms": "request_timeout_ms",
-    "max.request.size": "max_request_size",
+#: Kafka client settings that map to a keyword of trilog's client, by Kafka's name: a read or
+#: write takes each as ``kafka.<name>`` (Spark's spelling) or plain ``<name>``.
+#: name -> (keyword, type, lowest value).
+_CONSUMER_SETTINGS = {
+    "client.id": ("client_id", str, None),
+    "request.timeout.ms": ("request_timeout_ms", int, 1),
+    "metadata.max.age.ms": ("metadata_max_age_ms", int, 0),
 }
+_PRODUCER_SETTINGS = {
+    "client.id": ("client_id", str, None),
+    "linger.ms": ("linger_ms", int, 0),
+    "batch.size": ("batch_size", int, 0),
+    "buffer.memory": ("buffer_memory", int, 0),
+    "retries": ("retries", int, 0),
+    "retry.backoff.ms": ("retry_backoff_ms", int, 0),
+    "delivery.timeout.ms": ("delivery_timeout_ms", int, 0),
+    "request.timeout.ms": ("request_timeout_ms", int, 1),
+    "max.request.size": ("max_request_size", int, 0),
+    "max.in.flight.requests.per.connection": ("max_in_flight_requests_per_connection", int, 1),
+    "metadata.max.age.ms": ("metadata_max_age_ms", int, 0),
+    "enable.idempotence": ("enable_idempotence", bool, None),
+}
+#: Settings with their own parsing: the fetch sizes become one per-fetch size; acks and
+#: compression.type are checked against what the producer knows; security.protocol may only
+#: say what trilog does anyway (PLAINTEXT).
+_READ_CLIENT = (*_CONSUMER_SETTINGS, "max.partition.fetch.bytes", "fetch.max.bytes",
+                "security.protocol")
+_WRITE_CLIENT = (*_PRODUCER_SETTINGS, "acks", "compression.type", "security.protocol")
 
 _CONNECTION = ("bootstrap.servers", "kafka.bootstrap.servers", "zookeeper.connect",
                "kafka.zookeeper.connect")
@@ -128,26 +153,70 @@ READ_OPTIONS = _CONNECTION + (
     "startingOffsets", "startingTimestamp", "startingOffsetsByTimestampStrategy",
     "endingOffsets", "endingTimestamp",
     "minPartitions", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
-) + _both_spellings(["max.partition.fetch.bytes"])
+    # Spark's source names its consumers' group after these; trilog's source has no group
+    # and puts them in the client id instead (see parse_read_options).
+    "kafka.group.id", "groupIdPrefix",
+) + _both_spellings(_READ_CLIENT)
 
 #: Every option a write takes.  ``checkpointLocation`` is Spark's own: a streaming write hands
 #: it to the sink with the others.
-WRITE_OPTIONS = _CONNECTION + ("topic", "checkpointLocation") + _both_spellings(
-    ["acks", "compression.type", *_PRODUCER_INTS])
+WRITE_OPTIONS = _CONNECTION + ("topic", "checkpointLocation") + _both_spellings(_WRITE_CLIENT)
+
+_NO_TLS = "trilog's client does not support TLS/SASL yet"
 
 #: Options known to be wrong for this source, with the reason (so the error can say it).
+#: Kafka settings are listed without their ``kafka.`` prefix.
 _REFUSED = {
     "path": "the trilog source takes no path: name the topics with subscribe, "
             "subscribePattern or assign (reads) or with topic (writes)",
-    "kafkaconsumer.polltimeoutms": "a reading task's requests time out after the client's "
-                                   "request timeout",
+    "kafkaconsumer.polltimeoutms": "a reading task's requests time out after "
+                                   "kafka.request.timeout.ms",
     "fetchoffset.numretries": "trilog's client retries offset lookups itself",
     "fetchoffset.retryintervalms": "trilog's client retries offset lookups itself",
+    # As Spark's Kafka source refuses them:
+    "auto.offset.reset": "set the option startingOffsets instead",
+    "enable.auto.commit": "the source commits no offsets to the cluster: they live in "
+                          "Spark's checkpoint",
+    "key.deserializer": "rows carry keys and values as bytes: deserialize them with "
+                        "DataFrame operations",
+    "value.deserializer": "rows carry keys and values as bytes: deserialize them with "
+                          "DataFrame operations",
+    "key.serializer": "the sink sends the key and value columns' bytes: serialize with "
+                      "DataFrame operations (cast, to_json)",
+    "value.serializer": "the sink sends the key and value columns' bytes: serialize with "
+                        "DataFrame operations (cast, to_json)",
+    "interceptor.classes": "trilog's client has no interceptors",
+    "transactional.id": "trilog's producer has no transactions",
 }
+_REFUSED_WRITE = {
+    "group.id": "a write joins no consumer group",
+    "groupidprefix": "a write joins no consumer group",
+}
+
+#: Settings of Kafka's Java clients, often given to Spark's Kafka source, that the trilog
+#: source does not take (so they are never taken for typos of ones it does).
+_KAFKA_NOT_TAKEN = frozenset({
+    "fetch.min.bytes", "fetch.max.wait.ms", "max.poll.records", "max.poll.interval.ms",
+    "session.timeout.ms", "heartbeat.interval.ms", "isolation.level", "check.crcs",
+    "reconnect.backoff.ms", "reconnect.backoff.max.ms",
+    "connections.max.idle.ms", "default.api.timeout.ms", "client.dns.lookup",
+    "receive.buffer.bytes", "send.buffer.bytes", "socket.connection.setup.timeout.ms",
+    "partitioner.class", "compression.level", "max.block.ms",
+})
 
 #: Options of Spark's Kafka source that trilog does not implement yet.
 _NOT_YET = ("startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "minOffsetsPerTrigger",
-            "maxTriggerDelay", "maxRecordsPerPartition", "groupIdPrefix", "kafka.group.id")
+            "maxTriggerDelay", "maxRecordsPerPartition")
+
+
+def _refusal(name: str, write: bool) -> str | None:
+    """Why an option (lower-cased) is refused, if it is one this source knows to refuse."""
+    bare = name.removeprefix("kafka.")
+    if bare.startswith(("ssl.", "sasl.")):
+        return _NO_TLS
+    if write and bare in _REFUSED_WRITE:
+        return _REFUSED_WRITE[bare]
+    return _REFUSED.get(bare)
 
 
 def check_names(options: Mapping[str, str], *, write: bool) -> None:
@@ -164,16 +233,26 @@ def check_names(options: Mapping[str, str], *, write: bool) -> None:
         name = str(raw).lower()
         if name in known:
             continue
+        reason = _refusal(name, write)
+        if reason:
+            raise OptionError(f"option {raw!r} is not supported: {reason}")
         if name in other:
             raise OptionError(_wrong_side(raw, write))
-        if name in _REFUSED:
-            raise OptionError(f"option {raw!r} is not supported: {_REFUSED[name]}")
         if name in not_yet:
             raise OptionError(f"option {not_yet[name]!r} of Spark's Kafka source is not "
                               "implemented by the trilog source")
-        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+        kafka = name.startswith("kafka.")
+        # Kafka has many settings one letter apart (fetch.min.bytes, fetch.max.bytes): a
+        # real one is never "corrected" into another, and only near-certain typos are.
+        close = [] if kafka and name[6:] in _KAFKA_NOT_TAKEN else difflib.get_close_matches(
+            name, list(known), n=1, cutoff=0.9 if kafka else 0.75)
         if close:
             raise OptionError(f"unknown option {raw!r}; did you mean {known[close[0]]!r}?")
+        if kafka:
+            passed = ", ".join("kafka." + n for n in (_WRITE_CLIENT if write else _READ_CLIENT))
+            raise OptionError(f"option {raw!r} is not passed to trilog's client: the source "
+                              f"has no such setting; a {'write' if write else 'read'} passes "
+                              f"kafka.bootstrap.servers, {passed}")
         # List each name once: kafka.X stands for its unprefixed alias.
         names = sorted((n for n in known.values() if "kafka." + n.lower() not in known),
                        key=str.lower)
@@ -206,8 +285,8 @@ def _first(opts: dict[str, str], *names: str) -> str | None:
     return None
 
 
-def _int(opts: dict[str, str], name: str, *, low: int | None = None) -> int | None:
-    raw = _first(opts, name)
+def _int(opts: dict[str, str], name: str | None, *, low: int | None = None) -> int | None:
+    raw = _first(opts, name) if name is not None else None
     if raw is None:
         return None
     try:
@@ -227,6 +306,40 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
     if text not in ("true", "false"):
         raise OptionError(f"option {name}={raw!r} must be true or false")
     return text == "true"
+
+
+def _spelled(opts: dict[str, str], name: str) -> str | None:
+    """Which of ``kafka.<name>`` and ``<name>`` was given (the prefixed one wins)."""
+    for spelled in ("kafka." + name, name):
+        if spelled in opts:
+            return spelled
+    return None
+
+
+def _client_settings(opts: dict[str, str], table: dict) -> dict:
+    """trilog client keywords for the Kafka settings of ``table`` that were given."""
+    out: dict = {}
+    for name, (kwarg, kind, low) in table.items():
+        spelled = _spelled(opts, name)
+        if spelled is None:
+            continue
+        if kind is int:
+            out[kwarg] = _int(opts, spelled, low=low)
+        elif kind is bool:
+            out[kwarg] = _bool(opts, spelled, False)
+        else:
+            value = str(opts[spelled]).strip()
+            if not value:
+                raise OptionError(f"option {spelled} is empty")
+            out[kwarg] = value
+    return out
+
+
+def _check_plaintext(opts: dict[str, str]) -> None:
+    spelled = _spelled(opts, "security.protocol")
+    if spelled is not None and str(opts[spelled]).strip().upper() != "PLAINTEXT":
+        raise OptionError(f"option {spelled}={opts[spelled]!r} is not supported: {_NO_TLS} "
+                          "(PLAINTEXT is the only protocol)")
 
 
 def parse_connection(options: Mapping[str, str]) -> Connection:
@@ -370,6 +483,12 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
     if strategy not in ("latest", "error"):
         raise OptionError(f"option startingOffsetsByTimestampStrategy={strategy!r} must be "
                           "latest or error")
+    _check_plaintext(opts)
+    fetch_bytes = _int(opts, _spelled(opts, "max.partition.fetch.bytes"), low=1) or (1 << 20)
+    total_bytes = _int(opts, _spelled(opts, "fetch.max.bytes"), low=1)
+    if total_bytes is not None:
+        # A reading task fetches one partition per request: both caps bound the same bytes.
+        fetch_bytes = min(fetch_bytes, total_bytes)
     return ReadOptions(
         connection=connection,
         subscription=subscription,
@@ -382,12 +501,29 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         max_offsets_per_trigger=max_per_trigger,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
-        max_partition_fetch_bytes=_int(opts, "kafka.max.partition.fetch.bytes", low=1)
-        or _int(opts, "max.partition.fetch.bytes", low=1) or (1 << 20),
+        max_partition_fetch_bytes=fetch_bytes,
+        consumer=_consumer_settings(opts),
     )
 
 
+def _consumer_settings(opts: dict[str, str]) -> dict:
+    """Keywords for the source's consumers.  Spark's Kafka source names its consumers' group
+    after ``kafka.group.id`` (or ``groupIdPrefix`` and a unique suffix) and joins no group
+    with it either: offsets live in the checkpoint.  trilog's source has no group at all, so
+    the names go where a broker sees them, the client id, unless ``kafka.client.id`` is set."""
+    consumer = _client_settings(opts, _CONSUMER_SETTINGS)
+    for name in ("kafka.group.id", "groupIdPrefix"):
+        value = _first(opts, name)
+        if value is not None and not str(value).strip():
+            raise OptionError(f"option {name} is empty")
+        if value is not None:
+            consumer.setdefault("client_id", str(value).strip())
+    consumer.setdefault("client_id", DEFAULT_CLIENT_ID)
+    return consumer
+
+
 _ACKS = {"all": "all", "-1": "all", "1": 1, "0": 0}
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -397,23 +533,31 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = _first(opts, "topic")
     if topic is not None and not topic.strip():
         raise OptionError("option topic is empty")
+    _check_plaintext(opts)
     producer: dict = {"acks": "all"}
-    acks = _first(opts, "acks", "kafka.acks")
-    if acks is not None:
-        if str(acks).strip().lower() not in _ACKS:
-            raise OptionError(f"option acks={acks!r} must be all, -1, 1 or 0")
-        producer["acks"] = _ACKS[str(acks).strip().lower()]
+    spelled = _spelled(opts, "acks")
+    if spelled is not None:
+        acks = str(opts[spelled]).strip().lower()
+        if acks not in _ACKS:
+            raise OptionError(f"option {spelled}={opts[spelled]!r} must be all, -1, 1 or 0")
+        producer["acks"] = _ACKS[acks]
     if producer["acks"] == 0:
         # acks=0 gives no acknowledgement to check: the sink could not promise at least once.
         raise OptionError("option acks=0 is not allowed: the sink waits for every "
                           "acknowledgement (at least once)")
-    for name, kwarg in _PRODUCER_INTS.items():
-        for spelled in (name, "kafka." + name):
-            value = _int(opts, spelled, low=0)
-            if value is not None:
-                producer[kwarg] = value
-    compression = _first(opts, "compression.type", "kafka.compression.type")
-    if compression is not None:
-        producer["compression_type"] = None if compression == "none" else compression
+    producer.update(_client_settings(opts, _PRODUCER_SETTINGS))
+    spelled = _spelled(opts, "compression.type")
+    if spelled is not None:
+        codec = str(opts[spelled]).strip().lower()
+        if codec not in _CODECS:
+            raise OptionError(f"option {spelled}={opts[spelled]!r} must be one of "
+                              f"{', '.join(_CODECS)}")
+        producer["compression_type"] = None if codec == "none" else codec
+    if producer.get("enable_idempotence"):
+        # Checked here so the query fails at planning, not in every task (as in Kafka).
+        if producer["acks"] != "all":
+            raise OptionError("option enable.idempotence=true needs acks=all")
+        if producer.get("retries") == 0:
+            raise OptionError("option enable.idempotence=true needs retries >= 1")
     return WriteOptions(connection=connection, topic=topic.strip() if topic else None,
                         producer=producer)

@@ -69,7 +69,7 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
         return
     stalled = 0
     position = r.start
-    with open_consumer(options.connection) as consumer:
+    with open_consumer(options) as consumer:
         while position < r.end:
             try:
                 fetched = consumer.fetch(r.topic, r.partition, position,

@@ -106,7 +106,7 @@ class TrilogBatchReader(DataSourceReader):
 
     def plan(self) -> list[OffsetRange]:
         o = self.options
-        with open_consumer(o.connection) as consumer:
+        with open_consumer(o) as consumer:
             tps = _cluster.topic_partitions(consumer, o, missing_ok=False)
             starts = _cluster.resolve(consumer, tps, o.starting, "startingOffsets",
                                       o.starting_timestamp, o.timestamp_strategy)
@@ -137,7 +137,7 @@ class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         o = self.options
-        with open_consumer(o.connection) as consumer:
+        with open_consumer(o) as consumer:
             tps = _cluster.topic_partitions(consumer, o, missing_ok=True)
             positions = _cluster.resolve(consumer, tps, o.starting, "startingOffsets",
                                          o.starting_timestamp, o.timestamp_strategy)
@@ -149,14 +149,14 @@ class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with open_consumer(self.options.connection) as consumer:
+        with open_consumer(self.options) as consumer:
             tps = _cluster.topic_partitions(consumer, self.options, missing_ok=True)
             self._target = _cluster.latest(consumer, tps)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         o = self.options
         begin = from_offset_json(start)
-        with open_consumer(o.connection) as consumer:
+        with open_consumer(o) as consumer:
             if self._target is not None:
                 ends = dict(self._target)
             else:
@@ -184,7 +184,7 @@ class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, finish = from_offset_json(start), from_offset_json(end)
         new = [tp for tp in finish if tp not in begin]
         if new:
-            with open_consumer(o.connection) as consumer:
+            with open_consumer(o) as consumer:
                 begin.update(_cluster.earliest(consumer, new))
         ranges = []
         behind = {}

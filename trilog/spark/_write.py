@@ -84,12 +84,11 @@ _CHECK_EVERY = 10_000
 
 
 def write_rows(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> TrilogCommitMessage:
-    producer_kwargs = dict(options.producer)
+    producer_kwargs = {"client_id": "trilog-spark-sink", **options.producer}
     timeout_s = producer_kwargs.get("delivery_timeout_ms", 120_000) / 1000 + 30
     written = 0
     pending: deque[ts.SyncDelivery] = deque()
-    with ts.Producer(**options.connection.kwargs(), client_id="trilog-spark-sink",
-                     **producer_kwargs) as producer:
+    with ts.Producer(**options.connection.kwargs(), **producer_kwargs) as producer:
         for batch in batches:
             names = batch.schema.names
             n = batch.num_rows
