@@ -104,24 +104,61 @@ def test_assign_with_json_offsets_and_headers(spark, broker):
     assert rows[0].timestampType == 0
 
 
+def _stamped(bootstrap, topic, base):
+    """Partition 0: ten records 1 s apart from ``base``; partition 1: ten records 10 ms apart."""
+    for i in range(10):
+        produce(bootstrap, topic, [(0, None, b"p0-%d" % i)], timestamp_ms=base + i * 1000)
+        produce(bootstrap, topic, [(1, None, b"p1-%d" % i)], timestamp_ms=base + i * 10)
+
+
+def _values(df) -> list[bytes]:
+    return sorted(bytes(r.value) for r in df.collect())
+
+
 def test_starting_and_ending_timestamp(spark, broker):
     base = 1_700_000_000_000
-    for i in range(10):
-        produce(broker.bootstrap, "timed", [(0, None, b"p0-%d" % i)], timestamp_ms=base + i * 1000)
-        produce(broker.bootstrap, "timed", [(1, None, b"p1-%d" % i)], timestamp_ms=base + i * 10)
-    df = load(spark, broker.bootstrap, subscribe="timed", startingTimestamp=base + 5000)
+    _stamped(broker.bootstrap, "timed", base)  # partitions 2 and 3 stay empty
+    # Partition 1 has nothing that recent: by default the query fails, as Spark's does.
+    with pytest.raises(Exception, match="timed-1 has no record stamped at or after "
+                                        f"{base + 5000}"):
+        load(spark, broker.bootstrap, subscribe="timed", startingTimestamp=base + 5000).collect()
+    df = load(spark, broker.bootstrap, subscribe="timed", startingTimestamp=base + 5000,
+              startingOffsetsByTimestampStrategy="latest")
     rows = df.collect()
-    # partition 1 has nothing that recent: it starts at its end (strategy "latest")
+    # ... and with strategy latest it starts at its end
     assert sorted(bytes(r.value) for r in rows) == [b"p0-%d" % i for i in range(5, 10)]
     # collected timestamps are naive local times, as pyspark gives them
     assert min(r.timestamp for r in rows) == datetime.datetime.fromtimestamp((base + 5000) / 1000)
+    # an ending timestamp no record is that recent ends at the partition's end
     window = load(spark, broker.bootstrap, subscribe="timed", startingTimestamp=base + 20,
-                  endingTimestamp=base + 2000)
-    assert sorted(bytes(r.value) for r in window.collect()) == sorted(
-        [b"p0-1"] + [b"p1-%d" % i for i in range(2, 10)])
-    with pytest.raises(Exception, match="has no record at or after"):
-        load(spark, broker.bootstrap, subscribe="timed", startingTimestamp=base + 60_000,
-             startingOffsetsByTimestampStrategy="error").collect()
+                  endingTimestamp=base + 2000, startingOffsetsByTimestampStrategy="latest")
+    assert _values(window) == sorted([b"p0-1"] + [b"p1-%d" % i for i in range(2, 10)])
+
+
+def test_offsets_by_timestamp_per_partition(spark, broker):
+    base = 1_700_000_000_000
+    _stamped(broker.bootstrap, "stamped", base)
+    assign = json.dumps({"stamped": [0, 1]})
+
+    def read(start: dict, **options):
+        return _values(load(spark, broker.bootstrap, assign=assign,
+                            startingOffsetsByTimestamp=json.dumps({"stamped": start}),
+                            **options))
+
+    # startingOffsets is the last preference: the timestamps win over it, as in Spark.
+    assert read({"0": base + 3000, "1": base + 50}, startingOffsets="earliest",
+                endingOffsetsByTimestamp=json.dumps({"stamped": {"0": base + 6000,
+                                                                 "1": base + 60_000}})
+                ) == sorted([b"p0-3", b"p0-4", b"p0-5"] + [b"p1-%d" % i for i in range(5, 10)])
+    with pytest.raises(Exception, match="stamped-1 has no record stamped at or after"):
+        read({"0": base, "1": base + 60_000})
+    assert read({"0": base + 9000, "1": base + 60_000},
+                startingOffsetsByTimestampStrategy="latest") == [b"p0-9"]
+    with pytest.raises(Exception, match="option startingOffsetsByTimestamp must give a "
+                                        "timestamp for every partition read; missing stamped-1"):
+        read({"0": base})
+    with pytest.raises(Exception, match="names stamped-7, which the query does not read"):
+        read({"0": base, "1": base, "7": base})
 
 
 @pytest.fixture

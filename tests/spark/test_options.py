@@ -41,7 +41,16 @@ BASE = {"bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
     ({**BASE, "maxOffsetsPerTrigger": "0"}, True, "must be at least 1"),
     ({**BASE, "minPartitions": "many"}, False, "is not an integer"),
     ({**BASE, "failOnDataLoss": "yes"}, False, "must be true or false"),
-    ({**BASE, "startingTimestamp": "5", "startingOffsets": "earliest"}, False, "only one of"),
+    ({**BASE, "startingTimestamp": "soon"}, False, "startingTimestamp='soon' is not an integer"),
+    ({**BASE, "startingOffsetsByTimestamp": "{x"}, False, "is not valid JSON"),
+    ({**BASE, "startingOffsetsByTimestamp": '{"t": [0]}'}, False,
+     "needs an object of partition -> timestamp"),
+    ({**BASE, "endingOffsetsByTimestamp": '{"t": {"0": -1}}'}, False,
+     "-1 of t-0 is not a timestamp"),
+    ({**BASE, "endingOffsetsByTimestamp": '{"t": {"0": 5}}'}, True,
+     "option endingOffsetsByTimestamp is for batch queries"),
+    ({**BASE, "endingTimestamp": "5"}, True, "option endingTimestamp is for batch queries"),
+    ({**BASE, "startingOffsetsByTimestampStrategy": "earliest"}, False, "must be latest or error"),
 ])
 def test_bad_read_options_are_clear_errors(options, streaming, message):
     with pytest.raises(OptionError) as info:
@@ -65,6 +74,27 @@ def test_read_defaults_and_case_insensitive_names():
     assert zk.connection.kwargs() == {"zookeeper": "h:2181/c"}
     assert zk.subscription.assigned == (("t", (0, 1)),)
     assert zk.starting.as_dict() == {("t", 0): 5, ("t", 1): -2}
+
+
+def test_timestamps_take_precedence_as_in_spark():
+    # Spark's order: <x>Timestamp, then <x>OffsetsByTimestamp, then <x>Offsets.
+    per_partition = '{"t": {"0": 1000, "1": 2000}}'
+    options = parse_read_options({**BASE, "startingOffsets": "earliest",
+                                  "startingOffsetsByTimestamp": per_partition,
+                                  "endingOffsets": "latest",
+                                  "endingOffsetsByTimestamp": per_partition,
+                                  "endingTimestamp": "3000"}, streaming=False)
+    assert options.starting.kind == "timestamps"
+    assert options.starting.as_dict() == {("t", 0): 1000, ("t", 1): 2000}
+    assert options.starting.option == "startingOffsetsByTimestamp"
+    assert (options.ending.kind, options.ending.timestamp) == ("timestamp", 3000)
+    both = parse_read_options({**BASE, "startingTimestamp": "7",
+                               "startingOffsetsByTimestamp": per_partition}, streaming=True)
+    assert (both.starting.kind, both.starting.timestamp) == ("timestamp", 7)
+    # no record that recent: the query fails by default, as with Spark's Kafka source
+    assert both.timestamp_strategy == "error"
+    assert parse_read_options({**BASE, "startingOffsetsByTimestampStrategy": "Latest"},
+                              streaming=True).timestamp_strategy == "latest"
 
 
 def test_write_options():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 from spark_helpers import produce
@@ -62,6 +63,21 @@ def test_available_now_twice_on_one_checkpoint_reads_each_record_once(spark, bro
         v for *_, v in _values("ev-a", 50, start=100) + _values("ev-b", 30))
     keys = [(t, p, o) for t, p, o, _ in sink.rows]
     assert len(keys) == len(set(keys)) == 180
+
+
+def test_a_stream_starts_at_offsets_by_timestamp(spark, broker, tmp_path):
+    base = 1_700_000_000_000
+    produce(broker.bootstrap, "since", _values("since", 40), timestamp_ms=base)
+    produce(broker.bootstrap, "since", _values("since", 40, start=40), timestamp_ms=base + 10_000)
+    sink = Batches()
+    start = {"0": base + 5000, "1": base + 5000, "2": 0, "3": base + 5000}
+    _run_available_now(spark, broker.bootstrap, tmp_path / "ckpt", sink, subscribe="since",
+                       startingOffsets="earliest",  # the last preference: not used
+                       startingOffsetsByTimestamp=json.dumps({"since": start}))
+    # partition 2 from its first record, the others from the first stamped base + 5 s
+    assert sorted(v for *_, v in sink.rows) == sorted(
+        [v for p, _, v in _values("since", 40) if p == 2] + [v for *_, v in
+                                                             _values("since", 40, start=40)])
 
 
 def test_max_offsets_per_trigger_bounds_every_batch(spark, broker, tmp_path):

@@ -87,41 +87,53 @@ def latest(consumer: ts.SimpleConsumer, tps) -> Positions:
     return {tp: _one(consumer, *tp, trilog.LATEST) for tp in tps}
 
 
-def _by_timestamp(consumer, tps, ts_ms: int, strategy: str, option: str) -> Positions:
+def _by_timestamp(consumer, stamps: dict[tuple[str, int], int], option: str,
+                  no_match: str) -> Positions:
+    """The offset of each partition's first record stamped at or after its timestamp
+    (ListOffsets, as Kafka's ``offsetsForTimes``); ``no_match`` says what a partition with
+    no record that recent gets: its end ("latest") or an error."""
     out: Positions = {}
-    for tp in tps:
+    for tp, ts_ms in stamps.items():
         offset = _one(consumer, *tp, ts_ms)
         if offset is None:
-            if strategy == "error":
-                raise OptionError(f"option {option}={ts_ms}: {tp[0]}-{tp[1]} has no record at or "
-                                  "after that time (startingOffsetsByTimestampStrategy=error)")
+            if no_match == "error":
+                raise OptionError(
+                    f"option {option}: {tp[0]}-{tp[1]} has no record stamped at or after "
+                    f"{ts_ms} (startingOffsetsByTimestampStrategy=error, the default; set it "
+                    "to latest to start such partitions at their end)")
             offset = _one(consumer, *tp, trilog.LATEST)
         out[tp] = offset
     return out
 
 
-def resolve(consumer: ts.SimpleConsumer, tps: list[tuple[str, int]], spec: OffsetSpec,
-            option: str, timestamp: int | None = None, strategy: str = "latest") -> Positions:
-    """Concrete offsets for ``tps`` from an ``OffsetSpec`` (or a timestamp, which wins).
+def resolve(consumer: ts.SimpleConsumer, tps: list[tuple[str, int]], spec: OffsetSpec, *,
+            no_match: str = "latest") -> Positions:
+    """Concrete offsets for ``tps`` from an ``OffsetSpec``; ``no_match`` is for timestamps
+    no record is that recent (see ``_by_timestamp``).
 
-    JSON offsets must name exactly the partitions being read (as Spark's Kafka source asks),
-    so a typo in a topic or partition is an error rather than a silent default."""
-    if timestamp is not None:
-        return _by_timestamp(consumer, tps, timestamp, strategy, option.replace(
-            "Offsets", "Timestamp"))
+    JSON offsets and timestamps must name exactly the partitions being read (as Spark's Kafka
+    source asks), so a typo in a topic or partition is an error rather than a silent default."""
     if spec.kind == "earliest":
         return earliest(consumer, tps)
     if spec.kind == "latest":
         return latest(consumer, tps)
+    if spec.kind == "timestamp":
+        return _by_timestamp(consumer, dict.fromkeys(tps, spec.timestamp), spec.option,
+                             no_match)
     given = spec.as_dict()
+    what = "a timestamp" if spec.kind == "timestamps" else "an offset"
     unknown = sorted(set(given) - set(tps))
     if unknown:
-        raise OptionError(f"option {option} names {_names(unknown)}, which the query does "
-                          f"not read (it reads {_names(tps)})")
+        raise OptionError(f"option {spec.option} names {_names(unknown)}, which the query "
+                          f"does not read (it reads {_names(tps)})")
     missing = sorted(set(tps) - set(given))
     if missing:
-        raise OptionError(f"option {option} must give an offset for every partition read; "
-                          f"missing {_names(missing)} (use -2 for earliest, -1 for latest)")
+        raise OptionError(f"option {spec.option} must give {what} for every partition read; "
+                          f"missing {_names(missing)}"
+                          + (" (use -2 for earliest, -1 for latest)" if spec.kind == "json"
+                             else ""))
+    if spec.kind == "timestamps":
+        return _by_timestamp(consumer, {tp: given[tp] for tp in tps}, spec.option, no_match)
     out: Positions = {}
     for tp in tps:
         offset = given[tp]

@@ -71,10 +71,16 @@ class Subscription:
 
 @dataclass(frozen=True)
 class OffsetSpec:
-    """``earliest``, ``latest``, or per-partition offsets (``EARLIEST``/``LATEST`` allowed)."""
+    """Where a read starts or ends: ``earliest``, ``latest``, per-partition offsets (``json``;
+    ``EARLIEST``/``LATEST`` allowed), one timestamp for every partition (``timestamp``) or one
+    per partition (``timestamps``).  A timestamp stands for the offset of the partition's
+    first record stamped at or after it.  ``option`` is the option it came from."""
 
-    kind: str  # "earliest" | "latest" | "json"
-    offsets: tuple[tuple[str, int, int], ...] = ()  # (topic, partition, offset), sorted
+    kind: str  # "earliest" | "latest" | "json" | "timestamp" | "timestamps"
+    #: (topic, partition, offset or timestamp in ms), sorted
+    offsets: tuple[tuple[str, int, int], ...] = ()
+    timestamp: int | None = None
+    option: str = ""
 
     def as_dict(self) -> dict[tuple[str, int], int]:
         return {(t, p): o for t, p, o in self.offsets}
@@ -86,11 +92,10 @@ class ReadOptions:
     subscription: Subscription
     starting: OffsetSpec
     ending: OffsetSpec
-    starting_timestamp: int | None = None
-    ending_timestamp: int | None = None
-    #: "latest": a partition with no record at/after the timestamp starts at its end;
-    #: "error": such a partition fails the query (Spark's Kafka default).
-    timestamp_strategy: str = "latest"
+    #: A starting timestamp no record of a partition is that recent: "error" fails the query
+    #: (Spark's Kafka default), "latest" starts the partition at its end.  (An ending
+    #: timestamp always falls back to the end, as in Spark.)
+    timestamp_strategy: str = "error"
     min_partitions: int | None = None
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
@@ -150,8 +155,9 @@ def _both_spellings(names: Iterable[str]) -> tuple[str, ...]:
 #: Every option a read takes, spelled as the docs (and error messages) show them.
 READ_OPTIONS = _CONNECTION + (
     "subscribe", "subscribePattern", "assign",
-    "startingOffsets", "startingTimestamp", "startingOffsetsByTimestampStrategy",
-    "endingOffsets", "endingTimestamp",
+    "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
     "minPartitions", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
     # Spark's source names its consumers' group after these; trilog's source has no group
     # and puts them in the client id instead (see parse_read_options).
@@ -205,8 +211,7 @@ _KAFKA_NOT_TAKEN = frozenset({
 })
 
 #: Options of Spark's Kafka source that trilog does not implement yet.
-_NOT_YET = ("startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "minOffsetsPerTrigger",
-            "maxTriggerDelay", "maxRecordsPerPartition")
+_NOT_YET = ("minOffsetsPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition")
 
 
 def _refusal(name: str, write: bool) -> str | None:
@@ -421,7 +426,7 @@ def parse_offsets(name: str, raw: str | None, default: str, *, allow_earliest: b
             raise OptionError(f"option {name}=earliest is not allowed here")
         if kind == "latest" and not allow_latest:
             raise OptionError(f"option {name}=latest is not allowed here")
-        return OffsetSpec(kind)
+        return OffsetSpec(kind, option=name)
     example = '{"events": {"0": 23, "1": -2}}'
     value = _json(name, text, f"earliest, latest or {example}")
     if not isinstance(value, dict):
@@ -449,7 +454,45 @@ def parse_offsets(name: str, raw: str | None, default: str, *, allow_earliest: b
             offsets.append((topic, p, offset))
     if not offsets:
         raise OptionError(f"option {name} names no partition")
-    return OffsetSpec("json", tuple(sorted(offsets)))
+    return OffsetSpec("json", tuple(sorted(offsets)), option=name)
+
+
+def parse_timestamps(name: str, raw: str) -> OffsetSpec:
+    """``{"topic": {"0": ms, ...}}``: a timestamp (ms since the epoch) per partition."""
+    example = '{"events": {"0": 1700000000000, "1": 1700000000000}}'
+    value = _json(name, raw, example)
+    if not isinstance(value, dict) or not value:
+        raise OptionError(f"option {name} must be JSON like {example}")
+    stamps = []
+    for topic, parts in value.items():
+        if not isinstance(parts, dict) or not parts:
+            raise OptionError(f"option {name}: topic {topic!r} needs an object of "
+                              f"partition -> timestamp, not {parts!r}")
+        for part, ts in parts.items():
+            try:
+                p = int(part)
+            except (TypeError, ValueError):
+                raise OptionError(f"option {name}: {part!r} of topic {topic!r} is not a "
+                                  "partition number") from None
+            if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0 or p < 0:
+                raise OptionError(f"option {name}: {ts!r} of {topic}-{part} is not a "
+                                  "timestamp (milliseconds since the epoch, >= 0)")
+            stamps.append((topic, p, ts))
+    return OffsetSpec("timestamps", tuple(sorted(stamps)), option=name)
+
+
+def _bound(opts: dict[str, str], which: str, default: str, *, allow_earliest: bool = True,
+           allow_latest: bool = True) -> OffsetSpec:
+    """Where a read starts (``which="starting"``) or ends, by Spark's order of preference:
+    ``<which>Timestamp``, then ``<which>OffsetsByTimestamp``, then ``<which>Offsets``."""
+    ts = _int(opts, f"{which}Timestamp", low=0)
+    if ts is not None:
+        return OffsetSpec("timestamp", timestamp=ts, option=f"{which}Timestamp")
+    raw = _first(opts, f"{which}OffsetsByTimestamp")
+    if raw is not None:
+        return parse_timestamps(f"{which}OffsetsByTimestamp", raw)
+    return parse_offsets(f"{which}Offsets", _first(opts, f"{which}Offsets"), default,
+                         allow_earliest=allow_earliest, allow_latest=allow_latest)
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
@@ -459,27 +502,20 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
     opts = _lower(options)
     connection = parse_connection(opts)
     subscription = parse_subscription(opts)
-    raw_start = _first(opts, "startingOffsets")
-    raw_end = _first(opts, "endingOffsets")
-    start_ts = _int(opts, "startingTimestamp", low=0)
-    end_ts = _int(opts, "endingTimestamp", low=0)
-    if start_ts is not None and raw_start is not None:
-        raise OptionError("give only one of the options startingOffsets and startingTimestamp")
-    if raw_end is not None and end_ts is not None:
-        raise OptionError("give only one of the options endingOffsets and endingTimestamp")
     max_per_trigger = _int(opts, "maxOffsetsPerTrigger", low=1)
     if streaming:
-        if raw_end is not None or end_ts is not None:
-            raise OptionError("options endingOffsets and endingTimestamp are for batch queries; "
-                              "a streaming query has no end")
-        starting = parse_offsets("startingOffsets", raw_start, "latest")
+        ends = [n for n in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
+                if n.lower() in opts]
+        if ends:
+            raise OptionError(f"option {ends[0]} is for batch queries; a streaming query has "
+                              "no end")
+        starting = _bound(opts, "starting", "latest")
     else:
-        starting = parse_offsets("startingOffsets", raw_start, "earliest",
-                                 allow_latest=streaming is None)
+        starting = _bound(opts, "starting", "earliest", allow_latest=streaming is None)
         if max_per_trigger is not None and streaming is False:
             raise OptionError("option maxOffsetsPerTrigger is for streaming queries")
-    ending = parse_offsets("endingOffsets", raw_end, "latest", allow_earliest=False)
-    strategy = (_first(opts, "startingOffsetsByTimestampStrategy") or "latest").strip().lower()
+    ending = _bound(opts, "ending", "latest", allow_earliest=False)
+    strategy = (_first(opts, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
     if strategy not in ("latest", "error"):
         raise OptionError(f"option startingOffsetsByTimestampStrategy={strategy!r} must be "
                           "latest or error")
@@ -494,8 +530,6 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         subscription=subscription,
         starting=starting,
         ending=ending,
-        starting_timestamp=start_ts,
-        ending_timestamp=end_ts,
         timestamp_strategy=strategy,
         min_partitions=_int(opts, "minPartitions", low=1),
         max_offsets_per_trigger=max_per_trigger,

@@ -108,10 +108,9 @@ class TrilogBatchReader(DataSourceReader):
         o = self.options
         with open_consumer(o) as consumer:
             tps = _cluster.topic_partitions(consumer, o, missing_ok=False)
-            starts = _cluster.resolve(consumer, tps, o.starting, "startingOffsets",
-                                      o.starting_timestamp, o.timestamp_strategy)
-            ends = _cluster.resolve(consumer, tps, o.ending, "endingOffsets",
-                                    o.ending_timestamp)
+            starts = _cluster.resolve(consumer, tps, o.starting, no_match=o.timestamp_strategy)
+            # An ending timestamp no record is that recent ends at the partition's end (Spark).
+            ends = _cluster.resolve(consumer, tps, o.ending, no_match="latest")
         ranges = []
         for tp in tps:
             if starts[tp] > ends[tp]:
@@ -139,8 +138,8 @@ class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
         with open_consumer(o) as consumer:
             tps = _cluster.topic_partitions(consumer, o, missing_ok=True)
-            positions = _cluster.resolve(consumer, tps, o.starting, "startingOffsets",
-                                         o.starting_timestamp, o.timestamp_strategy)
+            positions = _cluster.resolve(consumer, tps, o.starting,
+                                         no_match=o.timestamp_strategy)
         return to_offset_json(positions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
