@@ -40,6 +40,16 @@ def test_min_partitions_splits_ranges_and_reads_each_record_once(spark, broker):
     assert set(got) == expected
 
 
+def test_max_records_per_partition_splits_ranges_and_reads_each_record_once(spark, broker):
+    records = [(i % 4, None, b"m%d" % i) for i in range(400)]  # 100 per partition
+    expected = _expected(produce(broker.bootstrap, "capped", records), records, "capped")
+    df = load(spark, broker.bootstrap, subscribe="capped", maxRecordsPerPartition=30)
+    assert df.rdd.getNumPartitions() == 16  # each partition's 100 records in 4 tasks
+    got = keyed(df)
+    assert len(got) == 400
+    assert set(got) == expected
+
+
 def test_a_task_that_fails_once_is_retried_without_duplicates(spark, broker, tmp_path):
     from trilog.spark import TrilogBatchReader, TrilogDataSource
 

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from trilog.spark._options import OptionError, parse_read_options, parse_write_options
 from trilog.spark._planning import (
     OffsetRange,
+    cap_ranges,
     from_offset_json,
+    plan_ranges,
     rate_limit,
     split_ranges,
     to_offset_json,
@@ -255,6 +257,21 @@ def test_split_ranges_reaches_min_partitions_and_covers_every_offset():
     assert len(split_ranges([OffsetRange("t", 0, 0, 3)], 10)) == 3  # not below one record
 
 
+def test_max_records_per_partition_caps_every_range():
+    ranges = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 50, 80), OffsetRange("t", 2, 7, 7)]
+    capped = cap_ranges(ranges, 30)
+    assert [(r.partition, r.start, r.end) for r in capped] == [
+        (0, 0, 25), (0, 25, 50), (0, 50, 75), (0, 75, 100), (1, 50, 80)]
+    assert cap_ranges(ranges, None) == ranges[:2]
+    # with minPartitions as well: capped first, then split until there are enough
+    planned = plan_ranges(ranges, 8, 30)
+    assert len(planned) == 8 and max(r.size for r in planned) <= 30
+    assert parse_read_options({**BASE, "maxRecordsPerPartition": "1000"},
+                              streaming=True).max_records_per_partition == 1000
+    with pytest.raises(OptionError, match="maxRecordsPerPartition=0 must be at least 1"):
+        parse_read_options({**BASE, "maxRecordsPerPartition": "0"}, streaming=False)
+
+
 def test_rate_limit_shares_in_proportion_and_reads_exactly_the_limit():
     starts = {("t", 0): 0, ("t", 1): 100, ("t", 2): 5}
     ends = {("t", 0): 300, ("t", 1): 200, ("t", 2): 5}
@@ -319,6 +336,21 @@ def test_split_ranges_properties(spec, min_partitions):
     if min_partitions:
         assert len(split) >= min(min_partitions, total)
     assert split == split_ranges(ranges, min_partitions)  # deterministic
+
+
+@given(_ranges, st.one_of(st.none(), st.integers(1, 64)), st.one_of(st.none(),
+                                                                   st.integers(1, 400)))
+def test_plan_ranges_properties(spec, min_partitions, max_records):
+    ranges = [OffsetRange("t", p, s, s + n) for p, s, n in spec]
+    planned = plan_ranges(ranges, min_partitions, max_records)
+    covered = sorted((r.partition, o) for r in planned for o in range(r.start, r.end))
+    assert covered == sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
+    if max_records:
+        assert all(r.size <= max_records for r in planned)
+        if not min_partitions:  # the fewest pieces that fit
+            assert len(planned) == sum(-(-r.size // max_records) for r in ranges)
+    if min_partitions:
+        assert len(planned) >= min(min_partitions, sum(r.size for r in ranges))
 
 
 @given(st.dictionaries(st.integers(0, 7), st.tuples(st.integers(0, 500), st.integers(0, 500)),

@@ -14,12 +14,16 @@ class Batches:
 
     def __init__(self) -> None:
         self.batches: list[list[tuple]] = []
+        #: How many input partitions (tasks) each micro-batch had.
+        self.tasks: list[int] = []
         self._lock = threading.Lock()
 
     def __call__(self, df, batch_id: int) -> None:
         rows = [(r.topic, r.partition, r.offset, bytes(r.value)) for r in df.collect()]
+        tasks = df.rdd.getNumPartitions()
         with self._lock:
             self.batches.append(rows)
+            self.tasks.append(tasks)
 
     @property
     def rows(self) -> list[tuple]:
@@ -89,6 +93,16 @@ def test_max_offsets_per_trigger_bounds_every_batch(spark, broker, tmp_path):
     assert max(sizes) <= 30
     assert len(sizes) >= 7
     assert sorted(v for *_, v in sink.rows) == sorted(v for *_, v in _values("bounded", 200))
+
+
+def test_max_records_per_partition_splits_a_micro_batch(spark, broker, tmp_path):
+    produce(broker.bootstrap, "wide", _values("wide", 200))  # 50 per partition
+    sink = Batches()
+    _run_available_now(spark, broker.bootstrap, tmp_path / "ckpt", sink, subscribe="wide",
+                       startingOffsets="earliest", maxRecordsPerPartition=20)
+    assert [len(b) for b in sink.batches] == [200]
+    assert sink.tasks == [12]  # each partition's 50 records in 3 tasks
+    assert sorted(v for *_, v in sink.rows) == sorted(v for *_, v in _values("wide", 200))
 
 
 def test_processing_time_trigger_follows_new_records(spark, broker, tmp_path):

@@ -97,6 +97,7 @@ class ReadOptions:
     #: timestamp always falls back to the end, as in Spark.)
     timestamp_strategy: str = "error"
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
@@ -158,7 +159,7 @@ READ_OPTIONS = _CONNECTION + (
     "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
     "startingOffsetsByTimestampStrategy",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
-    "minPartitions", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
+    "minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
     # Spark's source names its consumers' group after these; trilog's source has no group
     # and puts them in the client id instead (see parse_read_options).
     "kafka.group.id", "groupIdPrefix",
@@ -211,7 +212,7 @@ _KAFKA_NOT_TAKEN = frozenset({
 })
 
 #: Options of Spark's Kafka source that trilog does not implement yet.
-_NOT_YET = ("minOffsetsPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition")
+_NOT_YET = ("minOffsetsPerTrigger", "maxTriggerDelay")
 
 
 def _refusal(name: str, write: bool) -> str | None:
@@ -532,6 +533,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         ending=ending,
         timestamp_strategy=strategy,
         min_partitions=_int(opts, "minPartitions", low=1),
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", low=1),
         max_offsets_per_trigger=max_per_trigger,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),

@@ -44,6 +44,28 @@ def from_offset_json(offsets: Mapping[str, Mapping[str, int]] | None) -> Positio
     return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
 
 
+def plan_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None,
+                max_records: int | None) -> list[OffsetRange]:
+    """What the tasks read: ranges of at most ``max_records`` records (the option
+    ``maxRecordsPerPartition``), split further while there are fewer than ``min_partitions``
+    (``minPartitions``).  The records read are the same either way; only how many tasks
+    read them changes."""
+    return split_ranges(cap_ranges(ranges, max_records), min_partitions)
+
+
+def cap_ranges(ranges: Iterable[OffsetRange], max_records: int | None) -> list[OffsetRange]:
+    """Split each range of more than ``max_records`` records into the fewest near-equal
+    pieces of at most ``max_records``; drop empty ranges.  Sorted, like ``split_ranges``."""
+    out = []
+    for r in ranges:
+        if r.size <= 0:
+            continue
+        n = math.ceil(r.size / max_records) if max_records else 1
+        bounds = [r.start + r.size * k // n for k in range(n + 1)]
+        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds))
+    return sorted(out)
+
+
 def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
     """Drop empty ranges; if fewer than ``min_partitions`` remain, split them in proportion
     to their sizes (largest remainders first) until there are ``min_partitions`` (or every

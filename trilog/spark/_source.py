@@ -42,8 +42,8 @@ from trilog.spark._planning import (
     OffsetRange,
     Positions,
     from_offset_json,
+    plan_ranges,
     rate_limit,
-    split_ranges,
     to_offset_json,
 )
 from trilog.spark._read import read_range, row_schema
@@ -58,7 +58,8 @@ def _check_schema(schema: StructType, options: ReadOptions) -> None:
 
 
 def _input_partitions(ranges: list[OffsetRange], options: ReadOptions) -> list[InputPartition]:
-    return [InputPartition(r) for r in split_ranges(ranges, options.min_partitions)]
+    return [InputPartition(r) for r in plan_ranges(ranges, options.min_partitions,
+                                                   options.max_records_per_partition)]
 
 
 class TrilogDataSource(DataSource):
