@@ -10,11 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trilog.spark._options import OptionError, parse_read_options, parse_write_options
+from trilog.spark._options import (
+    OptionError,
+    parse_duration_ms,
+    parse_read_options,
+    parse_write_options,
+)
 from trilog.spark._planning import (
     OffsetRange,
     cap_ranges,
     from_offset_json,
+    hold_batch,
     plan_ranges,
     rate_limit,
     split_ranges,
@@ -41,6 +47,16 @@ BASE = {"bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
     ({**BASE, "endingOffsets": "latest"}, True, "for batch queries"),
     ({**BASE, "maxOffsetsPerTrigger": "10"}, False, "is for streaming queries"),
     ({**BASE, "maxOffsetsPerTrigger": "0"}, True, "must be at least 1"),
+    ({**BASE, "minOffsetsPerTrigger": "10"}, False,
+     "option minOffsetsPerTrigger is for streaming queries"),
+    ({**BASE, "minOffsetsPerTrigger": "10", "maxTriggerDelay": "5s"}, False,
+     "is for streaming queries"),
+    ({**BASE, "maxTriggerDelay": "5s"}, True, "maxTriggerDelay only bounds the wait of "
+                                              "minOffsetsPerTrigger"),
+    ({**BASE, "minOffsetsPerTrigger": "10", "maxTriggerDelay": "soon"}, True,
+     "maxTriggerDelay='soon' is not a duration"),
+    ({**BASE, "minOffsetsPerTrigger": "100", "maxOffsetsPerTrigger": "10"}, True,
+     "minOffsetsPerTrigger=100 is more than maxOffsetsPerTrigger=10"),
     ({**BASE, "minPartitions": "many"}, False, "is not an integer"),
     ({**BASE, "failOnDataLoss": "yes"}, False, "must be true or false"),
     ({**BASE, "startingTimestamp": "soon"}, False, "startingTimestamp='soon' is not an integer"),
@@ -270,6 +286,28 @@ def test_max_records_per_partition_caps_every_range():
                               streaming=True).max_records_per_partition == 1000
     with pytest.raises(OptionError, match="maxRecordsPerPartition=0 must be at least 1"):
         parse_read_options({**BASE, "maxRecordsPerPartition": "0"}, streaming=False)
+
+
+def test_trigger_options_and_durations():
+    options = parse_read_options({**BASE, "minOffsetsPerTrigger": "500"}, streaming=True)
+    assert (options.min_offsets_per_trigger, options.max_trigger_delay_ms) == (500, 15 * 60_000)
+    options = parse_read_options({**BASE, "minoffsetspertrigger": "5", "maxtriggerdelay": "2s",
+                                  "maxOffsetsPerTrigger": "5"}, streaming=True)
+    assert (options.min_offsets_per_trigger, options.max_trigger_delay_ms) == (5, 2000)
+    assert [parse_duration_ms("d", t) for t in ("15m", "30s", "500ms", "500", " 2 h ", "1d",
+                                                 "3min", "1500us")] == [
+        900_000, 30_000, 500, 500, 7_200_000, 86_400_000, 180_000, 1]
+    for bad in ("-1s", "1.5s", "5 minutes", ""):
+        with pytest.raises(OptionError, match="is not a duration"):
+            parse_duration_ms("maxTriggerDelay", bad)
+
+
+def test_hold_batch_waits_for_min_offsets_until_the_delay():
+    assert not hold_batch(3, 10, None, 1000)  # the first batch never waits, as in Spark
+    assert hold_batch(3, 10, 999.0, 1000)
+    assert not hold_batch(10, 10, 0.0, 1000)  # enough records
+    assert not hold_batch(3, 10, 1000.0, 1000)  # waited long enough
+    assert not hold_batch(0, 10, 5000.0, 1000)  # (Spark then runs no batch: nothing new)
 
 
 def test_rate_limit_shares_in_proportion_and_reads_exactly_the_limit():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 from spark_helpers import produce
 
@@ -103,6 +104,55 @@ def test_max_records_per_partition_splits_a_micro_batch(spark, broker, tmp_path)
     assert [len(b) for b in sink.batches] == [200]
     assert sink.tasks == [12]  # each partition's 50 records in 3 tasks
     assert sorted(v for *_, v in sink.rows) == sorted(v for *_, v in _values("wide", 200))
+
+
+def _start(spark, bootstrap, checkpoint, sink, **options):
+    return (_stream(spark, bootstrap, **options).writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="200 milliseconds").start())
+
+
+def _sizes(sink) -> list[int]:
+    return [len(b) for b in sink.batches if b]
+
+
+def test_min_offsets_per_trigger_waits_for_enough_new_records(spark, broker, tmp_path):
+    produce(broker.bootstrap, "gathered", _values("gathered", 40))
+    sink = Batches()
+    query = _start(spark, broker.bootstrap, tmp_path / "c", sink, subscribe="gathered",
+                   startingOffsets="earliest", minOffsetsPerTrigger=50, maxTriggerDelay="1h")
+    try:
+        query.processAllAvailable()
+        assert _sizes(sink) == [40]  # the first batch never waits (as in Spark)
+        produce(broker.bootstrap, "gathered", _values("gathered", 30, start=40))
+        query.processAllAvailable()  # the source says "nothing new" while it waits
+        assert _sizes(sink) == [40]  # 30 new records: fewer than 50, so no batch
+        produce(broker.bootstrap, "gathered", _values("gathered", 30, start=70))
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert _sizes(sink) == [40, 60]
+    assert sorted(v for *_, v in sink.rows) == sorted(v for *_, v in _values("gathered", 100))
+
+
+def test_max_trigger_delay_lets_a_small_batch_through(spark, broker, tmp_path):
+    produce(broker.bootstrap, "trickle", _values("trickle", 20))
+    sink = Batches()
+    query = _start(spark, broker.bootstrap, tmp_path / "c", sink, subscribe="trickle",
+                   startingOffsets="earliest", minOffsetsPerTrigger=1000, maxTriggerDelay="1s")
+    try:
+        query.processAllAvailable()
+        produce(broker.bootstrap, "trickle", _values("trickle", 10, start=20))
+        # Never 1000 new records: only maxTriggerDelay lets these 10 through.  The deadline
+        # only keeps a broken build from hanging; nothing here measures time.
+        deadline = time.monotonic() + 120
+        while len(sink.rows) < 30 and time.monotonic() < deadline:
+            assert query.exception() is None
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    assert _sizes(sink) == [20, 10]
+    assert sorted(v for *_, v in sink.rows) == sorted(v for *_, v in _values("trickle", 30))
 
 
 def test_processing_time_trigger_follows_new_records(spark, broker, tmp_path):

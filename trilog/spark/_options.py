@@ -99,6 +99,10 @@ class ReadOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_offsets_per_trigger: int | None = None
+    #: A micro-batch waits for this many new records, or ``max_trigger_delay_ms`` since the
+    #: last one (Spark's ``minOffsetsPerTrigger`` and ``maxTriggerDelay``).
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
     fail_on_data_loss: bool = True
     include_headers: bool = False
     #: Bytes a reading task asks for per fetch (it fetches one partition at a time).
@@ -159,7 +163,8 @@ READ_OPTIONS = _CONNECTION + (
     "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
     "startingOffsetsByTimestampStrategy",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
-    "minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders",
+    "minPartitions", "maxRecordsPerPartition",
+    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss", "includeHeaders",
     # Spark's source names its consumers' group after these; trilog's source has no group
     # and puts them in the client id instead (see parse_read_options).
     "kafka.group.id", "groupIdPrefix",
@@ -211,10 +216,6 @@ _KAFKA_NOT_TAKEN = frozenset({
     "partitioner.class", "compression.level", "max.block.ms",
 })
 
-#: Options of Spark's Kafka source that trilog does not implement yet.
-_NOT_YET = ("minOffsetsPerTrigger", "maxTriggerDelay")
-
-
 def _refusal(name: str, write: bool) -> str | None:
     """Why an option (lower-cased) is refused, if it is one this source knows to refuse."""
     bare = name.removeprefix("kafka.")
@@ -234,7 +235,6 @@ def check_names(options: Mapping[str, str], *, write: bool) -> None:
     give the documented spelling."""
     known = {n.lower(): n for n in (WRITE_OPTIONS if write else READ_OPTIONS)}
     other = {n.lower(): n for n in (READ_OPTIONS if write else WRITE_OPTIONS)}
-    not_yet = {n.lower(): n for n in _NOT_YET}
     for raw in options:
         name = str(raw).lower()
         if name in known:
@@ -244,9 +244,6 @@ def check_names(options: Mapping[str, str], *, write: bool) -> None:
             raise OptionError(f"option {raw!r} is not supported: {reason}")
         if name in other:
             raise OptionError(_wrong_side(raw, write))
-        if name in not_yet:
-            raise OptionError(f"option {not_yet[name]!r} of Spark's Kafka source is not "
-                              "implemented by the trilog source")
         kafka = name.startswith("kafka.")
         # Kafka has many settings one letter apart (fetch.min.bytes, fetch.max.bytes): a
         # real one is never "corrected" into another, and only near-certain typos are.
@@ -346,6 +343,20 @@ def _check_plaintext(opts: dict[str, str]) -> None:
     if spelled is not None and str(opts[spelled]).strip().upper() != "PLAINTEXT":
         raise OptionError(f"option {spelled}={opts[spelled]!r} is not supported: {_NO_TLS} "
                           "(PLAINTEXT is the only protocol)")
+
+
+#: Units of a duration, as Spark's ``timeStringAsMs`` (no unit: milliseconds).
+_DURATION_MS = {"": 1, "us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(name: str, raw: str) -> int:
+    """``"15m"``, ``"30s"``, ``"500ms"``, ``"500"`` (ms) ... -> milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(raw).lower())
+    if match is None or match.group(2) not in _DURATION_MS:
+        raise OptionError(f"option {name}={raw!r} is not a duration such as 15m, 30s or "
+                          "500ms (units: us, ms, s, m, min, h, d)")
+    return int(int(match.group(1)) * _DURATION_MS[match.group(2)])
 
 
 def parse_connection(options: Mapping[str, str]) -> Connection:
@@ -504,6 +515,17 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
     connection = parse_connection(opts)
     subscription = parse_subscription(opts)
     max_per_trigger = _int(opts, "maxOffsetsPerTrigger", low=1)
+    min_per_trigger = _int(opts, "minOffsetsPerTrigger", low=1)
+    raw_delay = _first(opts, "maxTriggerDelay")
+    delay_ms = parse_duration_ms("maxTriggerDelay", raw_delay if raw_delay is not None
+                                 else "15m")
+    if raw_delay is not None and min_per_trigger is None:
+        raise OptionError("option maxTriggerDelay only bounds the wait of "
+                          "minOffsetsPerTrigger; give that too")
+    if min_per_trigger is not None and max_per_trigger is not None and \
+            min_per_trigger > max_per_trigger:
+        raise OptionError(f"option minOffsetsPerTrigger={min_per_trigger} is more than "
+                          f"maxOffsetsPerTrigger={max_per_trigger}")
     if streaming:
         ends = [n for n in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
                 if n.lower() in opts]
@@ -513,8 +535,10 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         starting = _bound(opts, "starting", "latest")
     else:
         starting = _bound(opts, "starting", "earliest", allow_latest=streaming is None)
-        if max_per_trigger is not None and streaming is False:
-            raise OptionError("option maxOffsetsPerTrigger is for streaming queries")
+        given = [n for n in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+                 if n.lower() in opts]
+        if given and streaming is False:
+            raise OptionError(f"option {given[0]} is for streaming queries")
     ending = _bound(opts, "ending", "latest", allow_earliest=False)
     strategy = (_first(opts, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
     if strategy not in ("latest", "error"):
@@ -535,6 +559,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         min_partitions=_int(opts, "minPartitions", low=1),
         max_records_per_partition=_int(opts, "maxRecordsPerPartition", low=1),
         max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=delay_ms,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         max_partition_fetch_bytes=fetch_bytes,

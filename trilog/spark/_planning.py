@@ -106,3 +106,14 @@ def rate_limit(starts: Mapping[tuple[str, int], int], ends: Positions,
     for tp in sorted(lags, key=lambda tp: (-(shares[tp] - take[tp]), tp))[:left]:
         take[tp] += 1
     return {tp: (starts[tp] + take[tp] if tp in starts else end) for tp, end in ends.items()}
+
+
+def hold_batch(available: int, min_offsets: int, waited_ms: float | None,
+               max_delay_ms: int) -> bool:
+    """Whether a micro-batch waits for more records (``minOffsetsPerTrigger``): while fewer
+    than ``min_offsets`` are available, until ``max_delay_ms`` (``maxTriggerDelay``) has
+    passed since the last batch was let through (``waited_ms``).  As in Spark's Kafka source,
+    the first batch (``waited_ms is None``) never waits."""
+    if waited_ms is None or waited_ms >= max_delay_ms:
+        return False
+    return available < min_offsets

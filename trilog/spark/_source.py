@@ -13,6 +13,7 @@ in ``end`` but not in ``start`` is new (a new partition, or a new topic matching
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -42,6 +44,7 @@ from trilog.spark._planning import (
     OffsetRange,
     Positions,
     from_offset_json,
+    hold_batch,
     plan_ranges,
     rate_limit,
     to_offset_json,
@@ -128,12 +131,18 @@ class TrilogBatchReader(DataSourceReader):
 
 
 class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches over the subscription's partitions, new ones included."""
+    """Micro-batches over the subscription's partitions, new ones included.
+
+    Spark keeps one reader for the life of a query (in one Python worker), so the time of
+    the last batch, which ``minOffsetsPerTrigger`` needs, lives here as in Spark's Kafka
+    source: a restarted query starts with its first batch let through."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         #: With Trigger.AvailableNow: the offsets that were latest when the query started.
         self._target: Positions | None = None
+        #: ``time.monotonic()`` when the last micro-batch was let through (None: none yet).
+        self._last_batch: float | None = None
 
     def initialOffset(self) -> dict:
         o = self.options
@@ -144,8 +153,13 @@ class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_offset_json(positions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # Not ReadAllAvailable when minOffsetsPerTrigger is set: that is what Spark passes for
+        # Trigger.Once, which must read everything at once, so it must stay recognisable.
+        # (With both options the minimum comes from self.options.)
         if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -173,11 +187,26 @@ class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         behind = {tp: e for tp, e in ends.items() if e < starts[tp]}
         if behind and o.fail_on_data_loss:
             raise DataLossError(_moved_back(behind, starts))
+        if self._may_hold(limit):
+            now = time.monotonic()
+            waited_ms = None if self._last_batch is None else (now - self._last_batch) * 1000
+            available = sum(e - starts[tp] for tp, e in forward.items())
+            if hold_batch(available, o.min_offsets_per_trigger, waited_ms,
+                          o.max_trigger_delay_ms):
+                return start  # no new offsets: Spark runs no batch and asks again later
+            self._last_batch = now
         if isinstance(limit, ReadMaxRows):
             forward = rate_limit(starts, forward, limit.max_rows)
         forward.update(behind)  # failOnDataLoss=false: jump to the new end (see partitions)
         end = to_offset_json(forward)
         return start if end == start else end
+
+    def _may_hold(self, limit: ReadLimit) -> bool:
+        """Whether minOffsetsPerTrigger applies to this call.  Not with Trigger.Once
+        (ReadAllAvailable), nor with Trigger.AvailableNow, which reads what there was when
+        it started and stops: it must not wait for records that may never come."""
+        return (self.options.min_offsets_per_trigger is not None and self._target is None
+                and not isinstance(limit, ReadAllAvailable))
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         o = self.options
