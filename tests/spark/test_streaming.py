@@ -155,6 +155,18 @@ def test_max_trigger_delay_lets_a_small_batch_through(spark, broker, tmp_path):
     assert sorted(v for *_, v in sink.rows) == sorted(v for *_, v in _values("trickle", 30))
 
 
+def test_available_now_reads_everything_despite_min_offsets_per_trigger(spark, broker,
+                                                                       tmp_path):
+    # Trigger.AvailableNow reads what is there and stops: its last, small batch must not wait.
+    produce(broker.bootstrap, "drained", _values("drained", 45))
+    sink = Batches()
+    _run_available_now(spark, broker.bootstrap, tmp_path / "ckpt", sink, subscribe="drained",
+                       startingOffsets="earliest", maxOffsetsPerTrigger=10,
+                       minOffsetsPerTrigger=10)
+    assert _sizes(sink) == [10, 10, 10, 10, 5]
+    assert sorted(v for *_, v in sink.rows) == sorted(v for *_, v in _values("drained", 45))
+
+
 def test_processing_time_trigger_follows_new_records(spark, broker, tmp_path):
     produce(broker.bootstrap, "live", _values("live", 40))
     sink = Batches()

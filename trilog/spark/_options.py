@@ -3,7 +3,9 @@
 Names follow Spark's Kafka source (``subscribe``, ``startingOffsets``, ``failOnDataLoss``...);
 Spark hands them over case-insensitively, so every lookup here is on lower-cased keys.
 A bad or missing option raises ``OptionError`` naming the option and what it accepts, so the
-query fails at planning time instead of inside a task.
+query fails at planning time instead of inside a task.  Every name is checked too
+(``check_names``): an option a read or a write does not take is an error naming the nearest
+one it does, never silently ignored.
 """
 
 from __future__ import annotations
@@ -164,9 +166,10 @@ READ_OPTIONS = _CONNECTION + (
     "startingOffsetsByTimestampStrategy",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
     "minPartitions", "maxRecordsPerPartition",
-    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss", "includeHeaders",
+    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+    "failOnDataLoss", "includeHeaders",
     # Spark's source names its consumers' group after these; trilog's source has no group
-    # and puts them in the client id instead (see parse_read_options).
+    # and puts them in the client id instead (see _consumer_settings).
     "kafka.group.id", "groupIdPrefix",
 ) + _both_spellings(_READ_CLIENT)
 
@@ -215,6 +218,7 @@ _KAFKA_NOT_TAKEN = frozenset({
     "receive.buffer.bytes", "send.buffer.bytes", "socket.connection.setup.timeout.ms",
     "partitioner.class", "compression.level", "max.block.ms",
 })
+
 
 def _refusal(name: str, write: bool) -> str | None:
     """Why an option (lower-cased) is refused, if it is one this source knows to refuse."""
