@@ -4,12 +4,14 @@ broker processes)."""
 from __future__ import annotations
 
 import re
+import resource
 import selectors
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -52,15 +54,23 @@ _LISTENING = re.compile(rb"trilog broker (\d+) listening on (\S+):(\d+) ")
 _BROKER_MAIN = "import sys; from trilog.cli import main; sys.exit(main())"
 
 
+def _limit_fds(limit: int) -> None:
+    """In the child before exec: what ``ulimit -n <limit>`` (soft and hard) does."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
 class BrokerProcess:
     """A ``trilog broker`` subprocess; ``port``/``bootstrap`` come from its ready line.
+
+    ``fd_limit`` runs it as under ``ulimit -n fd_limit``.  ``pid`` and ``rss_bytes()`` are for
+    the resource tests.
 
     ``stop()`` sends SIGTERM and returns the exit code (SIGKILL after ``timeout``);
     ``kill()`` sends SIGKILL.  stderr (the broker's log) goes to ``stderr_path``.
     """
 
     def __init__(self, args: list[str], log_dir: Path, stderr_path: Path, cwd: Path,
-                 start_timeout: float = 30.0) -> None:
+                 start_timeout: float = 30.0, fd_limit: int | None = None) -> None:
         self.args = args
         self.log_dir = log_dir
         self.stderr_path = stderr_path
@@ -69,6 +79,7 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BROKER_MAIN, "broker", *args],
             stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, cwd=cwd,
+            preexec_fn=None if fd_limit is None else partial(_limit_fds, fd_limit),
         )
         self.stdout_lines: list[bytes] = []
         try:
@@ -102,6 +113,18 @@ class BrokerProcess:
                         )
                     self.stdout_lines.append(line)
                     return line
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_bytes(self) -> int:
+        """The process's resident memory now (``VmRSS``)."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS line")
 
     def stderr(self) -> str:
         self._stderr.flush()
@@ -137,7 +160,7 @@ class BrokerProcess:
 @pytest.fixture
 def broker_process(tmp_path):
     """Factory: ``broker_process(log_dir=None, *extra_args, port=0, broker_id=None,
-    zookeeper=None, overrides={...})`` starts a ``trilog broker`` process and returns a
+    zookeeper=None, overrides={...}, fd_limit=None)`` starts a ``trilog broker`` process and returns a
     ``BrokerProcess``.  Every process still running at teardown gets SIGTERM (then SIGKILL).
     """
     started: list[BrokerProcess] = []
@@ -145,7 +168,8 @@ def broker_process(tmp_path):
 
     def start(log_dir: Path | str | None = None, *extra: str, port: int = 0,
               broker_id: int | None = None, zookeeper: str | None = None,
-              overrides: dict | None = None, cwd: Path | None = None) -> BrokerProcess:
+              overrides: dict | None = None, cwd: Path | None = None,
+              fd_limit: int | None = None) -> BrokerProcess:
         n = next(counter)
         if log_dir is None:
             log_dir = tmp_path / f"broker-{n}-data"
@@ -161,7 +185,8 @@ def broker_process(tmp_path):
         if cwd is None:
             cwd = tmp_path / "broker-cwd"
             cwd.mkdir(exist_ok=True)
-        process = BrokerProcess(args, log_dir, tmp_path / f"broker-{n}.stderr", cwd)
+        process = BrokerProcess(args, log_dir, tmp_path / f"broker-{n}.stderr", cwd,
+                                fd_limit=fd_limit)
         started.append(process)
         return process
 

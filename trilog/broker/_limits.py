@@ -6,10 +6,11 @@ partitions).  Kafka leaves the balance to the operator; a flood of connections t
 the next checkpoint fail.  Here the log comes first:
 
 - at start the soft ``RLIMIT_NOFILE`` is raised to the hard limit (:func:`raise_fd_limit`);
-- ``RESERVED_FDS`` descriptors are kept for short-lived work, on top of the log's open files;
-- :class:`DescriptorBudget` says how many connections fit beside the log (the acceptor
-  refuses the rest) and how many new partitions fit beside the connections (CreateTopics
-  refuses the rest).
+- :class:`DescriptorBudget` says how many connections fit beside the log's open files and
+  ``RESERVED_FDS`` more (the acceptor refuses the rest), and how many new partitions fit
+  beside the connections (CreateTopics refuses the rest).  Partitions may use half of the
+  reserve, so that a topic can still be created while connections are at their cap; the
+  other half is for short-lived work (checkpoints, rolls, fetches).
 
 :class:`RateLimitedLog` keeps a fault that repeats (a full disk, a connection flood) to one
 log line per key and interval.
@@ -74,8 +75,10 @@ class DescriptorBudget:
         return max(0, self.limit - self.reserved - self.log_files())
 
     def partition_room(self, open_connections: int) -> int:
-        """How many more partitions (one open file each) fit beside the open connections."""
-        return max(0, self.limit - self.reserved - self.log_files(fresh=True) - open_connections)
+        """How many more partitions (one open file each) fit beside the open connections
+        (into half of the reserve, see the module docstring)."""
+        held = self.log_files(fresh=True) + open_connections
+        return max(0, self.limit - self.reserved // 2 - held)
 
     def describe(self) -> str:
         return (f"descriptor limit {self.limit}: {self.log_files(fresh=True)} held by the log, "

@@ -97,36 +97,69 @@ class ConnectionLimits:
 class RequestMemory:
     """The broker-wide budget of request bytes received or queued (``queued.max.request.bytes``).
 
-    A reader charges what it receives and waits before reading while the budget is spent;
-    the responder gives a request's bytes back once it is answered.  A read may overshoot the
-    budget by what it takes (at most one scratch buffer or one step of a large frame), as
-    Kafka's memory pool lets one allocation overshoot: a single request larger than the
-    budget is still received.  Runs in the trio thread.
+    Readers charge what they receive (``received``); the responder gives a request's bytes
+    back once it is answered (``give_back``).  While the budget is spent, connections wait
+    before reading (``wait_to_read``) for answers to give bytes back.  One exception keeps
+    requests received in parts from holding the budget and waiting for each other forever:
+    when such parts hold more of the budget than requests awaiting their answers, the
+    connection closest to finishing its request goes on reading, and its request completes.
+    So the budget may be overshot by about one request, as Kafka's memory pool lets one
+    allocation overshoot (a single request larger than the budget is still received).
+    Runs in the trio thread.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.used = 0
-        self._room: trio.Event | None = None
+        self._changed: trio.Event | None = None
+        #: connection -> (bytes its request in progress lacks, bytes of it received)
+        self._unfinished: dict[object, tuple[int, int]] = {}
+        self._partial = 0  # bytes of requests in progress, of every connection
 
     @property
     def exhausted(self) -> bool:
         return 0 <= self.capacity <= self.used
 
-    async def wait_for_room(self) -> None:
-        while self.exhausted:
-            if self._room is None:
-                self._room = trio.Event()
-            await self._room.wait()
+    def may_read(self, conn: object) -> bool:
+        if not self.exhausted:
+            return True
+        if conn not in self._unfinished or self._partial <= self.used - self._partial:
+            return False  # answers on their way will give bytes back: wait for them
+        closest = min(self._unfinished, key=lambda c: (self._unfinished[c][0], id(c)))
+        return closest is conn
 
-    def take(self, n: int) -> None:
+    async def wait_to_read(self, conn: object) -> None:
+        while not self.may_read(conn):
+            if self._changed is None:
+                self._changed = trio.Event()
+            await self._changed.wait()
+
+    def received(self, conn: object, n: int, lacking: int | None, partial: int) -> None:
+        """``conn`` received ``n`` bytes; its request in progress (if any: ``lacking`` is
+        None between requests) lacks ``lacking`` bytes and holds ``partial``."""
         self.used += n
+        _lacking, before = self._unfinished.pop(conn, (None, 0))
+        self._partial -= before
+        if lacking is not None:
+            self._unfinished[conn] = (lacking, partial)
+            self._partial += partial
+        elif _lacking is not None:
+            self._notify()  # another connection may now be the closest to finishing
 
     def give_back(self, n: int) -> None:
         self.used -= n
-        if self._room is not None and not self.exhausted:
-            self._room.set()
-            self._room = None
+        self._notify()
+
+    def forget(self, conn: object) -> None:
+        """``conn`` closed (give its bytes back too)."""
+        _lacking, partial = self._unfinished.pop(conn, (None, 0))
+        self._partial -= partial
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
 
 class _Connection:
@@ -323,6 +356,7 @@ class Network:
         except Exception:
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
+            self.memory.forget(conn)
             self.memory.give_back(conn.charged)  # partial and unanswered requests
             conn.charged = 0
             self._open -= 1
@@ -346,8 +380,8 @@ class Network:
             async with requests:
                 with scope:
                     while True:
-                        if memory.exhausted:
-                            await memory.wait_for_room()
+                        if not memory.may_read(conn):
+                            await memory.wait_to_read(conn)
                         # The receive and the split run with no checkpoint in between, so
                         # every reader of this listener can share one scratch buffer.
                         target = decoder.read_buffer(self._scratch)
@@ -367,15 +401,17 @@ class Network:
                             continue
                         if not received:
                             return
-                        memory.take(received)
                         conn.charged += received
                         conn.last_active = trio.current_time()
                         try:
                             frames = decoder.advance(received)
                         except ProtocolError as exc:
+                            memory.received(conn, received, None, 0)
                             log.warning("closing connection from %s: %s", conn.peer, exc)
                             await stream.aclose()
                             return
+                        memory.received(conn, received, decoder.frame_remaining,
+                                        decoder.buffered)
                         if not frames:
                             await trio.lowlevel.checkpoint()
                         for frame in frames:

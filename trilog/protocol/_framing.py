@@ -157,6 +157,15 @@ class FrameSplitter:
         return len(self._buf) + (4 if self._need is not None else 0)
 
     @property
+    def frame_remaining(self) -> int | None:
+        """Bytes the frame being received still lacks; None between frames (or while its
+        size prefix is incomplete)."""
+        if self._need is None:
+            return None
+        got = self._large_got if self._large is not None else len(self._buf)
+        return self._need - got
+
+    @property
     def at_frame_boundary(self) -> bool:
         """True when no partial frame is held (a clean place for the peer to hang up)."""
         return not self._buf and self._need is None and self._large is None
