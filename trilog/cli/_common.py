@@ -22,8 +22,8 @@ from trilog.records import CODEC_NAMES, codec_for_name, is_available
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 COMPRESSION_CHOICES = sorted(CODEC_NAMES.values())
 _ACKS = {"0": 0, "1": 1, "-1": -1, "all": -1}
-_CODEC_LIBRARIES = {"snappy": "pip install 'trilog[fast]' (cramjam), or python-snappy",
-                    "zstd": "pip install 'trilog[fast]' (cramjam), or zstandard"}
+_CODEC_LIBRARIES = {"snappy": "pip install --force-reinstall cramjam (a dependency of trilog)",
+                    "zstd": "pip install --force-reinstall cramjam (a dependency of trilog)"}
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:

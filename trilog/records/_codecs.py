@@ -2,9 +2,9 @@
 
     0 none   1 gzip   2 snappy   3 lz4   4 zstd
 
-gzip (zlib) and lz4 are always present.  snappy (``cramjam`` or ``python-snappy``) and zstd
-(``cramjam`` or ``zstandard``) work when a library is installed (``trilog[fast]`` brings
-cramjam) and raise ``UnsupportedCodecError`` naming it otherwise.
+gzip (zlib) and lz4 are always present, and so are snappy and zstd through ``cramjam``, a
+dependency of trilog (``python-snappy`` and ``zstandard`` are used too when they are there).
+Should none be importable, they raise ``UnsupportedCodecError`` naming the libraries.
 
 Framing follows the Java client: gzip streams (any number of members), LZ4 frames with
 independent blocks (``_lz4``; magic 0 uses the broken KAFKA-3160 header checksum), snappy in
@@ -52,9 +52,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 _MISSING = {
     SNAPPY: "snappy compression needs the cramjam or python-snappy library "
-    "(pip install 'trilog[fast]', which brings cramjam)",
+    "(cramjam is a dependency of trilog: pip install --force-reinstall cramjam)",
     ZSTD: "zstd compression needs the cramjam or zstandard library "
-    "(pip install 'trilog[fast]', which brings cramjam)",
+    "(cramjam is a dependency of trilog: pip install --force-reinstall cramjam)",
 }
 
 
