@@ -198,3 +198,52 @@ def test_checkpoint_format_and_malformed_files(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="trilog.storage"):
         assert checkpoint.read() == {}
     assert OffsetCheckpoint(tmp_path / "missing").read() == {}
+
+
+def test_create_logs_is_all_or_nothing(tmp_path, manager_factory, monkeypatch):
+    manager = manager_factory(dirs=("d1", "d2"))
+    real_log = trilog.storage._manager.Log
+    made = []
+
+    def failing_log(path, *args, **kwargs):  # the 5th partition finds the disk full
+        if len(made) == 4:
+            raise OSError(28, "No space left on device")
+        made.append(path)
+        return real_log(path, *args, **kwargs)
+
+    monkeypatch.setattr(trilog.storage._manager, "Log", failing_log)
+    with pytest.raises(OSError):
+        manager.create_logs("t", range(8))
+    monkeypatch.undo()
+    assert len(made) == 4 and len(manager) == 0
+    for d in ("d1", "d2"):
+        assert [n for n in os.listdir(tmp_path / d) if n.startswith(("t-", ".creating"))] == []
+    assert [lg.partition for lg in manager.create_logs("t", range(3))] == [0, 1, 2]
+    assert manager.create_logs("t", range(4))[0].partition == 3  # only the missing one
+
+
+def test_a_creation_cut_short_by_a_crash_is_undone_at_start(tmp_path, manager_factory):
+    manager = manager_factory(dirs=("d1", "d2"))
+    manager.create_logs("kept", [0])
+    manager.get_log("kept", 0).append(make_batch(3))
+    manager.shutdown()
+    # What a crash in the middle of creating "half" (and a new partition of "kept") leaves.
+    (tmp_path / "d1" / ".creating-0123").write_text("half 0 1 2\n")
+    (tmp_path / "d1" / ".creating-4567").write_text("kept 1\n")
+    for d, name in (("d1", "half-0"), ("d2", "half-1"), ("d2", "kept-1")):
+        (tmp_path / d / name).mkdir()
+    manager = manager_factory(dirs=("d1", "d2"))
+    assert sorted(manager._logs) == [("kept", 0)]
+    assert manager.get_log("kept", 0).log_end_offset == 3
+    left = [n for d in ("d1", "d2") for n in os.listdir(tmp_path / d)
+            if n.startswith(("half", "kept", ".creating"))]
+    assert left == ["kept-0"]
+
+
+def test_open_files_counts_segments_and_locks(tmp_path, manager_factory):
+    manager = manager_factory(dirs=("d1", "d2"), config=LogConfig(segment_bytes=1024))
+    assert manager.open_files() == 2  # the log dirs' locks
+    lg = manager.get_or_create_log("t", 0)
+    for _ in range(5):
+        lg.append(make_batch(3, value_size=200))
+    assert manager.open_files() == 2 + len(lg.segments) and len(lg.segments) > 1
