@@ -449,3 +449,14 @@ def test_partition_budget_checks_in_kafka_terms():
     with pytest.raises(PolicyViolationError, match="ulimit -n"):
         budget.check("t", 20, 6)
     budget.check("t", 20, 5)
+
+
+@pytest.mark.slow
+def test_a_start_with_more_segments_than_descriptors_says_what_to_raise(broker_process):
+    broker = broker_process()
+    with connect(broker.bootstrap) as sock:
+        create_topic(sock, "many", 300)
+    assert broker.stop() == 0
+    with pytest.raises(RuntimeError, match="exited") as info:
+        broker_process(broker.log_dir, fd_limit=200)
+    assert "descriptor limit (200, `ulimit -n`) is too low" in str(info.value)
