@@ -54,15 +54,16 @@ _LISTENING = re.compile(rb"trilog broker (\d+) listening on (\S+):(\d+) ")
 _BROKER_MAIN = "import sys; from trilog.cli import main; sys.exit(main())"
 
 
-def _limit_fds(limit: int) -> None:
-    """In the child before exec: what ``ulimit -n <limit>`` (soft and hard) does."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+def _limit_fds(limit: int | tuple[int, int]) -> None:
+    """In the child before exec: what ``ulimit -n <limit>`` does (a pair: soft, hard)."""
+    soft, hard = limit if isinstance(limit, tuple) else (limit, limit)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 class BrokerProcess:
     """A ``trilog broker`` subprocess; ``port``/``bootstrap`` come from its ready line.
 
-    ``fd_limit`` runs it as under ``ulimit -n fd_limit``.  ``pid`` and ``rss_bytes()`` are for
+    ``fd_limit`` runs it as under ``ulimit -n fd_limit`` (or a (soft, hard) pair).  ``pid`` and ``rss_bytes()`` are for
     the resource tests.
 
     ``stop()`` sends SIGTERM and returns the exit code (SIGKILL after ``timeout``);
@@ -70,7 +71,8 @@ class BrokerProcess:
     """
 
     def __init__(self, args: list[str], log_dir: Path, stderr_path: Path, cwd: Path,
-                 start_timeout: float = 30.0, fd_limit: int | None = None) -> None:
+                 start_timeout: float = 30.0,
+                 fd_limit: int | tuple[int, int] | None = None) -> None:
         self.args = args
         self.log_dir = log_dir
         self.stderr_path = stderr_path
@@ -169,7 +171,7 @@ def broker_process(tmp_path):
     def start(log_dir: Path | str | None = None, *extra: str, port: int = 0,
               broker_id: int | None = None, zookeeper: str | None = None,
               overrides: dict | None = None, cwd: Path | None = None,
-              fd_limit: int | None = None) -> BrokerProcess:
+              fd_limit: int | tuple[int, int] | None = None) -> BrokerProcess:
         n = next(counter)
         if log_dir is None:
             log_dir = tmp_path / f"broker-{n}-data"

@@ -460,3 +460,11 @@ def test_a_start_with_more_segments_than_descriptors_says_what_to_raise(broker_p
     with pytest.raises(RuntimeError, match="exited") as info:
         broker_process(broker.log_dir, fd_limit=200)
     assert "descriptor limit (200, `ulimit -n`) is too low" in str(info.value)
+
+
+def test_the_broker_raises_its_soft_descriptor_limit_and_logs_the_budget(broker_process):
+    broker = broker_process(fd_limit=(256, 2048))
+    with open(f"/proc/{broker.pid}/limits") as f:
+        (line,) = [x for x in f if x.startswith("Max open files")]
+    assert line.split()[3:5] == ["2048", "2048"]
+    assert "descriptor limit 2048" in Path(broker.stderr_path).read_text()
