@@ -1,8 +1,10 @@
-"""The broker's network layer: one acceptor, N processors, a task pair per connection.
+"""The broker's network layer: an acceptor per listener and a task pair per connection.
 
-The seed's design (001, "Network Layer"): an acceptor takes connections and hands them,
-round robin, to a fixed number of processors.  Here a processor is a nursery; a connection is
-two tasks in it:
+The seed's design (001, "Network Layer") has an acceptor hand connections to a fixed number
+of processor threads, each multiplexing its connections.  On trio the event loop does the
+multiplexing: the acceptor starts each connection's tasks in one nursery (so
+``num.network.threads`` is accepted for compatibility and changes nothing).  A connection
+is two tasks:
 
 - a *reader* that splits the byte stream into size-delimited frames and queues them (a frame
   over ``socket.request.max.bytes`` closes the connection, with a log line);
@@ -41,7 +43,6 @@ import select
 import socket
 import time
 from dataclasses import dataclass, field
-from itertools import cycle
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 import trio
@@ -177,7 +178,7 @@ class _Connection:
 
 
 class Network:
-    """Accepts and serves connections for one listener.  Owned by the broker's nursery.
+    """Accepts and serves connections on bound listeners.  Owned by the broker's nursery.
 
     ``connection_room()``, when given, says how many connections the descriptor budget has
     room for now (``DescriptorBudget.connection_room``).
@@ -186,10 +187,8 @@ class Network:
     def __init__(
         self,
         handler: Handler,
+        listeners: list[trio.SocketListener],
         *,
-        host: str,
-        port: int,
-        num_processors: int,
         max_request_bytes: int,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
@@ -198,9 +197,8 @@ class Network:
         connection_room: Callable[[], int] | None = None,
     ) -> None:
         self._handler = handler
-        self.host = host
-        self.port = port
-        self._num_processors = num_processors
+        self._listeners = listeners
+        self.host, self.port = listeners[0].socket.getsockname()[:2]
         self._max_request_bytes = max_request_bytes
         self._sndbuf = send_buffer_bytes
         self._rcvbuf = receive_buffer_bytes
@@ -214,46 +212,27 @@ class Network:
         self._by_ip: dict[str, int] = {}
         self._open = 0
         self._all_closed = trio.Event()
-        self._listeners: list[trio.SocketListener] = []
         self._quiet = RateLimitedLog(log, 1.0)
         self.connection_count = 0
         self.connections_refused = 0
         self.connections_idled_out = 0
 
-    async def listen(self) -> int:
-        """Bind the listening socket (``port`` 0 picks one); return the bound port."""
-        self._listeners = await trio.open_tcp_listeners(self.port, host=self.host, backlog=1024)
-        self.port = self._listeners[0].socket.getsockname()[1]
-        return self.port
-
-    async def aclose_listeners(self) -> None:
-        for listener in self._listeners:
-            await listener.aclose()
-
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Serve on the bound listeners until cancelled; ``listen()`` first."""
-        listeners = self._listeners
-        async with trio.open_nursery() as nursery:
-            channels = []
-            for i in range(self._num_processors):
-                send, receive = trio.open_memory_channel(0)
-                channels.append(send)
-                nursery.start_soon(self._processor, receive, name=f"processor-{i}")
+        """Accept and serve until cancelled; ``stop_accepting`` ends the accepting and closes
+        the listeners, and ``serve`` returns once the open connections are done."""
+        async with trio.open_nursery() as connections:
             task_status.started(self.port)
-            try:
-                with self._accept_scope:
-                    await self._acceptor(listeners, cycle(channels))
-            finally:
-                await self.aclose_listeners()
-                for send in channels:
-                    await send.aclose()
+            with self._accept_scope:
+                async with trio.open_nursery() as acceptors:
+                    for listener in self._listeners:
+                        acceptors.start_soon(self._accept_loop, listener, connections)
+            # Accepting is over (a drain): new clients are refused at once, not left waiting.
+            with trio.CancelScope(shield=True):
+                for listener in self._listeners:
+                    await listener.aclose()
 
-    async def _acceptor(self, listeners, processors) -> None:
-        async with trio.open_nursery() as nursery:
-            for listener in listeners:
-                nursery.start_soon(self._accept_loop, listener, processors)
-
-    async def _accept_loop(self, listener: trio.SocketListener, processors) -> None:
+    async def _accept_loop(self, listener: trio.SocketListener,
+                           connections: trio.Nursery) -> None:
         while True:
             try:
                 stream = await listener.accept()
@@ -278,7 +257,7 @@ class Network:
             self._by_ip[ip] = self._by_ip.get(ip, 0) + 1
             self.connection_count += 1
             self._tune(stream)
-            await next(processors).send(_Connection(stream, f"{ip}:{port}", ip))
+            connections.start_soon(self._connection, _Connection(stream, f"{ip}:{port}", ip))
 
     def _refusal(self, ip: str) -> str | None:
         """Why a new connection from ``ip`` cannot be served now, or None."""
@@ -304,11 +283,6 @@ class Network:
                 stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._rcvbuf)
         except OSError:  # the peer may already be gone
             pass
-
-    async def _processor(self, connections: trio.MemoryReceiveChannel) -> None:
-        async with trio.open_nursery() as nursery:
-            async for conn in connections:
-                nursery.start_soon(self._connection, conn)
 
     def stop_accepting(self) -> None:
         self._accept_scope.cancel()

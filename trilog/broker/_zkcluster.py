@@ -18,8 +18,9 @@ stays, and the watch loops retry when ZooKeeper is back.
 from __future__ import annotations
 
 import logging
-from contextlib import aclosing
 import random
+from contextlib import aclosing, asynccontextmanager
+from typing import TYPE_CHECKING, AsyncIterator
 
 import trio
 
@@ -52,6 +53,10 @@ from trilog.zk import (
     partition_state_path,
     topic_path,
 )
+
+if TYPE_CHECKING:
+    from trilog.broker._config import BrokerConfig
+    from trilog.storage import LogManager
 
 log = logging.getLogger("trilog.broker.zk")
 
@@ -303,8 +308,13 @@ async def _cluster_id(zk: ZooKeeper) -> str:
     return decode_cluster_id(await zk.get(CLUSTER_ID))
 
 
-async def serve_with_zookeeper(broker, limiter, serve, task_status) -> None:
-    config = broker.config
+@asynccontextmanager
+async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManager,
+                                 limiter: trio.CapacityLimiter
+                                 ) -> AsyncIterator[ZooKeeperCluster]:
+    """A ZooKeeper session with this broker registered, its cache loaded and its watches
+    running, for the body of the ``async with``; closing the session on exit removes the
+    registration.  Registration errors (a broker id in use) reach the caller as themselves."""
     async with open_zookeeper(
         config.zookeeper_connect,
         session_timeout_ms=config["zookeeper.session.timeout.ms"],
@@ -313,17 +323,11 @@ async def serve_with_zookeeper(broker, limiter, serve, task_status) -> None:
         cluster_id = await _cluster_id(zk)
         await trio.to_thread.run_sync(load_or_create_meta, config.log_dirs, config.broker_id,
                                       cluster_id)
-        box: list[ZooKeeperCluster] = []
-
-        async def make_cluster(info: BrokerInfo) -> ZooKeeperCluster:
-            cluster = ZooKeeperCluster(zk, info, cluster_id, broker.logs,
-                                       config["num.partitions"], limiter)
-            await cluster.register()
-            await cluster.load()
-            box.append(cluster)
-            return cluster
-
-        async def on_started(nursery) -> None:
-            nursery.start_soon(box[0].run)
-
-        await serve(broker, limiter, cluster_id, task_status, make_cluster, on_started)
+        cluster = ZooKeeperCluster(zk, broker, cluster_id, logs, config["num.partitions"],
+                                   limiter)
+        await cluster.register()
+        await cluster.load()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cluster.run)
+            yield cluster
+            nursery.cancel_scope.cancel()
