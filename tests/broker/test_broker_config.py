@@ -8,6 +8,7 @@ from trilog.broker._config import (
     properties_help,
     properties_markdown,
 )
+from trilog.storage import LogConfig
 
 
 def test_java_properties_syntax():
@@ -38,6 +39,37 @@ def test_retention_precedence_and_forever():
     assert BrokerConfig.from_dict({"log.retention.hours": 2}).log_retention_ms == 7_200_000
     assert BrokerConfig.from_dict({"log.retention.minutes": 3}).log_retention_ms == 180_000
     assert BrokerConfig.from_dict({"log.retention.ms": -1}).log_retention_ms == -1
+
+
+def test_log_config_from_broker_properties():
+    config = BrokerConfig.from_dict(
+        {
+            "broker.id": "0",
+            "log.segment.bytes": "1048576",
+            "log.roll.hours": "1",
+            "log.index.interval.bytes": "1024",
+            "log.flush.interval.messages": "10000",
+            "log.flush.interval.ms": "1000",
+            "log.retention.hours": "168",
+            "log.retention.minutes": "30",
+            "log.retention.bytes": "1073741824",
+            "message.max.bytes": "2000000",
+        }
+    ).log_config()
+    assert config.segment_bytes == 1048576
+    assert config.segment_ms == 3600_000
+    assert config.index_interval_bytes == 1024
+    assert config.flush_interval_messages == 10000
+    assert config.flush_interval_ms == 1000
+    assert config.retention_ms == 30 * 60_000  # minutes win over hours
+    assert config.retention_bytes == 1073741824
+    assert config.max_message_bytes == 2000000
+    assert BrokerConfig.from_dict({"log.roll.ms": 5, "log.roll.hours": 1}).log_config(
+    ).segment_ms == 5
+    assert BrokerConfig.from_dict({"log.retention.ms": "-5"}).log_config().retention_ms == -1
+    assert BrokerConfig.from_dict({}).log_config() == LogConfig()  # the same defaults
+    with pytest.raises(ConfigError):
+        BrokerConfig.from_dict({"log.segment.bytes": "lots"})
 
 
 def test_unknown_key_suggests_the_nearest(tmp_path):

@@ -265,10 +265,9 @@ async def test_readers_wait_for_room_in_the_request_budget():
         return [p.frame(b"\0\0\0\0")]
 
     budget = 1 * MiB
-    network = Network(handler, host="127.0.0.1", port=0, num_processors=1,
-                      max_request_bytes=8 * MiB,
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    network = Network(handler, listeners, max_request_bytes=8 * MiB,
                       limits=ConnectionLimits(queued_request_bytes=budget))
-    await network.listen()
     high = 0
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
@@ -292,6 +291,8 @@ async def test_readers_wait_for_room_in_the_request_budget():
                 await stream.aclose()
             await network.wait_all_closed()
             nursery.cancel_scope.cancel()
+    for listener in listeners:
+        await listener.aclose()
     assert answered == [frame_bytes] * 48
     # Over the budget by at most the request closest to done and one read's worth.
     assert budget <= high <= budget + frame_bytes + 256 * 1024, high

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from trilog.errors import TrilogError
+from trilog.storage import LogConfig
+from trilog.storage._config import NEVER
 
 
 class ConfigError(TrilogError):
@@ -81,7 +83,8 @@ PROPERTIES: tuple[Property, ...] = (
              "Create a topic when a client asks for metadata of, or produces to, an unknown topic."),
     Property("delete.topic.enable", _bool, True, "Allow DeleteTopics."),
     Property("num.network.threads", _int, 3,
-             "Processors: trio tasks the acceptor hands connections to, round robin.", low=1),
+             "Accepted for compatibility with Kafka's files; changes nothing: one event loop "
+             "serves every connection.", low=1),
     Property("num.io.threads", _int, 8,
              "Worker threads for blocking work (fsync, sendfile, ZooKeeper calls).", low=1),
     Property("socket.request.max.bytes", _int, 100 * _MB,
@@ -324,6 +327,24 @@ class BrokerConfig:
                 return -1 if v < 0 else v * scale
         hours = self.values["log.retention.hours"]
         return -1 if hours < 0 else hours * 3_600_000
+
+    def log_config(self) -> LogConfig:
+        """The partitions' ``LogConfig`` from the ``log.*`` properties (Kafka's precedence:
+        ``log.roll.ms`` over ``.hours``; ``log.retention.ms`` over ``.minutes`` over
+        ``.hours``)."""
+        v = self.values
+        messages = v["log.flush.interval.messages"]
+        return LogConfig(
+            segment_bytes=v["log.segment.bytes"],
+            segment_ms=self.log_roll_ms,
+            index_interval_bytes=v["log.index.interval.bytes"],
+            max_index_size=v["log.index.size.max.bytes"],
+            flush_interval_messages=NEVER if messages is None else messages,
+            flush_interval_ms=v["log.flush.interval.ms"],
+            retention_ms=self.log_retention_ms,
+            retention_bytes=v["log.retention.bytes"],
+            max_message_bytes=v["message.max.bytes"],
+        )
 
     @property
     def zookeeper_connect(self) -> str | None:

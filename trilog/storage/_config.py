@@ -1,7 +1,8 @@
 """``LogConfig``: the per-log settings, with Kafka's names and meanings.
 
-The broker builds one from its ``.properties`` file (``LogConfig.from_properties``) and may
-override it per topic with Kafka's topic-level names (``LogConfig.with_topic_overrides``).
+The broker builds one from its typed configuration (``BrokerConfig.log_config``: the one
+parser of the ``log.*`` properties) and may override it per topic with Kafka's topic-level
+names (``LogConfig.with_topic_overrides``).
 """
 
 from __future__ import annotations
@@ -87,55 +88,6 @@ class LogConfig:
 
     def replace(self, **changes: Any) -> LogConfig:
         return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
-        """Build from a broker's properties (Kafka's ``log.*`` names); unknown keys are ignored.
-
-        Precedence follows Kafka: ``log.roll.ms`` over ``log.roll.hours``; ``log.retention.ms``
-        over ``.minutes`` over ``.hours``.
-        """
-        base = base or cls()
-        changes: dict[str, Any] = {}
-        if "log.segment.bytes" in props:
-            changes["segment_bytes"] = _int(props["log.segment.bytes"], "log.segment.bytes")
-        if "log.roll.ms" in props:
-            changes["segment_ms"] = _int(props["log.roll.ms"], "log.roll.ms")
-        elif "log.roll.hours" in props:
-            changes["segment_ms"] = _int(props["log.roll.hours"], "log.roll.hours") * _HOUR_MS
-        if "log.index.interval.bytes" in props:
-            changes["index_interval_bytes"] = _int(
-                props["log.index.interval.bytes"], "log.index.interval.bytes"
-            )
-        if "log.index.size.max.bytes" in props:
-            changes["max_index_size"] = _int(
-                props["log.index.size.max.bytes"], "log.index.size.max.bytes"
-            )
-        if "log.flush.interval.messages" in props:
-            changes["flush_interval_messages"] = _int(
-                props["log.flush.interval.messages"], "log.flush.interval.messages"
-            )
-        if "log.flush.interval.ms" in props:
-            changes["flush_interval_ms"] = _optional_int(
-                props["log.flush.interval.ms"], "log.flush.interval.ms"
-            )
-        if "log.retention.ms" in props:
-            changes["retention_ms"] = _int(props["log.retention.ms"], "log.retention.ms")
-        elif "log.retention.minutes" in props:
-            changes["retention_ms"] = (
-                _int(props["log.retention.minutes"], "log.retention.minutes") * 60_000
-            )
-        elif "log.retention.hours" in props:
-            changes["retention_ms"] = (
-                _int(props["log.retention.hours"], "log.retention.hours") * _HOUR_MS
-            )
-        if changes.get("retention_ms", 0) < -1:
-            changes["retention_ms"] = -1  # Kafka: any negative value means "forever"
-        if "log.retention.bytes" in props:
-            changes["retention_bytes"] = _int(props["log.retention.bytes"], "log.retention.bytes")
-        if "message.max.bytes" in props:
-            changes["max_message_bytes"] = _int(props["message.max.bytes"], "message.max.bytes")
-        return dataclasses.replace(base, **changes)
 
     def with_topic_overrides(self, props: Mapping[str, Any]) -> LogConfig:
         """Apply Kafka's topic-level names (``segment.bytes``, ``retention.ms``, ...)."""
