@@ -45,6 +45,7 @@ from trilog.errors import (
     OffsetOutOfRangeError,
     ProtocolError,
     RemoteProtocolError,
+    TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
     TopicDeletionDisabledError,
     UnknownServerError,
@@ -129,12 +130,13 @@ class RequestHandler:
         self.producers = ProducerStateTable(load=self._stored_batch_headers)
         self._locks_lock = threading.Lock()
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
-        self.supported = {k: v for k, v in API_VERSIONS.items() if k in self._handlers}
+        self.supported: dict[int, tuple[int, int]] = {
+            k: v for k, v in API_VERSIONS.items() if k in self._handlers}
 
     def register(self, api_key: int, handler: Callable[[Any, Any], Any]) -> None:
         """Serve another API (the group coordinator adds its own)."""
         self._handlers[api_key] = handler
-        self.supported[api_key] = API_VERSIONS[api_key]
+        self.supported[api_key] = API_VERSIONS[ApiKey(api_key)]
 
     async def handle(self, frame: memoryview, peer: str):
         try:
@@ -190,7 +192,7 @@ class RequestHandler:
                     await cluster.create_topic(name, -1)
                     error = LeaderNotAvailableError.code  # Kafka's answer: ask again shortly
                 except ApiError as exc:
-                    if exc.code != 36:  # TOPIC_ALREADY_EXISTS: someone else won the race
+                    if exc.code != TopicAlreadyExistsError.code:  # someone else won the race
                         topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name,
                                                               partitions=[]))
                         continue

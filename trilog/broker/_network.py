@@ -364,7 +364,7 @@ class Network:
                         except BlockingIOError:
                             received = -1
                         finally:
-                            target = None  # release the view before the buffer may grow
+                            del target  # release the view before the buffer may grow
                         if received < 0:
                             if not await self._wait_readable(conn):
                                 self.connections_idled_out += 1

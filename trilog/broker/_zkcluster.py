@@ -315,6 +315,7 @@ async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs:
     """A ZooKeeper session with this broker registered, its cache loaded and its watches
     running, for the body of the ``async with``; closing the session on exit removes the
     registration.  Registration errors (a broker id in use) reach the caller as themselves."""
+    assert config.zookeeper_connect is not None
     async with open_zookeeper(
         config.zookeeper_connect,
         session_timeout_ms=config["zookeeper.session.timeout.ms"],

@@ -8,7 +8,7 @@ import trio
 
 from trilog._concurrency import unwrap_exception_group
 from trilog.client import open_admin
-from trilog.errors import TrilogError
+from trilog.errors import TopicAlreadyExistsError, TrilogError
 
 
 def add_parser(sub) -> None:
@@ -61,8 +61,8 @@ async def _main(args) -> int:
         elif args.create:
             try:
                 await admin.create_topic(args.topic, args.partitions, args.replication_factor)
-            except TrilogError as exc:
-                if not (args.if_not_exists and getattr(exc, "code", None) == 36):
+            except TopicAlreadyExistsError:
+                if not args.if_not_exists:
                     raise
             print(f"Created topic {args.topic}.")
         elif args.delete:

@@ -61,9 +61,9 @@ def find_zookeeper_classpath() -> tuple[str, str]:
     """Return ``(classpath, where_it_came_from)`` or raise ``ZooKeeperNotFoundError``."""
     home = os.environ.get("ZOOKEEPER_HOME")
     if home:
-        jars = glob.glob(os.path.join(home, "lib", "*.jar")) + glob.glob(os.path.join(home, "*.jar"))
-        if any("zookeeper" in os.path.basename(j) for j in jars):
-            return os.pathsep.join(sorted(jars)), f"ZOOKEEPER_HOME={home}"
+        found = glob.glob(os.path.join(home, "lib", "*.jar")) + glob.glob(os.path.join(home, "*.jar"))
+        if any("zookeeper" in os.path.basename(j) for j in found):
+            return os.pathsep.join(sorted(found)), f"ZOOKEEPER_HOME={home}"
         raise ZooKeeperNotFoundError(f"ZOOKEEPER_HOME={home} holds no zookeeper jar")
     debian = Path("/usr/share/java/zookeeper.jar")
     if debian.exists():
@@ -155,6 +155,10 @@ class ZooKeeperServer:
             self.stop()
             raise
 
+    @property
+    def _log_path(self) -> Path | str:
+        return self.data_dir / "zookeeper.log" if self.data_dir is not None else "its log"
+
     def wait_until_serving(self, timeout: float) -> None:
         from kazoo.client import KazooClient
 
@@ -163,13 +167,13 @@ class ZooKeeperServer:
             if self.process is not None and self.process.poll() is not None:
                 raise ZooKeeperStartError(
                     f"ZooKeeper exited with status {self.process.returncode}; "
-                    f"see {self.data_dir / 'zookeeper.log'}"
+                    f"see {self._log_path}"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ZooKeeperStartError(
                     f"ZooKeeper did not serve on {self.connect_string} within {timeout:.0f} s; "
-                    f"see {self.data_dir / 'zookeeper.log'}"
+                    f"see {self._log_path}"
                 )
             client = KazooClient(self.connect_string, timeout=2.0,
                                  connection_retry={"max_tries": 0}, logger=_probe_log)
