@@ -10,15 +10,20 @@ from trilog.errors import CorruptMessageError, LocalProtocolError
 from trilog.records import (
     LOG_APPEND_TIME,
     LZ4,
+    MIN_BATCH_LENGTH,
     NONE,
+    BatchHeader,
     CorruptRecordsError,
     Header,
     Record,
     RecordBatch,
     RecordBatchBuilder,
+    batch_crc,
     build_batch,
     iter_batches,
     patch_base_offset,
+    read_batch_header,
+    validate_batch_header,
 )
 
 records_st = st.lists(st.tuples(timestamps, maybe_bytes, maybe_bytes, headers), max_size=40)
@@ -213,3 +218,67 @@ def test_control_batch_has_no_records_for_the_caller():
 
 def test_none_codec_attribute_is_default():
     assert RecordBatch(build_batch([(1, None, None)])).compression_type == NONE
+
+
+# -- the one header check ---------------------------------------------------------------------
+
+
+def _with_header(buf: bytes, **fields) -> bytes:
+    """``buf`` with header fields replaced and the CRC recomputed (so only the header is off)."""
+    header = read_batch_header(buf)._replace(**fields)
+    out = bytearray(buf)
+    struct.pack_into(">qiibIhiqqqhii", out, 0, *header)
+    struct.pack_into(">I", out, 17, batch_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+def test_read_batch_header_gives_the_fields_and_derived_facts():
+    buf = build_batch([(5, None, b"a"), (7, b"k", b"b")], base_offset=40, compression_type=LZ4)
+    header = read_batch_header(buf)
+    batch = RecordBatch(buf)
+    assert isinstance(header, BatchHeader)
+    assert header == batch.header
+    assert (header.base_offset, header.last_offset, header.next_offset) == (40, 41, 42)
+    assert (header.size, header.compression_type, header.record_count) == (len(buf), LZ4, 2)
+    assert (header.first_timestamp, header.max_timestamp) == (5, 7)
+    assert header.crc == batch_crc(buf, 0, len(buf)) == batch.compute_crc()
+    validate_batch_header(header)
+    validate_batch_header(header, from_producer=True)
+    with pytest.raises(CorruptRecordsError):
+        read_batch_header(buf[:60])
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"magic": 1},
+        {"batch_length": MIN_BATCH_LENGTH - 1},
+        {"attributes": 5},
+        {"attributes": 7 | 0x08},
+        {"record_count": -1},
+        {"last_offset_delta": -1},
+        {"record_count": 3, "last_offset_delta": 1},
+    ],
+)
+def test_a_bad_header_is_refused_with_or_without_the_producer_rule(fields):
+    buf = _with_header(build_batch([(1, None, b"a"), (2, None, b"b")]), **fields)
+    header = read_batch_header(buf)
+    for from_producer in (False, True):
+        with pytest.raises(CorruptRecordsError):
+            validate_batch_header(header, from_producer=from_producer)
+    with pytest.raises(CorruptRecordsError):
+        RecordBatch(buf).validate()
+
+
+@pytest.mark.parametrize(
+    "fields", [{"record_count": 0, "last_offset_delta": 0}, {"last_offset_delta": 5}]
+)
+def test_the_producer_rule_wants_one_offset_per_record(fields):
+    # A batch that compaction thinned (fewer records than offsets, or none) is well formed,
+    # but a producer never sends one (Kafka's LogValidator refuses it).
+    buf = _with_header(build_batch([(1, None, b"a"), (2, None, b"b")]), **fields)
+    header = read_batch_header(buf)
+    validate_batch_header(header)
+    RecordBatch(buf).validate()
+    with pytest.raises(CorruptRecordsError, match="counts"):
+        validate_batch_header(header, from_producer=True)

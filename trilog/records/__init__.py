@@ -2,7 +2,9 @@
 
 Pure: no I/O, no trio.  Each format module starts with its byte layout:
 
-* ``_v2.py``      RecordBatch v2 (what trilog stores), ``RecordBatchBuilder``
+* ``_v2.py``      RecordBatch v2 (what trilog stores), ``RecordBatchBuilder``, and the one
+                  source of the v2 header layout: ``BatchHeader``, ``read_batch_header``,
+                  ``validate_batch_header`` (the one rule a header must pass), ``batch_crc``
 * ``_legacy.py``  message sets of magic 0 and 1, wrappers, ``LegacyMessageSetBuilder``
 * ``_memory.py``  ``MemoryRecords``: walk a buffer of any magic without decoding records
 * ``_convert.py`` up-conversion (legacy -> v2) and down-conversion (v2 -> legacy)
@@ -46,17 +48,22 @@ from trilog.records._legacy import (
 from trilog.records._memory import MemoryRecords
 from trilog.records._v2 import (
     CREATE_TIME,
+    MIN_BATCH_LENGTH,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    BatchHeader,
     Header,
     Record,
     RecordBatch,
     RecordBatchBuilder,
+    batch_crc,
     build_batch,
     iter_batches,
     patch_base_offset,
+    read_batch_header,
+    validate_batch_header,
 )
 
 __all__ = [
@@ -69,11 +76,13 @@ __all__ = [
     "LOG_APPEND_TIME",
     "LOG_OVERHEAD",
     "LZ4",
+    "MIN_BATCH_LENGTH",
     "NONE",
     "NO_TIMESTAMP",
     "NO_TIMESTAMP_TYPE",
     "SNAPPY",
     "ZSTD",
+    "BatchHeader",
     "CorruptRecordsError",
     "Header",
     "LegacyMessageSetBuilder",
@@ -83,6 +92,7 @@ __all__ = [
     "RecordBatch",
     "RecordBatchBuilder",
     "available_codecs",
+    "batch_crc",
     "build_batch",
     "build_message_set",
     "codec_for_name",
@@ -97,5 +107,7 @@ __all__ = [
     "iter_legacy_batches",
     "legacy_to_v2",
     "patch_base_offset",
+    "read_batch_header",
     "v2_to_legacy",
+    "validate_batch_header",
 ]

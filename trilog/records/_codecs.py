@@ -28,6 +28,7 @@ import zlib
 from trilog.errors import UnsupportedCodecError
 from trilog.records import _lz4, _snappy
 from trilog.records._errors import CorruptRecordsError
+from trilog.records._native import optional_import
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -41,14 +42,8 @@ GZIP_LEVEL = 6
 #: zstd level: Kafka's default (3).
 ZSTD_LEVEL = 3
 
-try:
-    import zstandard as _zstandard
-except ImportError:  # pragma: no cover - depends on the environment
-    _zstandard = None
-try:
-    import cramjam as _cramjam
-except ImportError:  # pragma: no cover - depends on the environment
-    _cramjam = None
+_zstandard = optional_import("zstandard")
+_cramjam = optional_import("cramjam")
 
 _MISSING = {
     SNAPPY: "snappy compression needs the cramjam or python-snappy library "
@@ -107,7 +102,8 @@ def compress(codec: int, data, *, magic: int = 2) -> bytes:
     if codec == SNAPPY:
         return _snappy.compress(data)
     if _zstandard is not None:  # codec == ZSTD
-        return _zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(bytes(data))
+        return bytes(_zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(bytes(data)))
+    assert _cramjam is not None  # _check_available
     return bytes(_cramjam.zstd.compress(bytes(data), ZSTD_LEVEL))  # pragma: no cover
 
 
@@ -116,8 +112,8 @@ def decompress(codec: int, data, *, magic: int = 2, max_size: int | None = None)
 
     Raises ``CorruptRecordsError`` when ``data`` does not decode, its output would exceed
     ``max_size`` (default ``DEFAULT_MAX_DECOMPRESSED_SIZE``) or ``codec`` is no codec id;
-    ``UnsupportedCodecError`` when the codec's library is missing.  ``magic`` is accepted for symmetry with ``compress``:
-    readers accept either LZ4 header checksum (see ``_lz4``).
+    ``UnsupportedCodecError`` when the codec's library is missing.  ``magic`` is accepted
+    for symmetry with ``compress``: readers accept either LZ4 header checksum (see ``_lz4``).
     """
     if codec == NONE:
         return bytes(data)
@@ -195,6 +191,7 @@ def _unzstd(data, max_size: int) -> bytes:  # pragma: no cover - zstandard not i
             raise ValueError("zstd frame is truncated")
         return b"".join(out)
     # cramjam has no output cap: check after the fact (the allocation has happened).
+    assert _cramjam is not None  # _check_available
     result = bytes(_cramjam.zstd.decompress(bytes(data)))
     if len(result) > max_size:
         raise OverflowError

@@ -1,4 +1,5 @@
-"""The one error class the record layer adds to ``trilog.errors``."""
+"""The one error class the record layer adds to ``trilog.errors``, and the ``is_valid`` both
+batch kinds derive from their ``validate``."""
 
 from __future__ import annotations
 
@@ -12,3 +13,20 @@ class CorruptRecordsError(CorruptMessageError, RemoteProtocolError):
     ``RemoteProtocolError`` (bytes from a peer or a file that do not decode), so code written
     against either catches it.
     """
+
+
+class CheckedBatch:
+    """Base of ``RecordBatch`` and ``LegacyRecordBatch``: ``is_valid()`` is ``validate()``
+    (which raises ``CorruptRecordsError``) as a bool."""
+
+    __slots__ = ()
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
+    def is_valid(self) -> bool:
+        try:
+            self.validate()
+        except CorruptRecordsError:
+            return False
+        return True

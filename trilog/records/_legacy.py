@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator
 from trilog.errors import LocalProtocolError
 from trilog.records import _codecs
 from trilog.records._crc import crc32
-from trilog.records._errors import CorruptRecordsError
+from trilog.records._errors import CheckedBatch, CorruptRecordsError
 from trilog.records._v2 import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record
 
 LOG_OVERHEAD = 12  # offset + message_size
@@ -106,7 +106,7 @@ def _message_fields(buf, pos: int, end: int):
     return offset, crc, magic, attributes, timestamp, key, value, msg_end - pos
 
 
-class LegacyRecordBatch:
+class LegacyRecordBatch(CheckedBatch):
     """One top-level entry of a magic 0/1 message set: a plain message or a wrapper.
 
     The shallow counterpart of ``RecordBatch``: the 18- or 26-byte header is decoded on
@@ -205,13 +205,6 @@ class LegacyRecordBatch:
     def compute_crc(self) -> int:
         start = self.position + MAGIC_OFFSET
         return crc32(memoryview(self.buffer)[start : self.position + self.size])
-
-    def is_valid(self) -> bool:
-        try:
-            self.validate()
-        except CorruptRecordsError:
-            return False
-        return True
 
     def validate(self, *, deep: bool = False, max_decompressed_size: int | None = None) -> None:
         """Check sizes and the CRC32; with ``deep``, also every inner message of a wrapper.

@@ -21,46 +21,47 @@ Backends: ``python-snappy`` (``import snappy``) or ``cramjam``; without either t
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
+
+from trilog.records._native import optional_import
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 XERIAL_BLOCK_SIZE = 32 * 1024
 _BLOCK_LENGTH = struct.Struct(">i")
 
-try:
-    import snappy as _python_snappy
-except ImportError:  # pragma: no cover - depends on the environment
-    _python_snappy = None
-try:
-    import cramjam as _cramjam
-except ImportError:  # pragma: no cover - depends on the environment
-    _cramjam = None
+_python_snappy = optional_import("snappy")
+_cramjam = optional_import("cramjam")
+
+#: The library the codec uses: "python-snappy", "cramjam", or ``None`` (snappy unavailable).
+BACKEND: str | None
+_backend_compress: Callable[[bytes], Any]
+_backend_decompress: Callable[[bytes], Any]
+
+
+def _no_backend(data: bytes) -> bytes:
+    raise AssertionError("no snappy backend")
+
 
 if _python_snappy is not None:  # pragma: no cover - not installed in CI
-    BACKEND: str | None = "python-snappy"
-
-    def _compress_raw(data: bytes) -> bytes:
-        return _python_snappy.compress(data)
-
-    def _decompress_raw(data: bytes) -> bytes:
-        return _python_snappy.decompress(data)
-
-elif _cramjam is not None:  # pragma: no cover - not installed in CI
+    BACKEND = "python-snappy"
+    _backend_compress, _backend_decompress = _python_snappy.compress, _python_snappy.decompress
+elif _cramjam is not None:
     BACKEND = "cramjam"
-
-    def _compress_raw(data: bytes) -> bytes:
-        return bytes(_cramjam.snappy.compress_raw(data))
-
-    def _decompress_raw(data: bytes) -> bytes:
-        return bytes(_cramjam.snappy.decompress_raw(data))
-
-else:
+    _backend_compress = _cramjam.snappy.compress_raw
+    _backend_decompress = _cramjam.snappy.decompress_raw
+else:  # pragma: no cover - cramjam is a dependency
     BACKEND = None
+    _backend_compress = _backend_decompress = _no_backend
 
-    def _compress_raw(data: bytes) -> bytes:
-        raise AssertionError("no snappy backend")
 
-    _decompress_raw = _compress_raw
+def _compress_raw(data: bytes) -> bytes:
+    return bytes(_backend_compress(data))  # cramjam gives a Buffer
+
+
+def _decompress_raw(data: bytes) -> bytes:
+    return bytes(_backend_decompress(data))
 
 
 def raw_uncompressed_length(block) -> int:
