@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "ERROR_CODES",
+    "NO_ERROR",
     "ApiError",
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
@@ -203,6 +204,9 @@ class UnsupportedCodecError(TrilogError):
     """A compression codec is named whose library is not installed."""
 
 
+#: Kafka's code 0 (``NONE``): the request succeeded.  It has no class.
+NO_ERROR = 0
+
 #: code -> ApiError subclass, filled as each class of the table below is defined.
 ERROR_CODES: dict[int, type[ApiError]] = {}
 
@@ -268,8 +272,8 @@ def error_for_code(code: int, message: str | None = None) -> ApiError:
 
 
 def raise_for_code(code: int, message: str | None = None) -> None:
-    """Raise the matching ``ApiError`` unless ``code`` is 0 (NONE)."""
-    if code:
+    """Raise the matching ``ApiError`` unless ``code`` is ``NO_ERROR``."""
+    if code != NO_ERROR:
         raise error_for_code(code, message)
 
 

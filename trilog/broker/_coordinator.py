@@ -32,8 +32,6 @@ import trio
 from trilog.broker._cluster import Cluster
 from trilog.broker._config import BrokerConfig
 from trilog.broker._groups import (
-    ILLEGAL_GENERATION,
-    UNKNOWN_MEMBER_ID,
     Group,
     GroupState,
     JoinResult,
@@ -47,15 +45,18 @@ from trilog.broker._offsets import (
     partition_for,
 )
 from trilog.errors import (
+    NO_ERROR,
     ApiError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    IllegalGenerationError,
     InvalidGroupIdError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
     NotCoordinatorError,
     OffsetMetadataTooLargeError,
     TopicAlreadyExistsError,
+    UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
 from trilog.protocol import (
@@ -83,10 +84,6 @@ client_address: contextvars.ContextVar[str] = contextvars.ContextVar(
 OFFSET_METADATA_MAX_BYTES = 4096
 #: How often the partition watcher looks at the cluster view when nothing woke it.
 WATCH_INTERVAL_S = 0.5
-
-NOT_AVAILABLE = CoordinatorNotAvailableError.code
-NOT_COORDINATOR = NotCoordinatorError.code
-LOADING = CoordinatorLoadInProgressError.code
 
 
 class GroupCoordinator:
@@ -146,7 +143,7 @@ class GroupCoordinator:
         """Stop serving: answer parked requests, refuse new ones (COORDINATOR_NOT_AVAILABLE)."""
         self._active = False
         for group in self.groups.values():
-            group.shutdown(NOT_COORDINATOR)
+            group.shutdown(NotCoordinatorError.code)
         self.groups.clear()
         self._timer_wakeup.set()
 
@@ -170,7 +167,7 @@ class GroupCoordinator:
         self.offsets.unload(partition)
         for gid in [g for g in self.groups
                     if num_partitions and partition_for(g, num_partitions) == partition]:
-            self.groups.pop(gid).shutdown(NOT_COORDINATOR)
+            self.groups.pop(gid).shutdown(NotCoordinatorError.code)
         log.info("no longer coordinating the groups of %s-%d", OFFSETS_TOPIC, partition)
 
     async def _timers(self) -> None:
@@ -224,21 +221,21 @@ class GroupCoordinator:
         return partition_for(group_id, self._num_partitions())
 
     def _error_for(self, group_id: str) -> int:
-        """0 if this broker serves ``group_id`` now, else the error code to answer."""
+        """``NO_ERROR`` if this broker serves ``group_id`` now, else the code to answer."""
         if not self._active:
-            return NOT_AVAILABLE
+            return CoordinatorNotAvailableError.code
         parts = self.cluster.partitions(OFFSETS_TOPIC)
         if not parts:
-            return NOT_AVAILABLE
+            return CoordinatorNotAvailableError.code
         p = partition_for(group_id, len(parts))
         leader = parts.get(p, -1)
         if leader < 0:
-            return NOT_AVAILABLE
+            return CoordinatorNotAvailableError.code
         if leader != self.cluster.broker.node_id:
-            return NOT_COORDINATOR
+            return NotCoordinatorError.code
         if not self.offsets.is_loaded(p):
-            return LOADING
-        return 0
+            return CoordinatorLoadInProgressError.code
+        return NO_ERROR
 
     async def _create_offsets_topic(self) -> None:
         async with self._create_lock:
@@ -268,19 +265,20 @@ class GroupCoordinator:
             return fail(InvalidRequestError.code, "trilog has no transaction coordinator")
         if not self._active:
             await trio.lowlevel.checkpoint()
-            return fail(NOT_AVAILABLE, "the broker is shutting down")
+            return fail(CoordinatorNotAvailableError.code, "the broker is shutting down")
         if not self.cluster.partitions(OFFSETS_TOPIC):
             await self._create_offsets_topic()
         else:
             await trio.lowlevel.checkpoint()
         parts = self.cluster.partitions(OFFSETS_TOPIC)
         if not parts:
-            return fail(NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
+            return fail(CoordinatorNotAvailableError.code, f"{OFFSETS_TOPIC} does not exist yet")
         leader = parts.get(partition_for(request.key, len(parts)), -1)
         node = next((b for b in self.cluster.brokers() if b.node_id == leader), None)
         if node is None:
-            return fail(NOT_AVAILABLE, "the group's offsets partition has no leader now")
-        return R(throttle_time_ms=0, error_code=0, error_message=None, node_id=node.node_id,
+            return fail(CoordinatorNotAvailableError.code,
+                        "the group's offsets partition has no leader now")
+        return R(throttle_time_ms=0, error_code=NO_ERROR, error_message=None, node_id=node.node_id,
                  host=node.host, port=node.port)
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------------------
@@ -309,7 +307,7 @@ class GroupCoordinator:
         group = self.groups.get(gid)
         if not code and group is None:
             if member_id:
-                code = UNKNOWN_MEMBER_ID
+                code = UnknownMemberIdError.code
             else:
                 group = self.groups[gid] = Group(gid, self._initial_delay_s)
         if code:
@@ -338,7 +336,8 @@ class GroupCoordinator:
         code = self._group_error(request.group_id)
         group = self.groups.get(request.group_id)
         if code or group is None:
-            return R(throttle_time_ms=0, error_code=code or UNKNOWN_MEMBER_ID, assignment=b"")
+            return R(throttle_time_ms=0, error_code=code or UnknownMemberIdError.code,
+                     assignment=b"")
         result = group.sync(request.member_id, request.generation_id,
                             {a.member_id: bytes(a.assignment) for a in request.assignments},
                             trio.current_time())
@@ -353,7 +352,7 @@ class GroupCoordinator:
         code = self._group_error(request.group_id)
         group = self.groups.get(request.group_id)
         if not code:
-            code = (UNKNOWN_MEMBER_ID if group is None else
+            code = (UnknownMemberIdError.code if group is None else
                     group.heartbeat(request.member_id, request.generation_id,
                                     trio.current_time()))
         return HeartbeatResponse(throttle_time_ms=0, error_code=code)
@@ -363,7 +362,8 @@ class GroupCoordinator:
         code = self._group_error(request.group_id)
         group = self.groups.get(request.group_id)
         if not code:
-            code = UNKNOWN_MEMBER_ID if group is None else group.leave(request.member_id, trio.current_time())
+            code = (UnknownMemberIdError.code if group is None else
+                    group.leave(request.member_id, trio.current_time()))
             if not code:
                 log.info("member %s left group %s", request.member_id, request.group_id)
         self._wake_timers()
@@ -383,7 +383,7 @@ class GroupCoordinator:
             if group is None:
                 # No group: a simple consumer may commit; a member of a forgotten generation
                 # may not.
-                code = 0 if generation < 0 else ILLEGAL_GENERATION
+                code = NO_ERROR if generation < 0 else IllegalGenerationError.code
             else:
                 code = group.validate_commit(member_id, generation, trio.current_time())
         retention_ms = request.retention_time_ms if 2 <= version <= 4 else -1
@@ -458,9 +458,9 @@ class GroupCoordinator:
                 else:
                     parts.append(P(partition_index=index, committed_offset=om.offset,
                                    committed_leader_epoch=om.leader_epoch,
-                                   metadata=om.metadata, error_code=0))
+                                   metadata=om.metadata, error_code=NO_ERROR))
             topics.append(T(name=name, partitions=parts))
-        return R(throttle_time_ms=0, topics=topics, error_code=0)
+        return R(throttle_time_ms=0, topics=topics, error_code=NO_ERROR)
 
     # -- DescribeGroups / ListGroups ------------------------------------------------------------------
 
@@ -477,24 +477,24 @@ class GroupCoordinator:
                              protocol_data="", members=[]))
             elif group is None:
                 has_offsets = self.offsets.has_offsets(self.partition_of(gid), gid)
-                out.append(G(error_code=0, group_id=gid,
+                out.append(G(error_code=NO_ERROR, group_id=gid,
                              group_state="Empty" if has_offsets else "Dead",
                              protocol_type="", protocol_data="", members=[]))
             else:
                 summary = group.describe()
                 members = [G.DescribedGroupMember(**m) for m in summary.pop("members")]
-                out.append(G(error_code=0, group_id=gid, members=members, **summary))
+                out.append(G(error_code=NO_ERROR, group_id=gid, members=members, **summary))
         return R(throttle_time_ms=0, groups=out)
 
     async def list_groups(self, request, header):
         await trio.lowlevel.checkpoint()
         R = ListGroupsResponse
         if not self._active:
-            return R(throttle_time_ms=0, error_code=NOT_AVAILABLE, groups=[])
+            return R(throttle_time_ms=0, error_code=CoordinatorNotAvailableError.code, groups=[])
         listed = {gid: g.protocol_type or "" for gid, g in self.groups.items()}
         for gid in self.offsets.groups():
             listed.setdefault(gid, "")
-        code = LOADING if self.offsets.is_loading() else 0
+        code = CoordinatorLoadInProgressError.code if self.offsets.is_loading() else NO_ERROR
         return R(throttle_time_ms=0, error_code=code,
                  groups=[R.ListedGroup(group_id=g, protocol_type=t)
                          for g, t in sorted(listed.items())])

@@ -31,25 +31,20 @@ import enum
 import math
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import trio
 
 from trilog.errors import (
+    NO_ERROR,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     NotCoordinatorError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-
-NONE = 0
-NOT_COORDINATOR = NotCoordinatorError.code
-ILLEGAL_GENERATION = IllegalGenerationError.code
-INCONSISTENT_GROUP_PROTOCOL = InconsistentGroupProtocolError.code
-UNKNOWN_MEMBER_ID = UnknownMemberIdError.code
-REBALANCE_IN_PROGRESS = RebalanceInProgressError.code
 
 
 class GroupState(enum.Enum):
@@ -127,14 +122,16 @@ class Member:
         self.heartbeat_deadline = now + self.session_timeout_s
 
 
+def common_protocols(members: Iterable[Member]) -> set[str]:
+    """The protocols every one of ``members`` supports (none for no members)."""
+    names = [set(m.protocol_names()) for m in members]
+    return set.intersection(*names) if names else set()
+
+
 def select_protocol(members: list[Member]) -> str | None:
     """The protocol every member supports that most members list first among those (ties:
     the order the first member lists them).  None if there is no common protocol."""
-    if not members:
-        return None
-    candidates = set(members[0].protocol_names())
-    for m in members[1:]:
-        candidates &= set(m.protocol_names())
+    candidates = common_protocols(members)
     if not candidates:
         return None
     votes: Counter[str] = Counter()
@@ -172,11 +169,7 @@ class Group:
     def supports(self, protocols: list[tuple[str, bytes]]) -> bool:
         if not self.members:
             return True
-        candidates: set[str] | None = None
-        for m in self.members.values():
-            names = set(m.protocol_names())
-            candidates = names if candidates is None else candidates & names
-        return bool(candidates & {name for name, _ in protocols})
+        return bool(common_protocols(self.members.values()) & {name for name, _ in protocols})
 
     def next_deadline(self) -> float:
         deadline = self.join_deadline if self.join_deadline is not None else math.inf
@@ -190,7 +183,7 @@ class Group:
         if member.member_id == self.leader_id:
             members = tuple((m.member_id, m.metadata(self.protocol))
                             for m in self.members.values())
-        return JoinResult(NONE, self.generation, self.protocol or "", self.leader_id or "",
+        return JoinResult(NO_ERROR, self.generation, self.protocol or "", self.leader_id or "",
                           member.member_id, members)
 
     # -- JoinGroup ------------------------------------------------------------------------------
@@ -201,11 +194,11 @@ class Group:
         """A JoinGroup: an immediate ``JoinResult`` or a ``Reply`` to wait for."""
         if self.state is GroupState.EMPTY:
             if not protocols or not protocol_type:
-                return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+                return JoinResult(InconsistentGroupProtocolError.code, member_id=member_id)
         elif protocol_type != self.protocol_type or not self.supports(protocols):
-            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            return JoinResult(InconsistentGroupProtocolError.code, member_id=member_id)
         if self.state is GroupState.DEAD or (member_id and member_id not in self.members):
-            return JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
+            return JoinResult(UnknownMemberIdError.code, member_id=member_id)
         reply = Reply()
         if not member_id:
             member = Member(f"{client_id}-{uuid.uuid4()}", client_id, client_host,
@@ -240,7 +233,8 @@ class Group:
                 protocols: list[tuple[str, bytes]]) -> None:
         if member.join_reply is not None:
             # Its earlier JoinGroup came on a connection it has given up on.
-            member.join_reply.set(JoinResult(REBALANCE_IN_PROGRESS, member_id=member.member_id))
+            member.join_reply.set(
+                JoinResult(RebalanceInProgressError.code, member_id=member.member_id))
         member.join_reply = reply
         member.client_id, member.client_host = client_id, client_host
         member.session_timeout_s = session_timeout_s
@@ -257,7 +251,7 @@ class Group:
             for m in self.members.values():
                 m.assignment = b""
                 if m.sync_reply is not None:
-                    m.sync_reply.set(SyncResult(REBALANCE_IN_PROGRESS))
+                    m.sync_reply.set(SyncResult(RebalanceInProgressError.code))
                     m.sync_reply = None
         if self.state is GroupState.EMPTY:
             delay = self.initial_delay_s
@@ -301,20 +295,20 @@ class Group:
              now: float) -> SyncResult | Reply:
         member = self.members.get(member_id)
         if member is None:
-            return SyncResult(UNKNOWN_MEMBER_ID)
+            return SyncResult(UnknownMemberIdError.code)
         if generation != self.generation:
-            return SyncResult(ILLEGAL_GENERATION)
+            return SyncResult(IllegalGenerationError.code)
         if self.state in (GroupState.EMPTY, GroupState.DEAD):
-            return SyncResult(UNKNOWN_MEMBER_ID)
+            return SyncResult(UnknownMemberIdError.code)
         if self.state is GroupState.PREPARING_REBALANCE:
-            return SyncResult(REBALANCE_IN_PROGRESS)
+            return SyncResult(RebalanceInProgressError.code)
         member.keep_alive(now)
         if self.state is GroupState.STABLE:
-            return SyncResult(NONE, member.assignment)
+            return SyncResult(NO_ERROR, member.assignment)
         # CompletingRebalance
         reply = Reply()
         if member.sync_reply is not None:
-            member.sync_reply.set(SyncResult(REBALANCE_IN_PROGRESS))
+            member.sync_reply.set(SyncResult(RebalanceInProgressError.code))
         member.sync_reply = reply
         if member_id == self.leader_id:
             for m in self.members.values():
@@ -322,7 +316,7 @@ class Group:
             self.state = GroupState.STABLE
             for m in self.members.values():
                 if m.sync_reply is not None:
-                    m.sync_reply.set(SyncResult(NONE, m.assignment))
+                    m.sync_reply.set(SyncResult(NO_ERROR, m.assignment))
                     m.sync_reply = None
                     m.keep_alive(now)
         return reply
@@ -332,43 +326,44 @@ class Group:
     def heartbeat(self, member_id: str, generation: int, now: float) -> int:
         member = self.members.get(member_id)
         if self.state is GroupState.DEAD or member is None:
-            return UNKNOWN_MEMBER_ID
+            return UnknownMemberIdError.code
         if generation != self.generation:
-            return ILLEGAL_GENERATION
+            return IllegalGenerationError.code
         member.keep_alive(now)
         if self.state is GroupState.PREPARING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
-        return NONE
+            return RebalanceInProgressError.code
+        return NO_ERROR
 
     def leave(self, member_id: str, now: float) -> int:
         member = self.members.get(member_id)
         if self.state is GroupState.DEAD or member is None:
-            return UNKNOWN_MEMBER_ID
+            return UnknownMemberIdError.code
         self._remove_and_rebalance(member, now)
-        return NONE
+        return NO_ERROR
 
     def validate_commit(self, member_id: str, generation: int, now: float) -> int:
         """The error an OffsetCommit from ``member_id`` at ``generation`` gets (0: store)."""
         if generation < 0 and self.state is GroupState.EMPTY:
-            return NONE  # a "simple" consumer's commit: no group management
+            return NO_ERROR  # a "simple" consumer's commit: no group management
         if self.state is GroupState.DEAD:
-            return UNKNOWN_MEMBER_ID
+            return UnknownMemberIdError.code
         if self.state is GroupState.COMPLETING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
+            return RebalanceInProgressError.code
         member = self.members.get(member_id)
         if member is None:
-            return UNKNOWN_MEMBER_ID
+            return UnknownMemberIdError.code
         if generation != self.generation:
-            return ILLEGAL_GENERATION
+            return IllegalGenerationError.code
         member.keep_alive(now)
-        return NONE
+        return NO_ERROR
 
     def _remove(self, member: Member) -> None:
         if member.join_reply is not None:
-            member.join_reply.set(JoinResult(UNKNOWN_MEMBER_ID, member_id=member.member_id))
+            member.join_reply.set(
+                JoinResult(UnknownMemberIdError.code, member_id=member.member_id))
             member.join_reply = None
         if member.sync_reply is not None:
-            member.sync_reply.set(SyncResult(UNKNOWN_MEMBER_ID))
+            member.sync_reply.set(SyncResult(UnknownMemberIdError.code))
             member.sync_reply = None
         del self.members[member.member_id]
         if self.leader_id == member.member_id:
@@ -403,7 +398,7 @@ class Group:
                 self._remove_and_rebalance(m, now)
         return expired
 
-    def shutdown(self, error: int = NOT_COORDINATOR) -> None:
+    def shutdown(self, error: int = NotCoordinatorError.code) -> None:
         """Answer every parked request with ``error`` and forget the members (the broker
         stops coordinating this group)."""
         for m in self.members.values():
