@@ -21,16 +21,15 @@ from pacing_helpers import check_paced
 import trilog
 from trilog.broker import open_broker
 from trilog.client import open_client
-from trilog.client._consumer_protocol import (
-    assign_members,
+from trilog.client._assignment import assign_members, spread_over_streams
+from trilog.client._offsets import BrokerOffsetStore
+from trilog.errors import RemoteProtocolError
+from trilog.protocol import (
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
-    spread_over_streams,
 )
-from trilog.client._offsets import BrokerOffsetStore
-from trilog.errors import RemoteProtocolError
 
 # -- pure: ConsumerProtocol bytes, the range assignor over members, streams -------------------
 

@@ -4,6 +4,10 @@ Seed 000/001, "Consumer rebalancing algorithm": for each topic, sort its partiti
 consumer threads that subscribe to it, then give each thread a contiguous range; the first
 ``P mod C`` threads get one partition more (Kafka's range assignor).  Every consumer of a
 group computes this from the same ZooKeeper data and so reaches the same answer.
+
+A broker-coordinated group's leader range-assigns over members instead (``assign_members``,
+Kafka's ``RangeAssignor``), and each member deals its share over its streams
+(``spread_over_streams``).
 """
 
 from __future__ import annotations
@@ -45,15 +49,60 @@ def assign_group(subscriptions: Mapping[str, Mapping[str, int]],
     ``subscriptions`` maps each consumer id to ``{topic: number of streams}`` (for filters,
     the topics it matched); ``partitions`` maps each topic to its partition numbers.
     """
-    result: dict[str, dict[str, list[int]]] = {}
     topics = sorted({t for sub in subscriptions.values() for t in sub})
-    for topic in topics:
-        threads = [tid for cid, sub in subscriptions.items() if topic in sub
-                   for tid in thread_ids(cid, sub[topic])]
-        for thread, parts in assign_ranges(partitions.get(topic, ()), threads).items():
+    return _assign_topics({topic: [tid for cid, sub in subscriptions.items() if topic in sub
+                                   for tid in thread_ids(cid, sub[topic])]
+                           for topic in topics}, partitions)
+
+
+def assign_members(subscriptions: Mapping[str, Iterable[str]],
+                   partitions: Mapping[str, Iterable[int]]) -> dict[str, dict[str, list[int]]]:
+    """Kafka's ``RangeAssignor``: ``{member id: {topic: [partitions]}}`` for every member.
+
+    For each topic, the members subscribed to it, sorted by member id, get contiguous ranges
+    of its sorted partitions (the first ``P mod M`` one more).  Topics without partitions
+    (unknown to the cluster) assign nothing.
+    """
+    subs = {m: set(ts) for m, ts in subscriptions.items()}
+    topics = sorted({t for ts in subs.values() for t in ts})
+    assigned = _assign_topics({topic: [m for m in subs if topic in subs[m]] for topic in topics},
+                              partitions)
+    return {m: assigned.get(m, {}) for m in subs}
+
+
+def _assign_topics(subscribers: Mapping[str, Iterable[str]],
+                   partitions: Mapping[str, Iterable[int]]) -> dict[str, dict[str, list[int]]]:
+    """``{topic: subscriber ids}`` -> ``{subscriber: {topic: [partitions]}}``, each topic
+    range-assigned over its subscribers; a subscriber that gets nothing is left out."""
+    result: dict[str, dict[str, list[int]]] = {}
+    for topic, ids in subscribers.items():
+        for subscriber, parts in assign_ranges(partitions.get(topic, ()), ids).items():
             if parts:
-                result.setdefault(thread, {})[topic] = parts
+                result.setdefault(subscriber, {})[topic] = parts
     return result
+
+
+def spread_over_streams(assigned: Mapping[str, Iterable[int]],
+                        streams: Mapping[str, int] | int) -> dict[tuple[str, int], int]:
+    """Which of a member's streams gets each of its partitions: ``{(topic, p): index}``.
+
+    Kafka assigns to members; a trilog member with several streams deals its partitions
+    round robin: per topic over that topic's streams (``streams`` a mapping, ``topics=``),
+    or over all its partitions in order (``streams`` a count, a topic filter).
+    """
+    out: dict[tuple[str, int], int] = {}
+    if isinstance(streams, int):
+        tps = sorted((t, p) for t, ps in assigned.items() for p in ps)
+        for i, tp in enumerate(tps):
+            out[tp] = i % max(streams, 1)
+        return out
+    for topic in sorted(assigned):
+        count = streams.get(topic, 0)
+        if count <= 0:
+            continue  # not ours to read (a leader assigned a topic we did not ask for)
+        for i, p in enumerate(sorted(assigned[topic])):
+            out[(topic, p)] = i % count
+    return out
 
 
 @dataclass(frozen=True)

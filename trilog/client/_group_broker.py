@@ -5,7 +5,7 @@
 
 This is what kafka-python's ``KafkaConsumer(group_id=...)`` and Kafka's Java consumer do,
 on the wire and in the group: protocol type ``consumer``, assignor ``range``, the standard
-ConsumerProtocol bytes (``_consumer_protocol.py``), so trilog and other Kafka consumers can
+ConsumerProtocol bytes (``trilog.protocol``), so trilog and other Kafka consumers can
 share a group.  One **rebalance loop** task runs a member's life:
 
 1. find the coordinator (FindCoordinator) and open a connection of our own to it (a
@@ -43,19 +43,9 @@ from typing import AsyncIterator
 import trio
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.client._assignment import TopicFilter
+from trilog.client._assignment import TopicFilter, assign_members, spread_over_streams
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import SimpleConsumer
-from trilog.client._consumer_protocol import (
-    PROTOCOL_TYPE,
-    RANGE,
-    assign_members,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-    spread_over_streams,
-)
 from trilog.client._group import GroupConsumerConnector, MessageStream, running
 from trilog.client._metadata import ClusterMetadata
 from trilog.client._offsets import BrokerOffsetStore, Coordinator
@@ -74,10 +64,16 @@ from trilog.errors import (
     error_for_code,
 )
 from trilog.protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    RANGE_ASSIGNOR,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
     SyncGroupRequest,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
 )
 
 log = logging.getLogger("trilog.consumer.group")
@@ -224,9 +220,9 @@ class BrokerConsumerConnector(GroupConsumerConnector):
         join = await conn.request(J(
             group_id=self.group_id, session_timeout_ms=self._session_timeout_ms,
             rebalance_timeout_ms=self._rebalance_timeout_ms, member_id=self.member_id,
-            protocol_type=PROTOCOL_TYPE,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
             protocols=[J.JoinGroupRequestProtocol(
-                name=RANGE, metadata=encode_subscription(self._subscription))],
+                name=RANGE_ASSIGNOR, metadata=encode_subscription(self._subscription))],
         ), timeout_s=self._join_timeout_s)
         if join.error_code:
             raise error_for_code(join.error_code)

@@ -44,13 +44,14 @@ from trilog.errors import (
     error_for_code,
 )
 from trilog.protocol import (
+    CONSUMER_PROTOCOL_TYPE,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     ListGroupsRequest,
     ListOffsetsRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
-    Reader,
+    decode_assignment,
 )
 
 TopicPartition = tuple[str, int]
@@ -139,26 +140,9 @@ class ResetPlan:
 
 def decode_consumer_assignment(data: bytes) -> list[TopicPartition]:
     """The partitions of a ConsumerProtocol assignment (what a ``consumer`` group's leader
-    hands each member in SyncGroup, and DescribeGroups shows)::
-
-        version          int16
-        assignment       int32 N, then N of: topic string, int32 M, then M int32 partitions
-        user_data        nullable bytes (absent in some old encodings)
-
-    Empty input (a group not Stable) is no assignment; anything malformed raises
-    ``RemoteProtocolError``.  Lengths are checked by ``Reader`` before anything is
-    allocated."""
-    if not data:
-        return []
-    r = Reader(data)
-    r.int16()  # version: later versions only append fields
-    out: list[TopicPartition] = []
-    count = r.check_length(r.int32(), "assignment", nullable=True, item_size=6)
-    for _ in range(max(count, 0)):
-        topic = r.string()
-        n = r.check_length(r.int32(), "partitions", nullable=True, item_size=4)
-        out.extend((topic, r.int32()) for _ in range(max(n, 0)))
-    return out
+    hands each member in SyncGroup, and DescribeGroups shows), sorted.  Empty input (a
+    group not Stable) is no assignment; anything malformed raises ``RemoteProtocolError``."""
+    return decode_assignment(data).topic_partitions()
 
 
 class GroupAdmin:
@@ -421,7 +405,7 @@ class _BrokerGroupAdmin(GroupAdmin):
         owners: dict[TopicPartition, GroupMember] = {}
         for m in described.members:
             assignment: list[TopicPartition] = []
-            if described.protocol_type == "consumer":
+            if described.protocol_type == CONSUMER_PROTOCOL_TYPE:
                 try:
                     assignment = decode_consumer_assignment(bytes(m.member_assignment))
                 except RemoteProtocolError:

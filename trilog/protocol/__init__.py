@@ -22,6 +22,16 @@ DSL and generated classes), ``_messages`` (every supported API as data), ``_fram
 (frames, headers, whole messages, zero-copy fetch, ApiVersions fallback).
 """
 
+from trilog.protocol._consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    RANGE_ASSIGNOR,
+    ConsumerAssignment,
+    ConsumerSubscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from trilog.protocol._framing import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,
@@ -188,4 +198,17 @@ __all__ = [
     "read_correlation_id",
     "request_class",
     "response_class",
+]
+
+# Kafka's ConsumerProtocol (``_consumer_protocol``): subscriptions and assignments of
+# ``consumer`` groups.
+__all__ += [
+    "CONSUMER_PROTOCOL_TYPE",
+    "RANGE_ASSIGNOR",
+    "ConsumerAssignment",
+    "ConsumerSubscription",
+    "decode_assignment",
+    "decode_subscription",
+    "encode_assignment",
+    "encode_subscription",
 ]
