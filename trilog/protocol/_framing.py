@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
-from trilog.errors import RemoteProtocolError, UnsupportedVersionError
+from trilog.errors import NO_ERROR, RemoteProtocolError, UnsupportedVersionError
 from trilog.protocol._messages import (
     API_VERSIONS,
     REQUEST_CLASSES,
@@ -442,7 +442,9 @@ def decode_response(
 
 
 def api_versions_response(
-    error_code: int = 0, throttle_time_ms: int = 0, versions: Mapping[int, tuple[int, int]] | None = None
+    error_code: int = NO_ERROR,
+    throttle_time_ms: int = 0,
+    versions: Mapping[int, tuple[int, int]] | None = None,
 ) -> Message:
     """An ApiVersionsResponse listing ``versions`` (default: all of ``API_VERSIONS``)."""
     keys = [

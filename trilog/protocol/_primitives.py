@@ -30,7 +30,7 @@ codecs and ``encode(value) -> bytes`` / ``decode(data)`` for standalone use. The
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 from trilog.errors import LocalProtocolError, RemoteProtocolError
 
@@ -461,8 +461,8 @@ class _Records(Type):
     """Nullable bytes carrying a message set / record batches, kept opaque.
 
     Decodes to a zero-copy ``memoryview`` into the frame (``None`` for null). Encodes from a
-    bytes-like value or, in ``*_parts`` encodings, from any object with ``size``/``length``/``__len__``
-    that the caller will send itself (e.g. a file slice for ``sendfile``).
+    bytes-like value or, in ``*_parts`` encodings, from any object with ``size``, ``length``
+    or ``__len__`` that the caller will send itself (e.g. a file slice for ``sendfile``).
     """
 
     name = "records"
@@ -487,15 +487,33 @@ class _Records(Type):
         return None if n == -1 else r.raw(n, "records")
 
 
+class ItemDeclaration(Protocol):
+    """What ``Array`` knows of an item that is not a ``Type`` yet: a schema ``Struct``,
+    whose codec depends on the version (the schema layer swaps it in, ``Field.type_at``)."""
+
+    name: str
+    min_size: int
+
+
 class Array(Type):
-    """``int32`` count then that many items; count -1 is null (only if ``nullable``)."""
+    """``int32`` count then that many items; count -1 is null (only if ``nullable``).
+
+    Encodes and decodes when ``item`` is a ``Type``; an array of a schema ``Struct`` is a
+    declaration that the schema layer compiles per version.
+    """
 
     min_size = 4
 
-    def __init__(self, item: Type, *, nullable: bool = False) -> None:
+    def __init__(self, item: Type | ItemDeclaration, *, nullable: bool = False) -> None:
         self.item = item
         self.nullable = nullable
         self.name = f"[{item.name}]" + ("?" if nullable else "")
+
+    def _item_type(self) -> Type:
+        item = self.item
+        if not isinstance(item, Type):
+            raise LocalProtocolError(f"{self.name} is declared, not compiled: use its schema")
+        return item
 
     def write(self, w: Writer, value: Any) -> None:
         if value is None:
@@ -512,7 +530,7 @@ class Array(Type):
         if n > _INT32_MAX:
             raise LocalProtocolError(f"array of {n} items exceeds int32")
         w.buf += _INT32.pack(n)
-        item = self.item
+        item = self._item_type()
         for i, v in enumerate(value):
             try:
                 item.write(w, v)
@@ -523,7 +541,7 @@ class Array(Type):
         n = r.check_length(r.int32(), "array", nullable=self.nullable, item_size=self.item.min_size)
         if n == -1:
             return None
-        item = self.item
+        item = self._item_type()
         return [item.read(r) for _ in range(n)]
 
     def default(self) -> list[Any] | None:

@@ -33,7 +33,7 @@ code uses: 0, False, "", b"", [], and None for records). Objects compare by valu
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from trilog.errors import LocalProtocolError, RemoteProtocolError
 from trilog.protocol._primitives import DEFAULT_MAX_LENGTH, Array, Reader, Type, Writer
@@ -68,14 +68,17 @@ class Field:
         nullable: str | None = None,
         default: Any = _MISSING,
     ) -> None:
+        in_versions = parse_versions(versions)
+        if in_versions is None:
+            raise ValueError(f"field {name} is in no version")
         self.name = name
         self.type = type
-        self.versions = parse_versions(versions)
+        self.versions = in_versions
         self.nullable_versions = parse_versions(nullable)
         self._default = default
 
     def in_version(self, version: int) -> bool:
-        lo, hi = self.versions  # type: ignore[misc]
+        lo, hi = self.versions
         return lo <= version <= hi
 
     def nullable_in(self, version: int) -> bool:
@@ -102,11 +105,27 @@ class Field:
         return t
 
 
-class StructValue:
+if TYPE_CHECKING:
+
+    class _GeneratedClass(type):
+        """What a type checker knows of a generated class: the classes of its nested structs
+        are attributes made at run time (``ProduceRequest.TopicProduceData``)."""
+
+        def __getattr__(cls, name: str) -> type[StructValue]: ...
+
+else:
+    _GeneratedClass = type
+
+
+class StructValue(metaclass=_GeneratedClass):
     """Base of every generated message/struct class: keyword construction, value equality."""
 
     __slots__ = ()
     _struct: ClassVar[Struct]
+
+    if TYPE_CHECKING:
+        # The fields are slots made at run time, one per field of any version.
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init__(self, **fields: Any) -> None:
         for f in self._struct.fields:
@@ -304,8 +323,8 @@ def message(
     doc: str | None = None,
 ) -> type[Message]:
     """Declare a request or response; returns its generated class."""
-    struct = _MessageStruct(name, fields, doc)
-    cls: Any = struct.cls
+    cls = _MessageStruct(name, fields, doc).cls
+    assert issubclass(cls, Message)
     cls.API_KEY = api_key
     cls.IS_REQUEST = name.endswith("Request")
     cls.API_NAME = name[: -len("Request")] if cls.IS_REQUEST else name[: -len("Response")]
