@@ -16,16 +16,14 @@ from broker_helpers import create_topics_request, group_broker_config, trio_conn
 
 from trilog import protocol as p
 from trilog.broker import _offsets, open_broker
-from trilog.broker._offsets import (
-    OFFSETS_TOPIC,
+from trilog.broker._offsets import OFFSETS_TOPIC, java_string_hashcode, partition_for
+from trilog.protocol import (
     OffsetAndMetadata,
     OffsetKey,
-    decode_key,
     decode_offset_value,
+    decode_offsets_key,
     encode_offset_key,
     encode_offset_value,
-    java_string_hashcode,
-    partition_for,
 )
 
 NONE, UNKNOWN_TOPIC, OFFSET_METADATA_TOO_LARGE = 0, 3, 12
@@ -57,8 +55,8 @@ def test_partition_for_is_kafkas_rule():
 def test_record_format_is_kafkas():
     key = encode_offset_key("g", "t", 3)
     assert key == b"\x00\x01" + b"\x00\x01g" + b"\x00\x01t" + b"\x00\x00\x00\x03"
-    assert decode_key(key) == OffsetKey("g", "t", 3)
-    assert decode_key(b"\x00\x02\x00\x01g") == "g"  # group metadata: skipped by the loader
+    assert decode_offsets_key(key) == OffsetKey("g", "t", 3)
+    assert decode_offsets_key(b"\x00\x02\x00\x01g") == "g"  # group metadata: skipped by the loader
     om = OffsetAndMetadata(42, 7, "meta", 1000)
     value = encode_offset_value(om)
     assert value == (b"\x00\x03" + (42).to_bytes(8, "big") + (7).to_bytes(4, "big")
@@ -263,7 +261,7 @@ async def test_the_offsets_are_kafka_records_in_the_groups_partition(broker):
     from trilog.records import MemoryRecords
 
     (record,) = MemoryRecords(bytes(response.responses[0].partitions[0].records)).records()
-    assert decode_key(record.key) == OffsetKey("g", "t", 1)
+    assert decode_offsets_key(record.key) == OffsetKey("g", "t", 1)
     assert decode_offset_value(record.value).offset == 99
     await stream.aclose()
 

@@ -26,6 +26,7 @@ import contextvars
 import logging
 import math
 import time
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -38,12 +39,7 @@ from trilog.broker._groups import (
     Reply,
     SyncResult,
 )
-from trilog.broker._offsets import (
-    OFFSETS_TOPIC,
-    OffsetAndMetadata,
-    OffsetManager,
-    partition_for,
-)
+from trilog.broker._offsets import OFFSETS_TOPIC, OffsetManager, partition_for
 from trilog.errors import (
     NO_ERROR,
     ApiError,
@@ -67,11 +63,18 @@ from trilog.protocol import (
     JoinGroupResponse,
     LeaveGroupResponse,
     ListGroupsResponse,
+    Message,
+    OffsetAndMetadata,
     OffsetCommitResponse,
     OffsetFetchResponse,
+    RequestHeader,
+    StructValue,
     SyncGroupResponse,
 )
 from trilog.storage import LogManager
+
+if TYPE_CHECKING:
+    from trilog.broker._handlers import RequestHandler
 
 log = logging.getLogger("trilog.broker.groups")
 
@@ -110,7 +113,7 @@ class GroupCoordinator:
         self._timer_wakeup = trio.Event()
         self._watch_wakeup = trio.Event()
 
-    def register(self, handler) -> None:
+    def register(self, handler: RequestHandler) -> None:
         """Serve our APIs through ``handler`` (a ``RequestHandler``)."""
         for key, fn in (
             (ApiKey.FIND_COORDINATOR, self.find_coordinator),
@@ -252,10 +255,10 @@ class GroupCoordinator:
 
     # -- FindCoordinator -------------------------------------------------------------------------
 
-    async def find_coordinator(self, request, header):
+    async def find_coordinator(self, request: Message, header: RequestHeader) -> Message:
         R = FindCoordinatorResponse
 
-        def fail(code: int, message: str):
+        def fail(code: int, message: str) -> Message:
             return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
                      host="", port=-1)
 
@@ -281,19 +284,19 @@ class GroupCoordinator:
         return R(throttle_time_ms=0, error_code=NO_ERROR, error_message=None, node_id=node.node_id,
                  host=node.host, port=node.port)
 
-    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------------------
+    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
 
     def _group_error(self, group_id: str) -> int:
         if not group_id:
             return InvalidGroupIdError.code
         return self._error_for(group_id)
 
-    async def join_group(self, request, header):
+    async def join_group(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         R = JoinGroupResponse
         gid, member_id = request.group_id, request.member_id
 
-        def answer(result: JoinResult):
+        def answer(result: JoinResult) -> Message:
             return R(throttle_time_ms=0, error_code=result.error,
                      generation_id=result.generation, protocol_name=result.protocol,
                      leader=result.leader, member_id=result.member_id,
@@ -330,7 +333,7 @@ class GroupCoordinator:
             result = await result.wait()
         return answer(result)
 
-    async def sync_group(self, request, header):
+    async def sync_group(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         R = SyncGroupResponse
         code = self._group_error(request.group_id)
@@ -347,7 +350,7 @@ class GroupCoordinator:
         assert isinstance(result, SyncResult)
         return R(throttle_time_ms=0, error_code=result.error, assignment=result.assignment)
 
-    async def heartbeat(self, request, header):
+    async def heartbeat(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         code = self._group_error(request.group_id)
         group = self.groups.get(request.group_id)
@@ -357,7 +360,7 @@ class GroupCoordinator:
                                     trio.current_time()))
         return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
-    async def leave_group(self, request, header):
+    async def leave_group(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         code = self._group_error(request.group_id)
         group = self.groups.get(request.group_id)
@@ -371,7 +374,7 @@ class GroupCoordinator:
 
     # -- OffsetCommit / OffsetFetch ----------------------------------------------------------------
 
-    async def offset_commit(self, request, header):
+    async def offset_commit(self, request: Message, header: RequestHeader) -> Message:
         version = header.api_version
         gid = request.group_id
         generation = request.generation_id_or_member_epoch if version >= 1 else -1
@@ -419,7 +422,7 @@ class GroupCoordinator:
         else:
             await trio.lowlevel.checkpoint()
         R = OffsetCommitResponse
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[StructValue]] = {}
         for (name, index), error in results.items():
             by_topic.setdefault(name, []).append(
                 R.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
@@ -428,7 +431,7 @@ class GroupCoordinator:
                  topics=[R.OffsetCommitResponseTopic(name=n, partitions=ps)
                          for n, ps in by_topic.items()])
 
-    async def offset_fetch(self, request, header):
+    async def offset_fetch(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         version = header.api_version
         gid = request.group_id
@@ -447,9 +450,9 @@ class GroupCoordinator:
             wanted = {}
             for t in request.topics:
                 wanted.setdefault(t.name, []).extend(t.partition_indexes)
-        topics = []
+        topics: list[StructValue] = []
         for name, partitions in wanted.items():
-            parts = []
+            parts: list[StructValue] = []
             for index in partitions:
                 om = stored.get((name, index))
                 if om is None:
@@ -462,13 +465,13 @@ class GroupCoordinator:
             topics.append(T(name=name, partitions=parts))
         return R(throttle_time_ms=0, topics=topics, error_code=NO_ERROR)
 
-    # -- DescribeGroups / ListGroups ------------------------------------------------------------------
+    # -- DescribeGroups / ListGroups ---------------------------------------------------------------
 
-    async def describe_groups(self, request, header):
+    async def describe_groups(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         R = DescribeGroupsResponse
         G = R.DescribedGroup
-        out = []
+        out: list[StructValue] = []
         for gid in request.groups:
             code = self._error_for(gid)
             group = self.groups.get(gid)
@@ -486,7 +489,7 @@ class GroupCoordinator:
                 out.append(G(error_code=NO_ERROR, group_id=gid, members=members, **summary))
         return R(throttle_time_ms=0, groups=out)
 
-    async def list_groups(self, request, header):
+    async def list_groups(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         R = ListGroupsResponse
         if not self._active:
@@ -499,7 +502,7 @@ class GroupCoordinator:
                  groups=[R.ListedGroup(group_id=g, protocol_type=t)
                          for g, t in sorted(listed.items())])
 
-    # -- for tests and statistics() ---------------------------------------------------------------------
+    # -- for tests and statistics() ----------------------------------------------------------------
 
     def statistics(self) -> dict[str, int]:
         return {

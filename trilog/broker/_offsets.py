@@ -1,19 +1,8 @@
 """The offset manager: committed offsets as records of ``__consumer_offsets``, cached in memory.
 
-Records are Kafka's (``GroupMetadataManager``), so the topic reads the same as Kafka's::
-
-    key   (version 0 or 1: an offset commit; 2: group metadata, which trilog skips on load)
-        int16 version | string group | string topic | int32 partition
-    value (null: a tombstone, the offset is deleted)
-        v0: int16 version | int64 offset | string metadata | int64 timestamp
-        v1: int16 version | int64 offset | string metadata | int64 commit ts | int64 expire ts
-        v2: int16 version | int64 offset | string metadata | int64 commit ts
-        v3: int16 version | int64 offset | int32 leader epoch | string metadata | int64 commit ts
-
-    (strings: int16 length, then UTF-8; big-endian throughout)
-
-trilog writes value v3, or v1 when the commit asked for its own retention (OffsetCommit
-v2-4 ``retention_time_ms``), as Kafka 2.1+ does.
+Records are Kafka's (``GroupMetadataManager``), so the topic reads the same as Kafka's: an
+offset-commit key and value per committed offset, a null value (tombstone) when it is
+deleted.  ``trilog.protocol``'s ``_offsets_topic`` has their byte layout and codec.
 
 A group's offsets live in partition ``abs(java hashCode(group)) % partitions`` (see
 ``partition_for``), led by the group's coordinator.  A partition is **loaded** (read from
@@ -33,21 +22,33 @@ the cache and the log agree; the log work runs in worker threads.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import trio
 
 from trilog.broker._limits import RateLimitedLog
 from trilog.errors import (
+    NO_ERROR,
     ApiError,
+    CoordinatorNotAvailableError,
     CorruptMessageError,
+    InvalidCommitOffsetSizeError,
     InvalidFetchSizeError,
     MessageTooLargeError,
+    NotCoordinatorError,
     RecordListTooLargeError,
+    UnknownServerError,
+)
+from trilog.protocol import (
+    OffsetAndMetadata,
+    OffsetKey,
+    OffsetsRecordError,
+    decode_offset_value,
+    decode_offsets_key,
+    encode_offset_key,
+    encode_offset_value,
 )
 from trilog.records import CorruptRecordsError, RecordBatchBuilder, iter_batches
 from trilog.storage import Log, LogConfig, LogManager
@@ -58,21 +59,10 @@ _storage_faults = RateLimitedLog(log, 60.0)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
-# Error codes the offset manager answers with (trilog.errors holds the classes).
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-INVALID_COMMIT_OFFSET_SIZE = 28
-
 #: Snapshot and tombstone batches are cut at this size (well under ``message.max.bytes``).
 SNAPSHOT_BATCH_BYTES = 256 * 1024
 #: How much of the log one read takes while loading.
 LOAD_READ_BYTES = 1 << 20
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 TopicPartition = tuple[str, int]
 
@@ -96,103 +86,13 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
-# -- the record format ------------------------------------------------------------------------
-
-
-class OffsetAndMetadata(NamedTuple):
-    offset: int
-    leader_epoch: int = -1
-    metadata: str = ""
-    commit_timestamp: int = -1
-    #: Only when the commit asked for its own retention (value v1); else -1.
-    expire_timestamp: int = -1
-
-
-class OffsetKey(NamedTuple):
-    group: str
-    topic: str
-    partition: int
-
-
-def _string(text: str) -> bytes:
-    data = text.encode()
-    if len(data) > 0x7FFF:
-        raise ValueError("string longer than 32767 bytes")
-    return _I16.pack(len(data)) + data
-
-
-class _Cursor:
-    """Reads big-endian fields; any short read is ``ValueError``."""
-
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, s: struct.Struct) -> int:
-        if self.pos + s.size > len(self.data):
-            raise ValueError("record shorter than its fields")
-        (value,) = s.unpack_from(self.data, self.pos)
-        self.pos += s.size
-        return value
-
-    def string(self) -> str:
-        n = self.take(_I16)
-        if n < 0 or self.pos + n > len(self.data):
-            raise ValueError("bad string length")
-        text = self.data[self.pos : self.pos + n].decode()
-        self.pos += n
-        return text
-
-
-def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _I16.pack(1) + _string(group) + _string(topic) + _I32.pack(partition)
-
-
-def encode_offset_value(om: OffsetAndMetadata) -> bytes:
-    if om.expire_timestamp >= 0:
-        return (_I16.pack(1) + _I64.pack(om.offset) + _string(om.metadata)
-                + _I64.pack(om.commit_timestamp) + _I64.pack(om.expire_timestamp))
-    return (_I16.pack(3) + _I64.pack(om.offset) + _I32.pack(om.leader_epoch)
-            + _string(om.metadata) + _I64.pack(om.commit_timestamp))
-
-
-def decode_key(data: bytes) -> OffsetKey | str | None:
-    """An ``OffsetKey``, the group id of a group-metadata key (version 2), or None for a
-    key version this broker does not know.  ``ValueError`` if malformed."""
-    cur = _Cursor(data)
-    version = cur.take(_I16)
-    if version in (0, 1):
-        return OffsetKey(cur.string(), cur.string(), cur.take(_I32))
-    if version == 2:
-        return cur.string()
-    return None
-
-
-def decode_offset_value(data: bytes) -> OffsetAndMetadata:
-    """Value versions 0-3; ``ValueError`` for anything else."""
-    cur = _Cursor(data)
-    version = cur.take(_I16)
-    if version == 0:
-        offset, metadata = cur.take(_I64), cur.string()
-        return OffsetAndMetadata(offset, -1, metadata, cur.take(_I64))
-    if version == 1:
-        offset, metadata = cur.take(_I64), cur.string()
-        commit, expire = cur.take(_I64), cur.take(_I64)
-        return OffsetAndMetadata(offset, -1, metadata, commit, expire)
-    if version == 2:
-        offset, metadata = cur.take(_I64), cur.string()
-        return OffsetAndMetadata(offset, -1, metadata, cur.take(_I64))
-    if version == 3:
-        offset, epoch, metadata = cur.take(_I64), cur.take(_I32), cur.string()
-        return OffsetAndMetadata(offset, epoch, metadata, cur.take(_I64))
-    raise ValueError(f"unknown offset value version {version}")
+# -- the records --------------------------------------------------------------------------------
 
 
 def build_batches(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int,
-                  max_bytes: int = SNAPSHOT_BATCH_BYTES) -> list[bytes]:
-    """``(key, value or None)`` pairs as v2 batches of at most about ``max_bytes`` each."""
+                  max_bytes: int | None = SNAPSHOT_BATCH_BYTES) -> list[bytes]:
+    """``(key, value or None)`` pairs as v2 batches of at most about ``max_bytes`` each
+    (None: one batch)."""
     out = []
     builder = RecordBatchBuilder(max_bytes=max_bytes)
     for key, value in entries:
@@ -228,28 +128,39 @@ def read_offsets(lg: Log) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
                 skipped += batch.record_count
                 records = []
             for record in records:
-                if record.key is None:
-                    continue
                 try:
-                    key = decode_key(record.key)
-                    if not isinstance(key, OffsetKey):
-                        continue
-                    tp = (key.topic, key.partition)
-                    if record.value is None:
-                        offsets = groups.get(key.group)
-                        if offsets is not None:
-                            offsets.pop(tp, None)
-                            if not offsets:
-                                del groups[key.group]
-                        continue
-                    groups.setdefault(key.group, {})[tp] = decode_offset_value(record.value)
-                except ValueError:  # UnicodeDecodeError included
+                    _replay(groups, record.key, record.value)
+                except OffsetsRecordError:
                     skipped += 1
             offset = batch.next_offset
     if skipped:
         log.warning("%s-%d: skipped %d records that are not offset commits of a known format",
                     lg.topic, lg.partition, skipped)
     return groups
+
+
+def _replay(groups: dict[str, dict[TopicPartition, OffsetAndMetadata]], key: bytes | None,
+            value: bytes | None) -> None:
+    """Apply one record of the offsets topic to ``groups``: set an offset, or delete it
+    (tombstone).  Other records (group metadata, no key) change nothing."""
+    decoded = None if key is None else decode_offsets_key(key)
+    if not isinstance(decoded, OffsetKey):
+        return
+    tp = (decoded.topic, decoded.partition)
+    if value is not None:
+        groups.setdefault(decoded.group, {})[tp] = decode_offset_value(value)
+    else:
+        _forget(groups, decoded.group, tp)
+
+
+def _forget(groups: dict[str, dict[TopicPartition, OffsetAndMetadata]], group: str,
+            tp: TopicPartition) -> None:
+    """Drop ``group``'s offset of ``tp``, and the group once it has none."""
+    offsets = groups.get(group)
+    if offsets is not None:
+        offsets.pop(tp, None)
+        if not offsets:
+            del groups[group]
 
 
 # -- the manager ----------------------------------------------------------------------------
@@ -358,20 +269,20 @@ class OffsetManager:
         part = self.partitions.get(partition)
         if part is None or not part.loaded:
             await trio.lowlevel.checkpoint()
-            return NOT_COORDINATOR
+            return NotCoordinatorError.code
         now = _now_ms()
         entries = [(encode_offset_key(group, t, p), encode_offset_value(om))
                    for (t, p), om in offsets.items()]
         async with part.lock:
             if self.partitions.get(partition) is not part:
-                return NOT_COORDINATOR
+                return NotCoordinatorError.code
             # One batch: the commit is all or nothing, as in Kafka.
             code = await self._append(partition, build_batches(entries, now, max_bytes=None))
-            if code:
+            if code != NO_ERROR:
                 return code
             part.offsets.setdefault(group, {}).update(offsets)
             await self._maybe_compact(part)
-        return NONE
+        return NO_ERROR
 
     async def expire(self, partition: int, now_ms: int,
                      has_members: Callable[[str], bool]) -> int:
@@ -396,16 +307,12 @@ class OffsetManager:
                 return 0
             entries = [(encode_offset_key(g, t, p), None) for g, (t, p) in expired]
             code = await self._append(partition, build_batches(entries, now_ms))
-            if code:
+            if code != NO_ERROR:
                 log.warning("could not write %d offset tombstones to %s-%d (error %d)",
                             len(expired), OFFSETS_TOPIC, partition, code)
                 return 0
             for group, tp in expired:
-                offsets = part.offsets.get(group)
-                if offsets is not None:
-                    offsets.pop(tp, None)
-                    if not offsets:
-                        del part.offsets[group]
+                _forget(part.offsets, group, tp)
             log.info("expired %d offsets in %s-%d", len(expired), OFFSETS_TOPIC, partition)
             await self._maybe_compact(part)
             return len(expired)
@@ -414,25 +321,25 @@ class OffsetManager:
         lg = self.logs.get_log(OFFSETS_TOPIC, partition)
         if lg is None:
             await trio.lowlevel.checkpoint()
-            return NOT_COORDINATOR
+            return NotCoordinatorError.code
         try:
             await trio.to_thread.run_sync(_append_all, lg, batches, limiter=self.limiter)
         except (MessageTooLargeError, RecordListTooLargeError, InvalidFetchSizeError):
-            return INVALID_COMMIT_OFFSET_SIZE
+            return InvalidCommitOffsetSizeError.code
         except CorruptMessageError:
             log.exception("offsets batch refused by %s-%d", OFFSETS_TOPIC, partition)
-            return UNKNOWN_SERVER_ERROR
+            return UnknownServerError.code
         except ApiError as exc:
             return exc.code
         except OSError as exc:  # a full or failing disk: the client retries later
             _storage_faults.error(partition, "append to %s-%d failed: %s", OFFSETS_TOPIC,
                                   partition, exc)
-            return COORDINATOR_NOT_AVAILABLE
+            return CoordinatorNotAvailableError.code
         except Exception:
             # A closed log (shutdown): the client retries elsewhere/later.
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition)
-            return COORDINATOR_NOT_AVAILABLE
-        return NONE
+            return CoordinatorNotAvailableError.code
+        return NO_ERROR
 
     async def _maybe_compact(self, part: OffsetsPartition) -> None:
         """Under ``part.lock``: snapshot and drop old segments if the log outgrew the cache."""

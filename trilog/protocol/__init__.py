@@ -19,7 +19,8 @@ nested structs hang off their parent class)::
 
 Modules: ``_primitives`` (wire types, Reader/Writer, length caps), ``_schema`` (the schema
 DSL and generated classes), ``_messages`` (every supported API as data), ``_framing``
-(frames, headers, whole messages, zero-copy fetch, ApiVersions fallback).
+(frames, headers, whole messages, zero-copy fetch, ApiVersions fallback), ``_offsets_topic``
+(the key and value records of ``__consumer_offsets``).
 """
 
 from trilog.protocol._consumer_protocol import (
@@ -92,6 +93,15 @@ from trilog.protocol._messages import (
     SyncGroupResponse,
     request_class,
     response_class,
+)
+from trilog.protocol._offsets_topic import (
+    OffsetAndMetadata,
+    OffsetKey,
+    OffsetsRecordError,
+    decode_offset_value,
+    decode_offsets_key,
+    encode_offset_key,
+    encode_offset_value,
 )
 from trilog.protocol._primitives import (
     BOOLEAN,
@@ -211,4 +221,16 @@ __all__ += [
     "decode_subscription",
     "encode_assignment",
     "encode_subscription",
+]
+
+# The records of ``__consumer_offsets`` (``_offsets_topic``): committed offsets as Kafka's
+# group coordinator writes them.
+__all__ += [
+    "OffsetAndMetadata",
+    "OffsetKey",
+    "OffsetsRecordError",
+    "decode_offset_value",
+    "decode_offsets_key",
+    "encode_offset_key",
+    "encode_offset_value",
 ]
