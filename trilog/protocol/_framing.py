@@ -250,7 +250,7 @@ class FrameSplitter:
         del buf[:pos]
         return frames
 
-    def _feed_large(self, data) -> list[bytes | bytearray]:
+    def _feed_large(self, data: bytes | bytearray | memoryview) -> list[bytes | bytearray]:
         large = self._large
         assert large is not None and self._need is not None
         take = min(len(data), self._need - self._large_got)
@@ -403,7 +403,8 @@ def read_correlation_id(payload: bytes | bytearray | memoryview) -> int:
     view = memoryview(payload).cast("B")
     if view.nbytes < 4:
         raise RemoteProtocolError(f"response of {view.nbytes} bytes has no correlation id")
-    return _SIZE.unpack_from(view, 0)[0]
+    correlation_id: int = _SIZE.unpack_from(view, 0)[0]
+    return correlation_id
 
 
 def decode_response(

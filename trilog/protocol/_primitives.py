@@ -30,6 +30,7 @@ codecs and ``encode(value) -> bytes`` / ``decode(data)`` for standalone use. The
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from trilog.errors import LocalProtocolError, RemoteProtocolError
@@ -87,9 +88,10 @@ class Reader:
         self.pos = start + n
         return start
 
-    def _unpack(self, st: struct.Struct, what: str) -> Any:
+    def _unpack(self, st: struct.Struct, what: str) -> int:
         start = self._take(st.size, what)
-        return st.unpack_from(self._view, start)[0]
+        value: int = st.unpack_from(self._view, start)[0]
+        return value
 
     def int8(self) -> int:
         return self._unpack(_INT8, "int8")
@@ -307,7 +309,7 @@ class _Fixed(Type):
         self._st = st
         self._lo, self._hi = lo, hi
         self.min_size = st.size
-        self._reader = getattr(Reader, reader)
+        self._reader: Callable[[Reader], int] = getattr(Reader, reader)
 
     def write(self, w: Writer, value: Any) -> None:
         try:
