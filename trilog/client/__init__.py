@@ -3,14 +3,8 @@
 Every object with background work is an ``async with open_*(...)`` that owns its nursery.
 """
 
-from trilog.client._admin import (
-    Admin,
-    BrokerAddress,
-    PartitionInfo,
-    TopicInfo,
-    open_admin,
-    parse_bootstrap,
-)
+from trilog.client._admin import Admin, PartitionInfo, TopicInfo, open_admin
+from trilog.client._brokers import BrokerAddress, parse_bootstrap
 from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_ranges
 from trilog.client._client import Client, open_client
 from trilog.client._connection import BrokerConnection, open_connection

@@ -27,6 +27,7 @@ from trilog.protocol import (
     DeleteTopicsRequest,
     MetadataRequest,
 )
+from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
 from trilog.client._connection import open_connection
 
 
@@ -44,30 +45,6 @@ class TopicInfo:
     partitions: tuple[PartitionInfo, ...] = field(default_factory=tuple)
     internal: bool = False
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class BrokerAddress:
-    node_id: int
-    host: str
-    port: int
-
-
-def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
-    """``"h1:9092,h2:9093"`` (or a list) -> ``[("h1", 9092), ("h2", 9093)]``."""
-    items = servers.split(",") if isinstance(servers, str) else list(servers)
-    out = []
-    for item in items:
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"bootstrap server {item!r} is not host:port")
-        out.append((host.strip("[]") or "127.0.0.1", int(port)))
-    if not out:
-        raise ValueError("no bootstrap servers given")
-    return out
 
 
 class Admin:
@@ -142,22 +119,7 @@ class _ZooKeeperAdmin(Admin):
         self.zk = zk
 
     async def brokers(self) -> list[BrokerAddress]:
-        from trilog.zk import BROKER_IDS, BrokerRegistration, NoNodeError, broker_path
-
-        out = []
-        try:
-            ids = await self.zk.get_children(BROKER_IDS)
-        except NoNodeError:
-            return []
-        for child in ids:
-            if not child.isdigit():
-                continue
-            try:
-                reg = BrokerRegistration.decode(int(child), await self.zk.get(broker_path(int(child))))
-            except NoNodeError:
-                continue
-            out.append(BrokerAddress(reg.broker_id, reg.host, reg.port))
-        return sorted(out, key=lambda b: b.node_id)
+        return await registered_brokers(self.zk)
 
     async def describe_topics(self, names=None) -> list[TopicInfo]:
         from trilog.zk import (

@@ -23,7 +23,7 @@ import trio
 from trio_util import AsyncValue
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.client._admin import parse_bootstrap
+from trilog.client._brokers import parse_bootstrap, registered_brokers
 from trilog.client._connection import BrokerConnection, open_connection
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.errors import NetworkError, TrilogError
@@ -212,22 +212,14 @@ class Client:
     async def _follow_zookeeper(self, zk, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Keep the broker list from ZooKeeper, refreshing metadata when brokers or topics
         change (new broker, lost broker, new topic, new assignment)."""
-        from trilog.zk import BROKER_IDS, BROKER_TOPICS, BrokerRegistration, NoNodeError, broker_path
+        from trilog.zk import BROKER_IDS, BROKER_TOPICS
 
         ids = await zk.watch_children(BROKER_IDS)
         topics = await zk.watch_children(BROKER_TOPICS)
 
         async def read_brokers(children) -> None:
-            brokers = []
-            for child in children or []:
-                if not child.isdigit():
-                    continue
-                try:
-                    reg = BrokerRegistration.decode(int(child), await zk.get(broker_path(int(child))))
-                except (NoNodeError, TrilogError):
-                    continue
-                brokers.append((reg.host, reg.port))
-            self._zk_brokers = brokers
+            self._zk_brokers = [(b.host, b.port)
+                                for b in await registered_brokers(zk, children or [])]
 
         await read_brokers(await _first_value(ids))
         if self._zk_brokers:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import trio
 
+from trilog.client._brokers import registered_brokers
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import EARLIEST, LATEST
 from trilog.client._metadata import Node
@@ -602,27 +603,8 @@ async def open_group_admin(bootstrap_servers: str | list[str] | None = None, *,
 
         zk = await stack.enter_async_context(open_zookeeper(
             zookeeper, connection_timeout_ms=connect_timeout_ms))
-        brokers = await _registered_brokers(zk)
+        brokers = [f"{b.host}:{b.port}" for b in await registered_brokers(zk)]
         client = None
         if brokers:
             client = await stack.enter_async_context(open_client(brokers, **options))
         yield _ZooKeeperGroupAdmin(zk, client)
-
-
-async def _registered_brokers(zk) -> list[str]:
-    from trilog.zk import BROKER_IDS, BrokerRegistration, NoNodeError, broker_path
-
-    try:
-        ids = await zk.get_children(BROKER_IDS)
-    except NoNodeError:
-        return []
-    out = []
-    for child in sorted(ids):
-        if not child.isdigit():
-            continue
-        try:
-            reg = BrokerRegistration.decode(int(child), await zk.get(broker_path(int(child))))
-        except (NoNodeError, TrilogError):
-            continue
-        out.append(f"{reg.host}:{reg.port}")
-    return out
