@@ -15,9 +15,8 @@ refresh requests share one round trip.
 from __future__ import annotations
 
 import logging
-import random
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import AsyncIterator
 
 import trio
 from trio_util import AsyncValue
@@ -26,10 +25,22 @@ from trilog._concurrency import unwrap_exception_group
 from trilog.client._brokers import parse_bootstrap, registered_brokers
 from trilog.client._connection import BrokerConnection, open_connection
 from trilog.client._metadata import ClusterMetadata, Node
-from trilog.errors import NetworkError, TrilogError
+from trilog.client._retry import Backoff
+from trilog.errors import (
+    LeaderNotAvailableError,
+    NetworkError,
+    TrilogError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
 from trilog.protocol import MetadataRequest
 
 log = logging.getLogger("trilog.client")
+
+#: ``partitions_for``: how often to ask again for a topic that has no leaders yet
+_TOPIC_WAIT = Backoff(first_s=0.01, max_s=0.5)
+#: after a ZooKeeper change: until a broker's metadata shows it (it may lag), then give up
+_ZOOKEEPER_CHANGE = Backoff(first_s=0.05, max_s=2.0, max_attempts=8)
 
 
 class Client:
@@ -45,8 +56,8 @@ class Client:
         self._connect_timeout_s = connect_timeout_ms / 1000
         self.request_timeout_s = request_timeout_ms / 1000
         self._metadata_max_age_s = metadata_max_age_ms / 1000
-        self._backoff_s = reconnect_backoff_ms / 1000
-        self._backoff_max_s = reconnect_backoff_max_ms / 1000
+        self._reconnect = Backoff(reconnect_backoff_ms / 1000, reconnect_backoff_max_ms / 1000,
+                                  jitter=0.2)
         self.allow_auto_create_topics = allow_auto_create_topics
         self.metadata: AsyncValue[ClusterMetadata] = AsyncValue(ClusterMetadata())
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
@@ -81,8 +92,7 @@ class Client:
         try:
             failures = self._failures.get(address, 0)
             if failures:
-                delay = min(self._backoff_s * 2 ** (failures - 1), self._backoff_max_s)
-                await trio.sleep(delay * random.uniform(0.8, 1.2))
+                await trio.sleep(self._reconnect.delay(failures))
             try:
                 conn = await self._nursery.start(self._hold, address)
             except NetworkError:
@@ -155,20 +165,13 @@ class Client:
     async def partitions_for(self, topic: str, *, timeout_s: float | None = None
                              ) -> tuple[int, ...]:
         """The partitions of ``topic``, refreshing (and auto-creating) until it has leaders."""
-        from trilog.errors import (
-            LeaderNotAvailableError,
-            UnknownTopicOrPartitionError,
-            error_for_code,
-        )
-
         meta = self.metadata.value
         parts = meta.available_partitions(topic)
         if parts and len(parts) == len(meta.partitions_for(topic) or ()):
             return meta.partitions_for(topic)
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
-        delay = 0.01
         with trio.move_on_after(timeout):
-            while True:
+            async for _ in _TOPIC_WAIT.attempts():
                 meta = await self.refresh_metadata([topic])
                 if meta.available_partitions(topic):
                     return meta.partitions_for(topic)
@@ -179,8 +182,6 @@ class Client:
                     raise type(error)(f"topic {topic!r}: {error}")
                 if code == UnknownTopicOrPartitionError.code and not self.allow_auto_create_topics:
                     raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
-                await trio.sleep(delay)
-                delay = min(delay * 2, 0.5)
         raise UnknownTopicOrPartitionError(
             f"topic {topic!r} has no available partitions after {timeout:.1f} s"
         )
@@ -249,17 +250,14 @@ class Client:
             nursery.start_soon(on_brokers)
             nursery.start_soon(on_topics)
 
-    async def _refresh_until(self, done, attempts: int = 8) -> None:
+    async def _refresh_until(self, done: Callable[[ClusterMetadata], bool]) -> None:
         """Refresh metadata (backing off) until ``done(metadata)``; give up quietly."""
-        delay = 0.05
-        for _ in range(attempts):
+        async for _ in _ZOOKEEPER_CHANGE.attempts():
             try:
                 if done(await self.refresh_metadata()):
                     return
             except TrilogError as exc:
                 log.warning("metadata refresh after a ZooKeeper change failed: %s", exc)
-            await trio.sleep(delay)
-            delay = min(delay * 2, 2.0)
 
 
 async def _first_value(value: AsyncValue):

@@ -29,8 +29,9 @@ import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._client import Client, open_client
+from trilog.client._metadata import Node
+from trilog.client._retry import Backoff, is_retriable
 from trilog.errors import (
-    ApiError,
     LeaderNotAvailableError,
     NetworkError,
     NotLeaderOrFollowerError,
@@ -50,10 +51,10 @@ log = logging.getLogger("trilog.consumer")
 EARLIEST = -2
 LATEST = -1
 
-_RETRIES = 5
-#: how long ``wait_for_partition`` waits between Metadata requests: doubling up to the max
-_WAIT_BACKOFF_S = 0.05
-_WAIT_BACKOFF_MAX_S = 1.0
+#: fetches and ListOffsets that answer retriably: six attempts within about 1.5 s
+_RETRY = Backoff(first_s=0.05, max_s=1.0, max_attempts=6)
+#: how long ``wait_for_partition`` waits between Metadata requests
+_PARTITION_WAIT = Backoff(first_s=0.05, max_s=1.0)
 #: the answers that mean "not there yet" to a consumer following a partition
 _NOT_THERE_YET = (UnknownTopicOrPartitionError, LeaderNotAvailableError)
 
@@ -196,37 +197,18 @@ class SimpleConsumer:
         """Fetch many ``(topic, partition, offset, max_bytes)`` at once: one request per
         leader broker.  Results come back in the order asked.  Raises the first partition's
         error (``OffsetOutOfRangeError`` carries the valid range)."""
-        results: list[FetchedRecords | None] = [None] * len(requests)
+        results: dict[int, FetchedRecords] = {}
         todo = list(range(len(requests)))
-        for attempt in range(_RETRIES + 1):
-            by_node: dict[int, list[int]] = {}
-            meta = self._client.metadata.value
-            missing = False
-            for i in todo:
-                topic, partition = requests[i][0], requests[i][1]
-                node = meta.leader_for(topic, partition)
-                if node is None:
-                    missing = True
-                    continue
-                by_node.setdefault(node.node_id, []).append(i)
-            if missing:
-                await self._refresh_for({requests[i][0] for i in todo})
-                meta = self._client.metadata.value
-                by_node = {}
-                for i in todo:
-                    node = meta.leader_for(requests[i][0], requests[i][1])
-                    if node is None:
-                        raise UnknownTopicOrPartitionError(
-                            f"{requests[i][0]}-{requests[i][1]} does not exist or has no leader"
-                        )
-                    by_node.setdefault(node.node_id, []).append(i)
+        errors: list[BaseException] = []
+        tries = _RETRY.attempts()
+        async for _ in tries:
+            by_node = await self._leaders_of(requests, todo)
             retry: list[int] = []
-            errors: list[BaseException] = []
+            errors = []
 
-            async def one_node(node_id: int, indexes: list[int]) -> None:
+            async def one_node(node: Node, indexes: list[int]) -> None:
                 try:
-                    got = await self._fetch_from(meta.brokers[node_id],
-                                                 [requests[i] for i in indexes],
+                    got = await self._fetch_from(node, [requests[i] for i in indexes],
                                                  max_wait_ms, min_bytes)
                 except (NetworkError, RequestTimedOutError, ProtocolError):
                     retry.extend(indexes)
@@ -234,30 +216,42 @@ class SimpleConsumer:
                 for i, outcome in zip(indexes, got):
                     if isinstance(outcome, FetchedRecords):
                         results[i] = outcome
-                    elif isinstance(outcome, ApiError) and outcome.retriable:
-                        retry.append(i)
-                        errors.append(outcome)
                     else:
                         errors.append(outcome)
+                        if is_retriable(outcome):
+                            retry.append(i)
 
             with unwrap_exception_group():
                 async with trio.open_nursery() as nursery:
-                    for node_id, indexes in by_node.items():
-                        nursery.start_soon(one_node, node_id, indexes)
-            fatal = [e for e in errors if not (isinstance(e, ApiError) and e.retriable)]
+                    for node, indexes in by_node.items():
+                        nursery.start_soon(one_node, node, indexes)
+            fatal = [e for e in errors if not is_retriable(e)]
             if fatal:
                 raise fatal[0]
             if not retry:
-                return results  # type: ignore[return-value]
+                return [results[i] for i in range(len(requests))]
             todo = sorted(retry)
-            if attempt < _RETRIES:
+            if not tries.last:
                 self._client.request_metadata_refresh()
-                await trio.sleep(min(0.05 * 2 ** attempt, 1.0))
         raise errors[0] if errors else NetworkError("fetch failed after retries")
 
-    async def _refresh_for(self, topics) -> None:
-        for topic in topics:
-            await self._client.partitions_for(topic)
+    async def _leaders_of(self, requests: Sequence[tuple[str, int, int, int]],
+                          todo: list[int]) -> dict[Node, list[int]]:
+        """The indexes ``todo`` of ``requests`` by leader, refreshing metadata once for
+        partitions without one; ``UnknownTopicOrPartitionError`` if that does not help."""
+        def topic_partition(i: int) -> tuple[str, int]:
+            return requests[i][0], requests[i][1]
+
+        by_node, missing = self._client.metadata.value.group_by_leader(todo, topic_partition)
+        if missing:
+            for topic in {requests[i][0] for i in todo}:
+                await self._client.partitions_for(topic)
+            by_node, missing = self._client.metadata.value.group_by_leader(todo, topic_partition)
+            if missing:
+                topic, partition = topic_partition(missing[0])
+                raise UnknownTopicOrPartitionError(
+                    f"{topic}-{partition} does not exist or has no leader")
+        return by_node
 
     async def _fetch_from(self, node, wanted, max_wait_ms: int, min_bytes: int) -> list:
         R = FetchRequest
@@ -308,9 +302,8 @@ class SimpleConsumer:
         if self._client.metadata.value.leader_for(topic, partition) is not None:
             await trio.lowlevel.checkpoint()
             return
-        delay = _WAIT_BACKOFF_S
         told = False
-        while True:
+        async for _ in _PARTITION_WAIT.attempts():
             meta = await self._client.refresh_metadata(
                 [topic], allow_auto_create=self.allow_auto_create_topics)
             if meta.leader_for(topic, partition) is not None:
@@ -324,8 +317,6 @@ class SimpleConsumer:
                 told = True
                 log.info("%s-%d does not exist yet or has no leader; waiting for it",
                          topic, partition)
-            await trio.sleep(delay)
-            delay = min(delay * 2, _WAIT_BACKOFF_MAX_S)
 
     async def fetch_when_available(self, topic: str, partition: int, offset: int,
                                    max_bytes: int | None = None) -> FetchedRecords:
@@ -356,7 +347,12 @@ class SimpleConsumer:
         newest first (ListOffsets v0, Kafka 0.8's answer).
         """
         R = ListOffsetsRequest
-        for attempt in range(_RETRIES + 1):
+        request = R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
+            name=topic, partitions=[R.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=partition, timestamp=time, max_num_offsets=max_offsets)])])
+        version = 0 if max_offsets > 1 else None
+        tries = _RETRY.attempts()
+        async for _ in tries:
             node = self._client.metadata.value.leader_for(topic, partition)
             if node is None:
                 await self._client.partitions_for(topic)
@@ -364,23 +360,17 @@ class SimpleConsumer:
                 if node is None:
                     raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no leader")
             conn = await self._client.connection(node)
-            request = R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
-                name=topic, partitions=[R.ListOffsetsTopic.ListOffsetsPartition(
-                    partition_index=partition, timestamp=time, max_num_offsets=max_offsets)])])
-            version = 0 if max_offsets > 1 else None
             try:
                 response = await conn.request(request, version=version)
             except (NetworkError, RequestTimedOutError):
-                if attempt == _RETRIES:
+                if tries.last:
                     raise
-                await trio.sleep(0.05 * 2 ** attempt)
                 continue
             p = response.topics[0].partitions[0]
             if p.error_code:
                 err = error_for_code(p.error_code)
-                if err.retriable and attempt < _RETRIES:
+                if err.retriable and not tries.last:
                     self._client.request_metadata_refresh()
-                    await trio.sleep(0.05 * 2 ** attempt)
                     continue
                 raise type(err)(f"{topic}-{partition}: {err}")
             if version == 0:

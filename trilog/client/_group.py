@@ -289,21 +289,12 @@ class GroupConsumerConnector:
         """One fetcher task per leader broker; regrouped when leaders move."""
         with scope:
             while True:
-                meta = self._client.metadata.value
-                by_node: dict[int, list[tuple[str, int]]] = {}
-                missing = False
-                for tp in self.owned:
-                    node = meta.leader_for(*tp)
-                    if node is None:
-                        missing = True
-                    else:
-                        by_node.setdefault(node.node_id, []).append(tp)
+                by_node, leaderless = self._client.metadata.value.group_by_leader(self.owned)
                 regroup = trio.Event()
                 async with trio.open_nursery() as nursery:
-                    for node_id, tps in by_node.items():
-                        nursery.start_soon(self._fetch_from, meta.brokers[node_id], tps,
-                                           generation, regroup)
-                    if missing:
+                    for node, tps in by_node.items():
+                        nursery.start_soon(self._fetch_from, node, tps, generation, regroup)
+                    if leaderless:
                         regroup.set()
                     await regroup.wait()
                     nursery.cancel_scope.cancel()

@@ -6,8 +6,12 @@ whole on every refresh (never mutated), tested without a server.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
 
+_T = TypeVar("_T")
+TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class ClusterMetadata:
     controller_id: int = -1
 
     @classmethod
-    def from_response(cls, response) -> "ClusterMetadata":
+    def from_response(cls, response: Any) -> ClusterMetadata:
         brokers = {b.node_id: Node(b.node_id, b.host, b.port) for b in response.brokers}
         partitions: dict[str, tuple[int, ...]] = {}
         leaders: dict[tuple[str, int], int] = {}
@@ -48,7 +52,7 @@ class ClusterMetadata:
                    getattr(response, "cluster_id", None),
                    getattr(response, "controller_id", -1))
 
-    def merge(self, other: "ClusterMetadata", topics: list[str] | None) -> "ClusterMetadata":
+    def merge(self, other: ClusterMetadata, topics: list[str] | None) -> ClusterMetadata:
         """``other`` answered for ``topics`` only (None: for all): keep what it did not cover."""
         if topics is None:
             return other
@@ -72,3 +76,28 @@ class ClusterMetadata:
     def available_partitions(self, topic: str) -> tuple[int, ...]:
         return tuple(p for p in self.partitions.get(topic, ())
                      if self.leaders.get((topic, p), -1) >= 0)
+
+    @overload
+    def group_by_leader(self, items: Iterable[TopicPartition]
+                        ) -> tuple[dict[Node, list[TopicPartition]], list[TopicPartition]]: ...
+
+    @overload
+    def group_by_leader(self, items: Iterable[_T], topic_partition: Callable[[_T], TopicPartition]
+                        ) -> tuple[dict[Node, list[_T]], list[_T]]: ...
+
+    def group_by_leader(self, items: Iterable[Any],
+                        topic_partition: Callable[[Any], TopicPartition] | None = None
+                        ) -> tuple[dict[Node, list[Any]], list[Any]]:
+        """``items`` (in order) by the broker that leads their partition
+        (``topic_partition(item)``, or the item itself), and apart, those whose partition has
+        no leader (or is unknown)."""
+        by_leader: dict[Node, list[Any]] = {}
+        leaderless: list[Any] = []
+        for item in items:
+            tp = item if topic_partition is None else topic_partition(item)
+            node = self.leader_for(*tp)
+            if node is None:
+                leaderless.append(item)
+            else:
+                by_leader.setdefault(node, []).append(item)
+        return by_leader, leaderless

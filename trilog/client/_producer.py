@@ -38,8 +38,8 @@ import trio
 from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._client import Client, open_client
 from trilog.client._partitioner import DefaultPartitioner
+from trilog.client._retry import Backoff, is_retriable
 from trilog.errors import (
-    ApiError,
     DuplicateSequenceNumberError,
     MessageTooLargeError,
     NetworkError,
@@ -121,6 +121,9 @@ class _Batch:
         # its records' outcomes are theirs (see Producer._split).
         self.halves: tuple[_Batch, _Batch] | None = None
         self.parent: _Batch | None = None
+
+    def topic_partition(self) -> tuple[str, int]:
+        return self.topic, self.partition
 
     def leaf(self, index: int) -> tuple[_Batch, int]:
         """The batch that carried record ``index`` to the broker, and its index there."""
@@ -550,26 +553,17 @@ class Producer:
 
     async def _drain(self, nursery: trio.Nursery, now: float) -> bool:
         """Start Produce requests for ready batches; True if any was started."""
-        meta = self._client.metadata.value
-        by_node: dict[int, list[_Batch]] = {}
-        need_metadata: set[str] = set()
-        for tp, queue in self._ready.items():
-            if not queue or tp in self._busy_partitions:
-                continue
-            batch = queue[0]
-            if batch.retry_at > now:
-                continue
-            node = meta.leader_for(*tp)
-            if node is None:
-                need_metadata.add(tp[0])
-                continue
-            by_node.setdefault(node.node_id, []).append(batch)
-        if need_metadata and not self._refreshing:
+        due = [queue[0] for tp, queue in self._ready.items()
+               if queue and tp not in self._busy_partitions and queue[0].retry_at <= now]
+        by_node, leaderless = self._client.metadata.value.group_by_leader(
+            due, _Batch.topic_partition)
+        if leaderless and not self._refreshing:
             self._refreshing = True
-            nursery.start_soon(self._refresh_metadata, sorted(need_metadata))
+            nursery.start_soon(self._refresh_metadata, sorted({b.topic for b in leaderless}))
         started = False
-        for node_id, batches in by_node.items():
-            slots = self._node_slots.setdefault(node_id, trio.Semaphore(self._max_in_flight))
+        for node, batches in by_node.items():
+            slots = self._node_slots.setdefault(node.node_id,
+                                                trio.Semaphore(self._max_in_flight))
             if slots.value == 0:
                 continue
             request_batches, size = [], 0
@@ -587,8 +581,7 @@ class Producer:
                     self._busy_partitions.add(tp)  # one batch of the partition in flight
                 self._in_flight.add(batch)
             slots.acquire_nowait()
-            self._writer_for(nursery, meta.brokers[node_id]).send_nowait(
-                (slots, request_batches))
+            self._writer_for(nursery, node).send_nowait((slots, request_batches))
             started = True
         return started
 
@@ -698,8 +691,7 @@ class Producer:
         self._wakeup.set()
 
     def _retry_or_fail(self, batch: _Batch, error: BaseException) -> None:
-        retriable = isinstance(error, (NetworkError, RequestTimedOutError)) or (
-            isinstance(error, ApiError) and error.retriable)
+        retriable = is_retriable(error)
         now = trio.current_time()
         if retriable and now >= batch.deadline:
             self._complete(batch, error=self._timeout_error(batch, error))
@@ -720,7 +712,7 @@ class Producer:
     async def init_producer_id(self) -> None:
         """Idempotence: get a producer id and epoch from the cluster (``InitProducerId``)."""
         deadline = trio.current_time() + self._request_timeout_s
-        while True:
+        async for _ in Backoff(self._retry_backoff_s, self._retry_backoff_s).attempts():
             try:
                 conn = await self._client.any_connection()
                 response = await conn.request(InitProducerIdRequest(
@@ -736,7 +728,6 @@ class Producer:
                 error = exc
             if trio.current_time() >= deadline:
                 raise error
-            await trio.sleep(self._retry_backoff_s)
 
     async def _renew_producer_id(self) -> None:
         """A failed batch left a gap in a partition's sequence numbers, which the broker
@@ -747,8 +738,7 @@ class Producer:
         try:
             await self.init_producer_id()
         except TrilogError as exc:
-            if isinstance(exc, (NetworkError, RequestTimedOutError)) or (
-                    isinstance(exc, ApiError) and exc.retriable):
+            if is_retriable(exc):
                 log.warning("producer: could not renew the producer id (%s); retrying", exc)
                 self._sequence_gap = True
                 await trio.sleep(self._retry_backoff_s)
