@@ -48,7 +48,8 @@ from trilog.client._client import Client, open_client
 from trilog.client._consumer import SimpleConsumer
 from trilog.client._group import GroupConsumerConnector, MessageStream, running
 from trilog.client._metadata import ClusterMetadata
-from trilog.client._offsets import BrokerOffsetStore, Coordinator
+from trilog.client._coordinator import Coordinator
+from trilog.client._offsets import BrokerOffsetStore
 from trilog.errors import (
     ApiError,
     CoordinatorLoadInProgressError,

@@ -20,18 +20,21 @@ would overwrite the new offsets with their next commit.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
 from trilog.client._brokers import registered_brokers
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import EARLIEST, LATEST
+from trilog.client._coordinator import Coordinator
 from trilog.client._metadata import Node
+from trilog.client._offsets import BrokerOffsetStore
+from trilog.client._retry import REQUEST_RETRY
 from trilog.errors import (
-    ApiError,
     GroupIdNotFoundError,
     IllegalGenerationError,
     NetworkError,
@@ -39,7 +42,6 @@ from trilog.errors import (
     RebalanceInProgressError,
     RemoteProtocolError,
     RequestTimedOutError,
-    TrilogError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     error_for_code,
@@ -47,18 +49,13 @@ from trilog.errors import (
 from trilog.protocol import (
     CONSUMER_PROTOCOL_TYPE,
     DescribeGroupsRequest,
-    FindCoordinatorRequest,
     ListGroupsRequest,
     ListOffsetsRequest,
-    OffsetCommitRequest,
-    OffsetFetchRequest,
     decode_assignment,
 )
 
 TopicPartition = tuple[str, int]
 
-#: How often a retriable answer (coordinator moving or loading, leader changing) is retried.
-_ATTEMPTS = 10
 #: Broker group states in which the group has (or is gathering) members.
 _ACTIVE_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable")
 #: The states a broker reports for a group it knows nothing about.
@@ -251,26 +248,20 @@ class GroupAdmin:
         client = self._need_client()
         out: dict[TopicPartition, int] = {}
         todo = sorted(set(tps))
-        if todo:
-            await client.refresh_metadata(sorted({t for t, _ in todo}))
-        delay = 0.05
-        for attempt in range(_ATTEMPTS):
-            meta = client.metadata.value
-            by_leader: dict[Node, list[TopicPartition]] = {}
-            for tp in todo:
-                node = meta.leader_for(*tp)
-                if node is not None:
-                    by_leader.setdefault(node, []).append(tp)
-            retry = [tp for tp in todo if meta.leader_for(*tp) is None
-                     and tp[1] in (meta.partitions_for(tp[0]) or ())]
+        if not todo:
+            await trio.lowlevel.checkpoint()
+            return out
+        tries = REQUEST_RETRY.attempts()
+        async for _ in tries:
+            meta = await client.refresh_metadata(sorted({t for t, _ in todo}))
+            by_leader, leaderless = meta.group_by_leader(todo)
+            # A partition of a topic that exists may be between leaders: ask again.
+            retry = [tp for tp in leaderless if tp[1] in (meta.partitions_for(tp[0]) or ())]
             for node, wanted in by_leader.items():
                 retry += await self._list_offsets_from(client, node, wanted, timestamp, out)
-            if not retry or attempt == _ATTEMPTS - 1:
+            if not retry or tries.last:
                 break
             todo = sorted(retry)
-            await trio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-            await client.refresh_metadata(sorted({t for t, _ in todo}))
         return out
 
     @staticmethod
@@ -306,7 +297,7 @@ class _BrokerGroupAdmin(GroupAdmin):
 
     def __init__(self, client: Client) -> None:
         super().__init__(client)
-        self._coordinators: dict[str, Node] = {}
+        self._stores: dict[str, BrokerOffsetStore] = {}
 
     async def list_groups(self) -> list[str]:
         client = self._need_client()
@@ -318,8 +309,8 @@ class _BrokerGroupAdmin(GroupAdmin):
 
     @staticmethod
     async def _list_groups_of(client: Client, node: Node) -> list[str]:
-        delay = 0.05
-        for attempt in range(_ATTEMPTS):
+        tries = REQUEST_RETRY.attempts()
+        async for _ in tries:
             try:
                 conn = await client.connection(node)
                 response = await conn.request(ListGroupsRequest())
@@ -329,76 +320,29 @@ class _BrokerGroupAdmin(GroupAdmin):
             if response.error_code == 0:
                 return [g.group_id for g in response.groups]
             err = error_for_code(response.error_code)
-            if not err.retriable or attempt == _ATTEMPTS - 1:
+            if not err.retriable or tries.last:
                 raise type(err)(f"broker {node.node_id} cannot list its groups: {err}")
-            await trio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        raise AssertionError("unreachable")
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _coordinator(self, group_id: str) -> Node:
-        node = self._coordinators.get(group_id)
-        if node is not None:
-            return node
-        conn = await self._need_client().any_connection()
-        response = await conn.request(FindCoordinatorRequest(key=group_id, key_type=0))
-        if response.error_code:
-            err = error_for_code(response.error_code)
-            raise type(err)(f"no coordinator for group {group_id!r}: {err}")
-        node = self._coordinators[group_id] = Node(response.node_id, response.host,
-                                                   response.port)
-        return node
+    def _store(self, group_id: str) -> BrokerOffsetStore:
+        """The group's offsets, through its coordinator (a tool: when no broker answers at
+        all, it says so at once instead of retrying)."""
+        store = self._stores.get(group_id)
+        if store is None:
+            client = self._need_client()
+            store = self._stores[group_id] = BrokerOffsetStore(
+                client, group_id,
+                coordinator=Coordinator(client, group_id, retry_unreachable=False))
+        return store
 
-    async def _ask(self, group_id: str, request, error_of: Callable[[object], int]):
-        """Send ``request`` to the group's coordinator, finding it again and retrying while
-        it moves, loads or cannot be reached.  A non-retriable error code is raised."""
-        delay = 0.05
-        last: BaseException | None = None
-        for _ in range(_ATTEMPTS):
-            node = None
-            try:
-                node = await self._coordinator(group_id)
-                conn = await self._need_client().connection(node)
-                response = await conn.request(request)
-                code = error_of(response)
-                if not code:
-                    return response
-                raise error_for_code(code)
-            except (NetworkError, RequestTimedOutError, ApiError) as exc:
-                if isinstance(exc, ApiError) and not exc.retriable:
-                    raise
-                if node is None and isinstance(exc, (NetworkError, RequestTimedOutError)):
-                    raise  # no broker answers at all: retrying will not find the coordinator
-                last = exc
-                self._coordinators.pop(group_id, None)
-                await trio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-        assert last is not None
-        raise last
-
-    async def _describe(self, group_id: str):
-        response = await self._ask(group_id, DescribeGroupsRequest(groups=[group_id]),
-                                   lambda r: r.groups[0].error_code)
+    async def _describe(self, group_id: str) -> Any:
+        response = await self._store(group_id).coordinator.request(
+            DescribeGroupsRequest(groups=[group_id]), lambda r: r.groups[0].error_code)
         return response.groups[0]
-
-    async def _fetch(self, group_id: str, tps: list[TopicPartition] | None
-                     ) -> dict[TopicPartition, int]:
-        R = OffsetFetchRequest
-        topics = None
-        if tps is not None:
-            by_topic: dict[str, list[int]] = {}
-            for topic, partition in tps:
-                by_topic.setdefault(topic, []).append(partition)
-            topics = [R.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                      for t, ps in by_topic.items()]
-        response = await self._ask(group_id, R(group_id=group_id, topics=topics),
-                                   lambda r: r.error_code)
-        return {(t.name, p.partition_index): p.committed_offset
-                for t in response.topics for p in t.partitions
-                if p.error_code == 0 and p.committed_offset >= 0}
 
     async def describe_group(self, group_id: str) -> GroupDescription:
         described = await self._describe(group_id)
-        committed = await self._fetch(group_id, None)
+        committed = await self._store(group_id).fetch(None)
         if described.group_state in _UNKNOWN_STATES and not committed \
                 and not described.members:
             raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
@@ -428,41 +372,24 @@ class _BrokerGroupAdmin(GroupAdmin):
         return GroupDescription(
             group_id, self.storage, described.group_state, tuple(members), tuple(rows),
             described.protocol_type, described.protocol_data,
-            self._coordinators.get(group_id))
+            self._store(group_id).coordinator.known)
 
     async def _activity(self, group_id: str) -> tuple[str, int]:
         described = await self._describe(group_id)
         return described.group_state, len(described.members)
 
-    async def _committed(self, group_id, tps):
-        return await self._fetch(group_id, tps)
+    async def _committed(self, group_id: str, tps: list[TopicPartition]
+                         ) -> dict[TopicPartition, int]:
+        return await self._store(group_id).fetch(tps)
 
     async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
-        R = OffsetCommitRequest
-        P = R.OffsetCommitRequestTopic.OffsetCommitRequestPartition
-        by_topic: dict[str, list] = {}
-        for (topic, partition), offset in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append(P(
-                partition_index=partition, committed_offset=offset, committed_metadata=""))
-        request = R(group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
-                    retention_time_ms=-1,
-                    topics=[R.OffsetCommitRequestTopic(name=t, partitions=ps)
-                            for t, ps in by_topic.items()])
         try:
-            await self._ask(group_id, request, _first_partition_error)
+            await self._store(group_id).commit(offsets)
         except (UnknownMemberIdError, IllegalGenerationError, RebalanceInProgressError):
             # The coordinator refuses a commit from outside a group with members: one
             # joined after we looked.
             state, members = await self._activity(group_id)
             raise _not_inactive(group_id, state, members) from None
-
-
-def _first_partition_error(response) -> int:
-    for t in response.topics:
-        for p in t.partitions:
-            if p.error_code:
-                return p.error_code
-    return 0
 
 
 # -- groups of the ZooKeeper consumer connector -----------------------------------------------------
