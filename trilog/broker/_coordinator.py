@@ -291,6 +291,15 @@ class GroupCoordinator:
             return InvalidGroupIdError.code
         return self._error_for(group_id)
 
+    def _member_group(self, group_id: str) -> tuple[int, Group | None]:
+        """For a request of a member: ``(NO_ERROR, group)``, or the code to answer and None
+        (UNKNOWN_MEMBER_ID when this broker serves the group but has no such group)."""
+        code = self._group_error(group_id)
+        group = self.groups.get(group_id)
+        if code == NO_ERROR and group is None:
+            code = UnknownMemberIdError.code
+        return code, group if code == NO_ERROR else None
+
     async def join_group(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         R = JoinGroupResponse
@@ -336,11 +345,9 @@ class GroupCoordinator:
     async def sync_group(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
         R = SyncGroupResponse
-        code = self._group_error(request.group_id)
-        group = self.groups.get(request.group_id)
-        if code or group is None:
-            return R(throttle_time_ms=0, error_code=code or UnknownMemberIdError.code,
-                     assignment=b"")
+        code, group = self._member_group(request.group_id)
+        if group is None:
+            return R(throttle_time_ms=0, error_code=code, assignment=b"")
         result = group.sync(request.member_id, request.generation_id,
                             {a.member_id: bytes(a.assignment) for a in request.assignments},
                             trio.current_time())
@@ -352,22 +359,17 @@ class GroupCoordinator:
 
     async def heartbeat(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
-        code = self._group_error(request.group_id)
-        group = self.groups.get(request.group_id)
-        if not code:
-            code = (UnknownMemberIdError.code if group is None else
-                    group.heartbeat(request.member_id, request.generation_id,
-                                    trio.current_time()))
+        code, group = self._member_group(request.group_id)
+        if group is not None:
+            code = group.heartbeat(request.member_id, request.generation_id, trio.current_time())
         return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
     async def leave_group(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()
-        code = self._group_error(request.group_id)
-        group = self.groups.get(request.group_id)
-        if not code:
-            code = (UnknownMemberIdError.code if group is None else
-                    group.leave(request.member_id, trio.current_time()))
-            if not code:
+        code, group = self._member_group(request.group_id)
+        if group is not None:
+            code = group.leave(request.member_id, trio.current_time())
+            if code == NO_ERROR:
                 log.info("member %s left group %s", request.member_id, request.group_id)
         self._wake_timers()
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)

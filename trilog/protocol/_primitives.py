@@ -287,6 +287,12 @@ class Type:
         """The nullable variant of this type (itself when it has none)."""
         return self
 
+    def _write_null(self, w: Writer, length: struct.Struct) -> None:
+        """Null as Kafka writes it: length (or count) -1, if this type may be null."""
+        if not self.nullable:
+            raise LocalProtocolError(f"null is not allowed for a non-nullable {self.name}")
+        w.buf += length.pack(-1)
+
     def encode(self, value: Any) -> bytes:
         w = Writer()
         self.write(w, value)
@@ -406,9 +412,7 @@ class _String(Type):
 
     def write(self, w: Writer, value: Any) -> None:
         if value is None:
-            if not self.nullable:
-                raise LocalProtocolError("null is not allowed for a non-nullable string")
-            w.buf += _INT16.pack(-1)
+            self._write_null(w, _INT16)
             return
         if not isinstance(value, str):
             raise LocalProtocolError(f"string needs a str, got {type(value).__name__}")
@@ -437,9 +441,7 @@ class _Bytes(Type):
 
     def write(self, w: Writer, value: Any) -> None:
         if value is None:
-            if not self.nullable:
-                raise LocalProtocolError("null is not allowed for non-nullable bytes")
-            w.buf += _INT32.pack(-1)
+            self._write_null(w, _INT32)
             return
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise LocalProtocolError(f"bytes needs a bytes-like value, got {type(value).__name__}")
@@ -473,7 +475,7 @@ class _Records(Type):
 
     def write(self, w: Writer, value: Any) -> None:
         if value is None:
-            w.buf += _INT32.pack(-1)
+            self._write_null(w, _INT32)
             return
         n = records_size(value)
         if n > _INT32_MAX:
@@ -519,9 +521,7 @@ class Array(Type):
 
     def write(self, w: Writer, value: Any) -> None:
         if value is None:
-            if not self.nullable:
-                raise LocalProtocolError("null is not allowed for a non-nullable array")
-            w.buf += _INT32.pack(-1)
+            self._write_null(w, _INT32)
             return
         try:
             n = len(value)
