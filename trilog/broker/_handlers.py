@@ -23,11 +23,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from typing import Any, Callable
 
 import trio
 
+from trilog._time import now_ms
 from trilog._topic import validate_topic_name
 from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker._config import BrokerConfig
@@ -99,10 +99,6 @@ def _partition_error(exc: Exception, what: str, topic: str, partition: int) -> i
         return KafkaStorageError.code
     log.exception("%s of %s-%d failed", what, topic, partition)
     return UnknownServerError.code
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class RequestHandler:
@@ -543,7 +539,7 @@ class _ProducerIds:
     def __init__(self, broker_id: int, directory: str) -> None:
         self.path = self._path = os.path.join(directory, self.FILE)
         last = self._read()
-        ms = max(int(time.time() * 1000), (last >> 20) + 1)
+        ms = max(now_ms(), (last >> 20) + 1)
         self._base = (ms << 20) | ((broker_id % 256) << 12)
         self._n = 0
         self._reserved = 0  # ids below this index are covered by the file

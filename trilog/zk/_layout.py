@@ -20,9 +20,9 @@ Pure: no kazoo here, so the layout is tested without a server.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
+from trilog._time import now_ms
 from trilog.errors import RemoteProtocolError
 
 BROKER_IDS = "/brokers/ids"
@@ -57,10 +57,6 @@ def consumer_offset_path(group: str, topic: str, partition: int | None = None) -
     return base if partition is None else f"{base}/{partition}"
 
 
-def _now_ms() -> str:
-    return str(int(time.time() * 1000))
-
-
 def _loads(data: bytes, what: str) -> dict:
     try:
         value = json.loads(data.decode("utf-8"))
@@ -91,7 +87,7 @@ class BrokerRegistration:
                 "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
                 "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
                 "jmx_port": -1,
-                "timestamp": self.timestamp or _now_ms(),
+                "timestamp": self.timestamp or str(now_ms()),
             }
         )
 
