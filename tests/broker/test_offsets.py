@@ -14,6 +14,7 @@ import pytest
 import trio
 from broker_helpers import create_topics_request, group_broker_config, trio_connect, trio_roundtrip
 
+from trilog import _time
 from trilog import protocol as p
 from trilog.broker import _offsets, open_broker
 from trilog.broker._offsets import OFFSETS_TOPIC, java_string_hashcode, partition_for
@@ -369,7 +370,7 @@ async def test_expired_offsets_are_deleted_for_good(tmp_path):
         await commit(stream, "old", {("t", 0): 1})
         # Commit-requested retention (v2-v4) wins over offsets.retention.minutes.
         await commit(stream, "kept", {("t", 1): 2}, retention_time_ms=3_600_000)
-        now = _offsets._now_ms()
+        now = _time.now_ms()
         assert await b.coordinator.expire_offsets(now) == 0
         assert await b.coordinator.expire_offsets(now + 2 * 60_000) == 1
         response = await trio_roundtrip(stream, fetch_offsets_request("old", None), 3)

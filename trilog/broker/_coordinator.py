@@ -25,11 +25,11 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
-import time
 from typing import TYPE_CHECKING
 
 import trio
 
+from trilog import _time
 from trilog.broker._cluster import Cluster
 from trilog.broker._config import BrokerConfig
 from trilog.broker._groups import (
@@ -198,7 +198,7 @@ class GroupCoordinator:
 
     async def expire_offsets(self, now_ms: int | None = None) -> int:
         """Delete expired offsets of member-less groups; forget empty groups without offsets."""
-        now_ms = _now_ms() if now_ms is None else now_ms
+        now_ms = _time.now_ms() if now_ms is None else now_ms
 
         def has_members(gid: str) -> bool:
             group = self.groups.get(gid)
@@ -381,7 +381,7 @@ class GroupCoordinator:
         gid = request.group_id
         generation = request.generation_id_or_member_epoch if version >= 1 else -1
         member_id = request.member_id if version >= 1 else ""
-        now_ms = _now_ms()
+        now_ms = _time.now_ms()
         code = self._error_for(gid)
         if not code:
             group = self.groups.get(gid)
@@ -519,7 +519,3 @@ def _client_host() -> str:
     address = client_address.get()
     host = address.rpartition(":")[0] if ":" in address else address
     return f"/{host}" if host else ""
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from trilog import _time
 from trilog.broker._limits import RateLimitedLog
 from trilog.errors import (
     NO_ERROR,
@@ -270,7 +271,7 @@ class OffsetManager:
         if part is None or not part.loaded:
             await trio.lowlevel.checkpoint()
             return NotCoordinatorError.code
-        now = _now_ms()
+        now = _time.now_ms()
         entries = [(encode_offset_key(group, t, p), encode_offset_value(om))
                    for (t, p), om in offsets.items()]
         async with part.lock:
@@ -349,7 +350,7 @@ class OffsetManager:
         size = lg.size_in_bytes
         if size < self.segment_bytes or size < 2 * part.snapshot_bytes:
             return
-        now = _now_ms()
+        now = _time.now_ms()
         entries = [(encode_offset_key(g, t, p), encode_offset_value(om))
                    for g, offsets in part.offsets.items() for (t, p), om in offsets.items()]
         batches = build_batches(entries, now)
@@ -377,7 +378,3 @@ def _snapshot(lg: Log, batches: list[bytes]) -> tuple[int, list[int]]:
     for batch in batches:
         written += lg.append(batch).size_in_bytes
     return written, lg.delete_segments_before(start)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
