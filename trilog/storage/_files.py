@@ -1,13 +1,17 @@
-"""File safety in one place: atomic replacement and durable directory entries.
+"""File safety in one place: atomic replacement, durable directory entries, removal.
 
 ``write_atomically`` is the only way trilog replaces a small metadata file (checkpoints,
 markers): a crash leaves either the old content or the new, never a mix, and a failure
 (a full disk) leaves the old file untouched and no temporary file behind.
+``remove_dir_durably`` is how a partition directory goes: renamed to a ``*.deleted`` name
+first, so that a crash halfway leaves a name the next start removes (with ``remove``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import uuid
 
 
 def fsync_dir(path: str) -> None:
@@ -44,3 +48,25 @@ def write_atomically(path: str, data: bytes) -> None:
             pass
         raise
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def remove(path: str) -> None:
+    """Remove a file, or a directory with everything in it; a missing one is no error."""
+    try:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def remove_dir_durably(path: str) -> None:
+    """Remove the directory ``path``: renamed to ``<name>.<random>.deleted`` and the rename
+    made durable before anything inside is removed, so that a crash at any point leaves
+    either the whole directory or a ``*.deleted`` name for the next start to ``remove``."""
+    parent, name = os.path.split(path)
+    doomed = os.path.join(parent, f"{name}.{uuid.uuid4().hex}.deleted")
+    os.rename(path, doomed)
+    fsync_dir(parent)
+    shutil.rmtree(doomed, ignore_errors=True)

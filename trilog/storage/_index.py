@@ -115,11 +115,14 @@ class _SparseIndex:
         self._file_entries = n
         self._synced = fsync
 
-    def delete_file(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+    def _check_loaded(self, *, negative: bool, past_end: bool, ordered: bool) -> None:
+        """``IndexCorruptError`` unless the entries just read from the file are sound."""
+        if negative:
+            raise IndexCorruptError(f"{self.path} has a negative entry")
+        if past_end:
+            raise IndexCorruptError(f"{self.path} points past the end of its log")
+        if not ordered:
+            raise IndexCorruptError(f"{self.path} has entries out of order")
 
 
 class OffsetIndex(_SparseIndex):
@@ -151,19 +154,17 @@ class OffsetIndex(_SparseIndex):
             both.byteswap()
         offsets, positions = both[0::2], both[1::2]
         if offsets:
-            if offsets[0] < 0 or positions[0] < 0:
-                raise IndexCorruptError(f"{self.path} has a negative entry")
-            if positions[-1] >= log_size:
-                raise IndexCorruptError(f"{self.path} points past the end of its log")
-            if not (_strictly_increasing(offsets) and _strictly_increasing(positions)):
-                raise IndexCorruptError(f"{self.path} has entries out of order")
+            self._check_loaded(
+                negative=offsets[0] < 0 or positions[0] < 0,
+                past_end=positions[-1] >= log_size,
+                ordered=_strictly_increasing(offsets) and _strictly_increasing(positions),
+            )
         self._offsets, self._positions = offsets, positions
         self._file_entries = len(offsets)
 
     def reset(self) -> None:
         """Forget every entry (before a rebuild); the file is rewritten on the next flush."""
-        self._offsets = array("i")
-        self._positions = array("i")
+        self._offsets, self._positions = array("i"), array("i")
         self._file_entries = -1  # unknown file content: rewrite all of it
 
     # -- writing -------------------------------------------------------------------------
@@ -237,18 +238,18 @@ class TimeIndex(_SparseIndex):
         timestamps = array("q", [t for t, _ in entries])
         offsets = array("i", [o for _, o in entries])
         if offsets:
-            if offsets[0] < 0:
-                raise IndexCorruptError(f"{self.path} has a negative entry")
-            if log_next_offset is not None and self.base_offset + offsets[-1] >= log_next_offset:
-                raise IndexCorruptError(f"{self.path} points past the end of its log")
-            if not (_strictly_increasing(timestamps) and _non_decreasing(offsets)):
-                raise IndexCorruptError(f"{self.path} has entries out of order")
+            self._check_loaded(
+                negative=offsets[0] < 0,
+                past_end=log_next_offset is not None
+                and self.base_offset + offsets[-1] >= log_next_offset,
+                ordered=_strictly_increasing(timestamps) and _non_decreasing(offsets),
+            )
         self._timestamps, self._offsets = timestamps, offsets
         self._file_entries = len(offsets)
 
     def reset(self) -> None:
-        self._timestamps = array("q")
-        self._offsets = array("i")
+        """Forget every entry (before a rebuild); the file is rewritten on the next flush."""
+        self._timestamps, self._offsets = array("q"), array("i")
         self._file_entries = -1
 
     @property

@@ -15,12 +15,13 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 
+from trilog import _time
 from trilog._topic import validate_topic_name
 from trilog.errors import TrilogError
 from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._config import LogConfig
-from trilog.storage._files import fsync_dir, write_atomically
-from trilog.storage._log import Log, _now_ms, _unlink, parse_partition_dir_name
+from trilog.storage._files import fsync_dir, remove, write_atomically
+from trilog.storage._log import Log, parse_partition_dir_name
 
 logger = logging.getLogger("trilog.storage")
 
@@ -116,7 +117,7 @@ class LogManager:
             if not os.path.isdir(path):
                 continue
             if name.endswith(".deleted"):
-                _unlink(path)  # a delete interrupted by a crash
+                remove(path)  # a delete interrupted by a crash
                 continue
             try:
                 topic, partition = parse_partition_dir_name(name)
@@ -165,7 +166,7 @@ class LogManager:
                     if os.path.isdir(os.path.join(d, dir_name)):
                         logger.warning("%s: removing %s, whose creation never completed",
                                        d, dir_name)
-                        _unlink(os.path.join(d, dir_name))
+                        remove(os.path.join(d, dir_name))
                 fsync_dir(d)
             os.unlink(path)
             fsync_dir(log_dir)
@@ -224,7 +225,7 @@ class LogManager:
                 fsync_dir(log_dir)
             except BaseException:
                 if not existed:  # no half-made partition directory is left behind
-                    _unlink(path)
+                    remove(path)
                 raise
             self._logs[key] = log
             self._log_dir_of[key] = log_dir
@@ -256,10 +257,7 @@ class LogManager:
                 self.delete_log(log.topic, log.partition)
             raise
         finally:
-            try:
-                os.unlink(marker)
-            except FileNotFoundError:
-                pass
+            remove(marker)
         return created
 
     def open_files(self) -> int:
@@ -299,7 +297,7 @@ class LogManager:
         With ``on_error``, a log whose flush fails (``OSError``: a full or failing disk) is
         reported to it and the sweep goes on (its data stays unflushed, retried next time);
         without, the error is raised."""
-        now = now_ms if now_ms is not None else _now_ms()
+        now = now_ms if now_ms is not None else _time.now_ms()
         flushed = []
         for log in self.logs():
             try:
@@ -317,7 +315,7 @@ class LogManager:
         base offsets]}`` for the logs that lost segments.  The broker calls this every
         ``log.retention.check.interval.ms`` (Kafka's default: 5 minutes).  ``on_error`` as
         for ``flush_due_logs``."""
-        now = now_ms if now_ms is not None else _now_ms()
+        now = now_ms if now_ms is not None else _time.now_ms()
         deleted = {}
         for log in self.logs():
             try:
@@ -377,14 +375,8 @@ class LogManager:
         for log_dir in self.log_dirs:
             if log_dir in unclean:
                 continue
-            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             try:
-                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                fsync_dir(log_dir)
+                write_atomically(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
             except OSError as exc:
                 logger.error("%s: cannot write the clean-shutdown marker (%s); its logs will be "
                              "recovered at the next start", log_dir, exc)
