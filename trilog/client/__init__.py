@@ -1,4 +1,4 @@
-"""trilog's trio-native Kafka client: producer, simple consumer, topic admin.
+"""trilog's trio-native Kafka client: producer, simple consumer, group consumer, admin.
 
 Every object with background work is an ``async with open_*(...)`` that owns its nursery.
 """
@@ -16,13 +16,10 @@ from trilog.client._consumer import (
     SimpleConsumer,
     open_simple_consumer,
 )
-from trilog.client._group import (
-    GroupConsumerConnector,
-    MessageStream,
-    ZooKeeperConsumerConnector,
-    open_consumer,
-)
+from trilog.client._group import open_consumer
+from trilog.client._group_base import GroupConsumerConnector
 from trilog.client._group_broker import BrokerConsumerConnector
+from trilog.client._group_zookeeper import ZooKeeperConsumerConnector
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._partitioner import DefaultPartitioner, murmur2, partition_for_key
 from trilog.client._producer import (
@@ -43,6 +40,7 @@ from trilog.client._groups_admin import (
     ResetPlan,
     open_group_admin,
 )
+from trilog.client._streams import MessageStream
 
 __all__ = [
     "Blacklist",

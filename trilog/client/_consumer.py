@@ -32,6 +32,7 @@ from trilog.client._client import Client, open_client
 from trilog.client._metadata import Node
 from trilog.client._retry import Backoff, is_retriable
 from trilog.errors import (
+    ApiError,
     LeaderNotAvailableError,
     NetworkError,
     NotLeaderOrFollowerError,
@@ -59,13 +60,22 @@ _PARTITION_WAIT = Backoff(first_s=0.05, max_s=1.0)
 _NOT_THERE_YET = (UnknownTopicOrPartitionError, LeaderNotAvailableError)
 
 
+#: ``(topic, partition, offset, max_bytes)``: one partition of a fetch
+FetchWanted = tuple[str, int, int, int]
+#: turns a record's key or value bytes into what the application reads
+Deserializer = Callable[[bytes], Any]
+
+
 class ConsumerRecord(NamedTuple):
+    """One record.  ``key`` and ``value`` are the record's bytes (None when absent); a simple
+    consumer opened with a deserializer puts what that returns in their place."""
+
     topic: str
     partition: int
     offset: int
     timestamp: int
-    key: Any
-    value: Any
+    key: bytes | None
+    value: bytes | None
     headers: tuple[Header, ...] = ()
     timestamp_type: int = 0
 
@@ -208,8 +218,10 @@ class SimpleConsumer:
 
             async def one_node(node: Node, indexes: list[int]) -> None:
                 try:
-                    got = await self._fetch_from(node, [requests[i] for i in indexes],
-                                                 max_wait_ms, min_bytes)
+                    got = await fetch_from_node(
+                        self._client, node, [requests[i] for i in indexes],
+                        max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                        key_deserializer=self._kd, value_deserializer=self._vd)
                 except (NetworkError, RequestTimedOutError, ProtocolError):
                     retry.extend(indexes)
                     return
@@ -252,44 +264,6 @@ class SimpleConsumer:
                 raise UnknownTopicOrPartitionError(
                     f"{topic}-{partition} does not exist or has no leader")
         return by_node
-
-    async def _fetch_from(self, node, wanted, max_wait_ms: int, min_bytes: int) -> list:
-        R = FetchRequest
-        by_topic: dict[str, list] = {}
-        for topic, partition, offset, max_bytes in wanted:
-            by_topic.setdefault(topic, []).append(
-                R.FetchTopic.FetchPartition(partition=partition, fetch_offset=offset,
-                                            partition_max_bytes=max_bytes))
-        request = R(max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                    max_bytes=max(sum(w[3] for w in wanted), 1) if wanted else 1,
-                    isolation_level=0,
-                    topics=[R.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()])
-        conn = await self._client.connection(node)
-        response = await conn.request(
-            request, timeout_s=self._client.request_timeout_s + max_wait_ms / 1000)
-        answers = {}
-        for t in response.responses:
-            for p in t.partitions:
-                answers[(t.topic, p.partition_index)] = p
-        out: list = []
-        for topic, partition, offset, _max in wanted:
-            p = answers.get((topic, partition))
-            if p is None:
-                out.append(UnknownTopicOrPartitionError(f"no answer for {topic}-{partition}"))
-            elif p.error_code == OffsetOutOfRangeError.code:
-                start = p.log_start_offset if p.log_start_offset >= 0 else None
-                out.append(OffsetOutOfRangeError(
-                    f"offset {offset} of {topic}-{partition} is out of range"
-                    + (f" {start}..{p.high_watermark}" if start is not None else
-                       f" (end {p.high_watermark})"),
-                    log_start_offset=start, log_end_offset=p.high_watermark))
-            elif p.error_code:
-                err = error_for_code(p.error_code)
-                out.append(type(err)(f"{topic}-{partition}: {err}"))
-            else:
-                out.append(FetchedRecords(topic, partition, offset, p.records, p.high_watermark,
-                                          p.log_start_offset, self._kd, self._vd))
-        return out
 
     # -- following a partition ---------------------------------------------------------------
 
@@ -346,37 +320,7 @@ class SimpleConsumer:
         if no record is that recent).  With more: the segment start offsets before ``time``,
         newest first (ListOffsets v0, Kafka 0.8's answer).
         """
-        R = ListOffsetsRequest
-        request = R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
-            name=topic, partitions=[R.ListOffsetsTopic.ListOffsetsPartition(
-                partition_index=partition, timestamp=time, max_num_offsets=max_offsets)])])
-        version = 0 if max_offsets > 1 else None
-        tries = _RETRY.attempts()
-        async for _ in tries:
-            node = self._client.metadata.value.leader_for(topic, partition)
-            if node is None:
-                await self._client.partitions_for(topic)
-                node = self._client.metadata.value.leader_for(topic, partition)
-                if node is None:
-                    raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no leader")
-            conn = await self._client.connection(node)
-            try:
-                response = await conn.request(request, version=version)
-            except (NetworkError, RequestTimedOutError):
-                if tries.last:
-                    raise
-                continue
-            p = response.topics[0].partitions[0]
-            if p.error_code:
-                err = error_for_code(p.error_code)
-                if err.retriable and not tries.last:
-                    self._client.request_metadata_refresh()
-                    continue
-                raise type(err)(f"{topic}-{partition}: {err}")
-            if version == 0:
-                return list(p.old_style_offsets)
-            return [p.offset] if p.offset >= 0 else []
-        raise NotLeaderOrFollowerError(f"{topic}-{partition}: no leader answered")
+        return await list_offsets(self._client, topic, partition, time, max_offsets)
 
     # -- iterate -----------------------------------------------------------------------------------
 
@@ -393,6 +337,86 @@ class SimpleConsumer:
         """
         return PartitionIterator(self, topic, partition, offset,
                                  max_bytes or self.max_partition_fetch_bytes)
+
+
+async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWanted], *,
+                          max_wait_ms: int, min_bytes: int,
+                          key_deserializer: Deserializer | None = None,
+                          value_deserializer: Deserializer | None = None,
+                          ) -> list[FetchedRecords | ApiError]:
+    """One Fetch request to ``node`` for each ``(topic, partition, offset, max_bytes)`` of
+    ``wanted``, no retries: in order, each partition's records or its error.  Raises
+    ``NetworkError``, ``RequestTimedOutError`` or ``ProtocolError`` when the request itself
+    fails.  ``multifetch`` and the group consumer's fetchers are built on it."""
+    R = FetchRequest
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition, offset, max_bytes in wanted:
+        by_topic.setdefault(topic, []).append(
+            R.FetchTopic.FetchPartition(partition=partition, fetch_offset=offset,
+                                        partition_max_bytes=max_bytes))
+    request = R(max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                max_bytes=max(sum(w[3] for w in wanted), 1) if wanted else 1,
+                isolation_level=0,
+                topics=[R.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()])
+    conn = await client.connection(node)
+    response = await conn.request(request, timeout_s=client.request_timeout_s + max_wait_ms / 1000)
+    answers = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
+    out: list[FetchedRecords | ApiError] = []
+    for topic, partition, offset, _max in wanted:
+        p = answers.get((topic, partition))
+        if p is None:
+            out.append(UnknownTopicOrPartitionError(f"no answer for {topic}-{partition}"))
+        elif p.error_code == OffsetOutOfRangeError.code:
+            start = p.log_start_offset if p.log_start_offset >= 0 else None
+            out.append(OffsetOutOfRangeError(
+                f"offset {offset} of {topic}-{partition} is out of range"
+                + (f" {start}..{p.high_watermark}" if start is not None else
+                   f" (end {p.high_watermark})"),
+                log_start_offset=start, log_end_offset=p.high_watermark))
+        elif p.error_code:
+            err = error_for_code(p.error_code)
+            out.append(type(err)(f"{topic}-{partition}: {err}"))
+        else:
+            out.append(FetchedRecords(topic, partition, offset, p.records, p.high_watermark,
+                                      p.log_start_offset, key_deserializer, value_deserializer))
+    return out
+
+
+async def list_offsets(client: Client, topic: str, partition: int, time: int,
+                       max_offsets: int = 1) -> list[int]:
+    """``SimpleConsumer.offsets_before`` (see there) on ``client``: ListOffsets to the
+    partition's leader, retried while it answers retriably."""
+    R = ListOffsetsRequest
+    request = R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
+        name=topic, partitions=[R.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=partition, timestamp=time, max_num_offsets=max_offsets)])])
+    version = 0 if max_offsets > 1 else None
+    tries = _RETRY.attempts()
+    async for _ in tries:
+        node = client.metadata.value.leader_for(topic, partition)
+        if node is None:
+            await client.partitions_for(topic)
+            node = client.metadata.value.leader_for(topic, partition)
+            if node is None:
+                raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no leader")
+        conn = await client.connection(node)
+        try:
+            response = await conn.request(request, version=version)
+        except (NetworkError, RequestTimedOutError):
+            if tries.last:
+                raise
+            continue
+        p = response.topics[0].partitions[0]
+        if p.error_code:
+            err = error_for_code(p.error_code)
+            if err.retriable and not tries.last:
+                client.request_metadata_refresh()
+                continue
+            raise type(err)(f"{topic}-{partition}: {err}")
+        if version == 0:
+            return list(p.old_style_offsets)
+        return [p.offset] if p.offset >= 0 else []
+    raise NotLeaderOrFollowerError(f"{topic}-{partition}: no leader answered")
 
 
 class PartitionIterator:

@@ -9,7 +9,7 @@ ConsumerProtocol bytes (``trilog.protocol``), so trilog and other Kafka consumer
 share a group.  One **rebalance loop** task runs a member's life:
 
 1. find the coordinator (FindCoordinator) and open a connection of our own to it (a
-   JoinGroup parks there for the whole rebalance; see ``_offsets.Coordinator``);
+   JoinGroup parks there for the whole rebalance; see ``_coordinator.Coordinator``);
 2. JoinGroup with our subscription (the topics, or what the topic filter matches now); the
    coordinator answers once every member has (re)joined, the leader with everyone's
    subscriptions;
@@ -43,10 +43,11 @@ from typing import AsyncIterator
 import trio
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.client._assignment import TopicFilter, assign_members, spread_over_streams
+from trilog.client._assignment import assign_members, spread_over_streams
 from trilog.client._client import Client, open_client
-from trilog.client._consumer import SimpleConsumer
-from trilog.client._group import GroupConsumerConnector, MessageStream, running
+from trilog.client._group_base import GroupConsumerConnector, running
+from trilog.client._group_config import GroupConfig
+from trilog.client._streams import MessageStream
 from trilog.client._metadata import ClusterMetadata
 from trilog.client._coordinator import Coordinator
 from trilog.client._offsets import BrokerOffsetStore
@@ -93,41 +94,17 @@ class BrokerConsumerConnector(GroupConsumerConnector):
     ``consumer_id`` is the member id once joined.
     """
 
-    def __init__(self, *, group_id: str, client: Client, consumer: SimpleConsumer,
-                 coordinator: Coordinator, topics: dict[str, int] | None,
-                 topic_filter: TopicFilter | None, num_streams: int, auto_offset_reset: str,
-                 auto_commit_enable: bool, auto_commit_interval_ms: int,
-                 consumer_timeout_ms: int, queued_max_chunks: int, fetch_max_bytes: int,
-                 fetch_wait_max_ms: int, session_timeout_ms: int, heartbeat_interval_ms: int,
-                 rebalance_timeout_ms: int, metadata_max_age_ms: int,
-                 retry_backoff_ms: int, max_poll_interval_ms: int = 300_000) -> None:
-        super().__init__(
-            group_id=group_id, client=client, consumer=consumer, topics=topics,
-            topic_filter=topic_filter, num_streams=num_streams,
-            auto_offset_reset=auto_offset_reset, auto_commit_enable=auto_commit_enable,
-            auto_commit_interval_ms=auto_commit_interval_ms,
-            consumer_timeout_ms=consumer_timeout_ms, queued_max_chunks=queued_max_chunks,
-            fetch_max_bytes=fetch_max_bytes, fetch_wait_max_ms=fetch_wait_max_ms)
-        if not 0 < heartbeat_interval_ms < session_timeout_ms:
-            raise ValueError("heartbeat_interval_ms must be positive and below "
-                             "session_timeout_ms")
-        if rebalance_timeout_ms <= 0:
-            raise ValueError("rebalance_timeout_ms must be positive")
-        if max_poll_interval_ms <= 0:
-            raise ValueError("max_poll_interval_ms must be positive")
-        self._max_poll_s = max_poll_interval_ms / 1000
+    def __init__(self, config: GroupConfig, client: Client, coordinator: Coordinator) -> None:
+        super().__init__(config, client)
+        self._max_poll_s = config.max_poll_interval_ms / 1000
         self._polls_resumed = trio.Event()
         self._coordinator = coordinator
-        self._store = BrokerOffsetStore(client, group_id, coordinator=coordinator)
+        self._store = BrokerOffsetStore(client, self.group_id, coordinator=coordinator)
         self._stores.append(self._store)
-        self._session_timeout_ms = session_timeout_ms
-        self._rebalance_timeout_ms = rebalance_timeout_ms
-        self._heartbeat_s = heartbeat_interval_ms / 1000
-        self._metadata_max_age_s = metadata_max_age_ms / 1000
-        self._backoff_s = retry_backoff_ms / 1000
+        self._backoff_s = config.retry_backoff_ms / 1000
         # A JoinGroup waits for the whole join phase: Kafka allows it the rebalance timeout
         # plus a margin.
-        self._join_timeout_s = max(client.request_timeout_s, rebalance_timeout_ms / 1000 + 5)
+        self._join_timeout_s = max(client.request_timeout_s, config.join_timeout_ms / 1000 + 5)
         self.member_id = ""
         self.generation_id = -1
         self.leader_id = ""
@@ -152,14 +129,14 @@ class BrokerConsumerConnector(GroupConsumerConnector):
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await self._rebalance(nursery)
-            if self._auto_commit:
+            if self.config.auto_commit_enable:
                 nursery.start_soon(self._auto_committer)
             nursery.start_soon(self._watch_metadata)
             nursery.start_soon(self._watch_polls)
             task_status.started()
             while True:
                 await self._rejoin_needed.wait()
-                if self._poll_expired is not None:
+                if self.poll_expired is not None:
                     await self._leave_until_polled()
                 await self._rebalance(nursery)
 
@@ -177,8 +154,9 @@ class BrokerConsumerConnector(GroupConsumerConnector):
             await self._revoke_partitions()
             try:
                 assigned = await self._join_and_sync()
-                streams = self._static if self._static is not None else self._num_streams
-                mine = spread_over_streams(assigned, streams)
+                topics = self.config.topics
+                mine = spread_over_streams(
+                    assigned, topics if topics is not None else self.config.num_streams)
                 self._start_heartbeat(nursery)
                 await self._assign(mine, nursery)
             except ApiError as exc:
@@ -219,8 +197,8 @@ class BrokerConsumerConnector(GroupConsumerConnector):
         conn = await self._coordinator.connection()
         J = JoinGroupRequest
         join = await conn.request(J(
-            group_id=self.group_id, session_timeout_ms=self._session_timeout_ms,
-            rebalance_timeout_ms=self._rebalance_timeout_ms, member_id=self.member_id,
+            group_id=self.group_id, session_timeout_ms=self.config.session_timeout_ms,
+            rebalance_timeout_ms=self.config.join_timeout_ms, member_id=self.member_id,
             protocol_type=CONSUMER_PROTOCOL_TYPE,
             protocols=[J.JoinGroupRequestProtocol(
                 name=RANGE_ASSIGNOR, metadata=encode_subscription(self._subscription))],
@@ -267,9 +245,9 @@ class BrokerConsumerConnector(GroupConsumerConnector):
         return [A(member_id=m, assignment=encode_assignment(plan[m])) for m in subscriptions]
 
     def _subscribed_topics(self, meta: ClusterMetadata) -> tuple[str, ...]:
-        if self._static is not None:
-            return tuple(sorted(self._static))
-        return tuple(self._filter.select(meta.partitions))
+        if self.config.topic_filter is None:
+            return tuple(sorted(self.config.topics or ()))
+        return tuple(self.config.topic_filter.select(meta.partitions))
 
     async def _revoke_partitions(self, commit_timeout_s: float | None = None) -> None:
         """Stop heartbeating and fetching, commit what was processed (if the generation is
@@ -277,7 +255,7 @@ class BrokerConsumerConnector(GroupConsumerConnector):
         await self._stop_heartbeat()
         await self._stop_fetchers()
         if self._in_generation and self.owned:
-            timeout = (self._session_timeout_ms / 2000 if commit_timeout_s is None
+            timeout = (self.config.session_timeout_ms / 2000 if commit_timeout_s is None
                        else commit_timeout_s)
             with trio.move_on_after(timeout):
                 try:
@@ -288,9 +266,7 @@ class BrokerConsumerConnector(GroupConsumerConnector):
         self._revoke()
         # Nothing to commit until the next assignment (and no commit may queue behind a
         # parked JoinGroup on the coordinator's connection).
-        self._processed_offsets = {}
-        self._committed = {}
-        self._positions = {}
+        self._forget_positions()
 
     # -- heartbeats --------------------------------------------------------------------------
 
@@ -312,12 +288,12 @@ class BrokerConsumerConnector(GroupConsumerConnector):
                                    member_id=member_id)
         with scope:
             while True:
-                await trio.sleep(self._heartbeat_s)
+                await trio.sleep(self.config.heartbeat_interval_ms / 1000)
                 try:
                     conn = await self._coordinator.connection()
                     response = await conn.request(
                         request, timeout_s=min(self._client.request_timeout_s,
-                                               self._session_timeout_ms / 1000))
+                                               self.config.session_timeout_ms / 1000))
                     if response.error_code:
                         raise error_for_code(response.error_code)
                 except ApiError as exc:
@@ -347,20 +323,20 @@ class BrokerConsumerConnector(GroupConsumerConnector):
         while True:
             await trio.sleep(min(self._max_poll_s / 4, 1.0))
             now = trio.current_time()
-            for stream in self._all_streams:
-                if not stream._holding:
+            for stream in self._outlets:
+                if not stream.holding:
                     since.pop(stream, None)
                     continue
-                handed, first = since.setdefault(stream, (stream._handed, now))
-                if handed != stream._handed:
-                    since[stream] = (stream._handed, now)
-                elif now - first >= self._max_poll_s and self.owned and self._poll_expired is None:
+                handed, first = since.setdefault(stream, (stream.records_handed, now))
+                if handed != stream.records_handed:
+                    since[stream] = (stream.records_handed, now)
+                elif now - first >= self._max_poll_s and self.owned and self.poll_expired is None:
                     log.warning(
                         "consumer %s (group %s): stream %s has held a record for over "
                         "max_poll_interval_ms (%.0f s): leaving the group; its partitions go "
                         "to the other members, and it rejoins at the next record asked for",
                         self.consumer_id, self.group_id, stream.name, self._max_poll_s)
-                    self._poll_expired = stream
+                    self.poll_expired = stream
                     self._polls_resumed = trio.Event()
                     self._request_rejoin("max_poll_interval_ms passed")
 
@@ -375,8 +351,8 @@ class BrokerConsumerConnector(GroupConsumerConnector):
         self.generation_id = -1
         await self._polls_resumed.wait()
 
-    def _resume_polling(self) -> None:
-        super()._resume_polling()
+    def resume_polling(self) -> None:
+        super().resume_polling()
         self._polls_resumed.set()
         self._request_rejoin("the application asks for records again")
 
@@ -386,7 +362,7 @@ class BrokerConsumerConnector(GroupConsumerConnector):
         """Every ``metadata_max_age_ms``: does our subscription still match the cluster's
         topics, and (leader) do the group's topics still have the partitions it assigned?"""
         while True:
-            await trio.sleep(self._metadata_max_age_s)
+            await trio.sleep(self.config.metadata_max_age_ms / 1000)
             if self._rejoin_needed.is_set():
                 continue
             try:
@@ -454,68 +430,23 @@ class BrokerConsumerConnector(GroupConsumerConnector):
 
 
 @asynccontextmanager
-async def open_broker_consumer(
-    group_id: str,
-    *,
-    bootstrap_servers: str | list[str] | None,
-    zookeeper: str | None,
-    topics: dict[str, int] | None,
-    topic_filter: TopicFilter | None,
-    num_streams: int,
-    auto_offset_reset: str,
-    auto_commit_enable: bool,
-    auto_commit_interval_ms: int,
-    consumer_timeout_ms: int,
-    queued_max_chunks: int,
-    fetch_max_bytes: int,
-    fetch_wait_max_ms: int,
-    client_id: str | None,
-    session_timeout_ms: int,
-    heartbeat_interval_ms: int,
-    rebalance_timeout_ms: int,
-    metadata_max_age_ms: int,
-    retry_backoff_ms: int,
-    request_timeout_ms: int,
-    max_poll_interval_ms: int = 300_000,
-) -> AsyncIterator[BrokerConsumerConnector]:
+async def open_broker_consumer(config: GroupConfig) -> AsyncIterator[BrokerConsumerConnector]:
     """``open_consumer(..., coordination="broker")`` (see there and the module docstring)."""
-    if bootstrap_servers is None and zookeeper is None:
-        raise ValueError("a broker-coordinated group consumer needs bootstrap_servers=... "
-                         "(or zookeeper=... to find the brokers)")
-    client_id = client_id or f"trilog-{group_id}"
     with unwrap_exception_group():
-        async with open_client(bootstrap_servers,
-                               zookeeper=zookeeper if bootstrap_servers is None else None,
-                               client_id=client_id, request_timeout_ms=request_timeout_ms,
-                               metadata_max_age_ms=metadata_max_age_ms,
+        async with open_client(config.bootstrap_servers,
+                               zookeeper=config.zookeeper if config.bootstrap_servers is None
+                               else None,
+                               client_id=config.client_name,
+                               request_timeout_ms=config.request_timeout_ms,
+                               metadata_max_age_ms=config.metadata_max_age_ms,
                                allow_auto_create_topics=False) as client:
             # The coordinator's connection lives in its own nursery, which outlives the
             # member's tasks: close() still commits and leaves through it.
             async with trio.open_nursery() as holder:
-                coordinator = Coordinator(client, group_id, nursery=holder)
+                coordinator = Coordinator(client, config.group_id, nursery=holder)
                 try:
-                    async with trio.open_nursery() as nursery:
-                        consumer = SimpleConsumer(
-                            client, nursery, fetch_max_wait_ms=fetch_wait_max_ms,
-                            fetch_min_bytes=1, max_partition_fetch_bytes=fetch_max_bytes,
-                            key_deserializer=None, value_deserializer=None)
-                        connector = BrokerConsumerConnector(
-                            group_id=group_id, client=client, consumer=consumer,
-                            coordinator=coordinator, topics=topics, topic_filter=topic_filter,
-                            num_streams=num_streams, auto_offset_reset=auto_offset_reset,
-                            auto_commit_enable=auto_commit_enable,
-                            auto_commit_interval_ms=auto_commit_interval_ms,
-                            consumer_timeout_ms=consumer_timeout_ms,
-                            queued_max_chunks=queued_max_chunks,
-                            fetch_max_bytes=fetch_max_bytes, fetch_wait_max_ms=fetch_wait_max_ms,
-                            session_timeout_ms=session_timeout_ms,
-                            heartbeat_interval_ms=heartbeat_interval_ms,
-                            rebalance_timeout_ms=rebalance_timeout_ms,
-                            metadata_max_age_ms=metadata_max_age_ms,
-                            retry_backoff_ms=retry_backoff_ms,
-                            max_poll_interval_ms=max_poll_interval_ms,
-                        )
-                        async with running(nursery, connector):
-                            yield connector
+                    async with running(BrokerConsumerConnector(config, client, coordinator)
+                                       ) as connector:
+                        yield connector
                 finally:
                     holder.cancel_scope.cancel()
