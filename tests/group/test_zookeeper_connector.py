@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 
 import trilog
 from trilog.broker import open_broker
+from trilog.client._group_zookeeper import ConsumerRebalanceFailedError
 
 
 @pytest.fixture
@@ -98,6 +99,34 @@ async def test_offsets_in_zookeeper_and_clean_shutdown_deregisters(cluster, zook
         assert sum(offsets.values()) == 30
         assert zk.get_children("/consumers/o/ids") == []
         assert zk.get_children("/consumers/o/owners/zk-offsets") == []
+    finally:
+        zk.stop()
+        zk.close()
+
+
+async def test_a_partition_that_stays_owned_fails_the_rebalance_after_its_retries(
+        cluster, zookeeper):
+    """Kafka 0.8's ConsumerRebalanceFailedException: 1 + rebalance_max_retries attempts,
+    rebalance_backoff_ms apart, then the error; what was claimed is released, and the
+    registration goes."""
+    b1, _ = cluster
+    await produce(b1.bootstrap, "taken", 0, partitions=2)
+    zk = KazooClient(zookeeper)
+    zk.start(timeout=10)
+    try:
+        # An owner that never lets go (not one of this group's live consumers).
+        zk.create("/consumers/stuck/owners/taken/1", b"gone-0", makepath=True)
+        started = trio.current_time()
+        with trio.fail_after(30), pytest.raises(ConsumerRebalanceFailedError,
+                                                match="3 attempts"):
+            async with trilog.open_consumer("stuck", zookeeper=zookeeper, topics={"taken": 1},
+                                            consumer_id="me", rebalance_max_retries=2,
+                                            rebalance_backoff_ms=300):
+                pytest.fail("the consumer started without its partitions")
+        assert 0.6 <= trio.current_time() - started < 10  # two backoffs, then the error
+        assert zk.get_children("/consumers/stuck/owners/taken") == ["1"]
+        assert zk.get("/consumers/stuck/owners/taken/1")[0] == b"gone-0"
+        assert zk.get_children("/consumers/stuck/ids") == []
     finally:
         zk.stop()
         zk.close()

@@ -12,8 +12,10 @@ fires into one **rebalance loop** task that coalesces bursts and rebalances:
 2. read the group's members and subscriptions and the topics' partitions, and compute the
    range assignment (``_assignment.assign_group``: every member computes the same answer);
 3. claim its partitions with ephemeral ``/consumers/<group>/owners/<topic>/<partition>``
-   nodes, backing off and starting over while a previous owner has not let go, up to
-   ``rebalance_max_retries`` times (then it waits ``rebalance_backoff_ms`` and tries again);
+   nodes, backing off ``rebalance_backoff_ms`` and trying again while a previous owner has
+   not let go; after ``rebalance_max_retries`` more attempts, all failed, without the group
+   changing meanwhile (a change starts the count over), the rebalance fails with
+   ``ConsumerRebalanceFailedError``, as Kafka 0.8's connector did;
 4. read the committed offsets (``auto_offset_reset`` where there are none) and start one
    fetcher task per broker, which fills the bounded queues of the streams.
 
@@ -139,8 +141,10 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector):
                 self._rebalance_needed.set()
 
     async def _rebalance_with_retries(self, nursery: trio.Nursery) -> None:
+        """Step 3's retries (see the module docstring)."""
         while True:
             self._rebalance_needed = trio.Event()
+            failure: BaseException | None = None
             tries = self._retry.attempts()
             async for attempt in tries:
                 if attempt and self._rebalance_needed.is_set():
@@ -152,9 +156,13 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector):
                 except (TrilogError, OSError) as exc:
                     log.warning("consumer %s: rebalance attempt %d failed: %s",
                                 self.consumer_id, attempt + 1, exc)
+                    failure = exc
             else:
-                log.error("consumer %s: could not rebalance after %d attempts; retrying",
-                          self.consumer_id, self.config.rebalance_max_retries + 1)
+                if not self._rebalance_needed.is_set():
+                    raise ConsumerRebalanceFailedError(
+                        f"consumer {self.consumer_id} of group {self.group_id!r} could not "
+                        f"claim its partitions in 1 + rebalance_max_retries = "
+                        f"{1 + self.config.rebalance_max_retries} attempts") from failure
 
     async def _rebalance(self, nursery: trio.Nursery) -> bool:
         """One attempt; False if a partition was still owned by someone else."""
