@@ -110,14 +110,21 @@ class BatchHeader(NamedTuple):
         return self.attributes & COMPRESSION_MASK
 
 
+_unpack_header = HEADER.unpack_from
+#: The codec ids of attributes bits 0-2 that name a codec (0..4), as a set of bools by id.
+_KNOWN_CODEC = tuple(codec in _codecs.CODEC_NAMES for codec in range(COMPRESSION_MASK + 1))
+
+
 def read_batch_header(buffer: Any, position: int = 0) -> BatchHeader:
     """The header of the batch at ``buffer[position:]``, unchecked (``validate_batch_header``
     checks it); ``CorruptRecordsError`` if fewer than 61 bytes are left."""
-    if len(buffer) - position < HEADER_SIZE:
+    try:
+        header: BatchHeader = _new_tuple(BatchHeader, _unpack_header(buffer, position))
+    except struct.error:
         raise CorruptRecordsError(
             f"{len(buffer) - position} bytes are too few for a record batch header"
-        )
-    return _new_tuple(BatchHeader, HEADER.unpack_from(buffer, position))
+        ) from None
+    return header
 
 
 def validate_batch_header(header: BatchHeader, *, from_producer: bool = False) -> None:
@@ -134,22 +141,33 @@ def validate_batch_header(header: BatchHeader, *, from_producer: bool = False) -
 
     Only the header is judged: whether the batch fits its buffer (``header.size``), its
     CRC-32C (``batch_crc``) and any size limit are the caller's to check.
+
+    (Storage calls this for every batch it appends, recovers or reads past: the good case is
+    one unpacking and one condition; the complaint is worked out only for a bad header.)
     """
-    magic, length, count, delta = (
-        header.magic, header.batch_length, header.record_count, header.last_offset_delta)
-    if magic != MAGIC:
-        raise CorruptRecordsError(f"record batch magic {magic}, expected 2")
-    if length < MIN_BATCH_LENGTH:
-        raise CorruptRecordsError(f"record batch length {length} is too small")
-    if header.attributes & COMPRESSION_MASK not in _codecs.CODEC_NAMES:
-        raise CorruptRecordsError(
-            f"record batch has unknown codec id {header.attributes & COMPRESSION_MASK}")
-    if delta < 0 or count < 0 or delta < count - 1 or (
-        from_producer and (count == 0 or delta != count - 1)
+    _b, length, _e, magic, _c, attributes, delta, _f, _m, _p, _pe, _s, count = header
+    if (
+        magic != MAGIC
+        or length < MIN_BATCH_LENGTH
+        or not _KNOWN_CODEC[attributes & COMPRESSION_MASK]
+        or delta < 0
+        or count < 0
+        or delta < count - 1
+        or (from_producer and (count == 0 or delta != count - 1))
     ):
-        raise CorruptRecordsError(
-            f"record batch counts disagree: {count} records, last offset delta {delta}"
-        )
+        raise CorruptRecordsError(_header_complaint(header))
+
+
+def _header_complaint(header: BatchHeader) -> str:
+    """What is wrong with a header that ``validate_batch_header`` refused."""
+    if header.magic != MAGIC:
+        return f"record batch magic {header.magic}, expected 2"
+    if header.batch_length < MIN_BATCH_LENGTH:
+        return f"record batch length {header.batch_length} is too small"
+    if not _KNOWN_CODEC[header.compression_type]:
+        return f"record batch has unknown codec id {header.compression_type}"
+    return (f"record batch counts disagree: {header.record_count} records, "
+            f"last offset delta {header.last_offset_delta}")
 
 
 def batch_crc(buffer: Any, position: int, size: int) -> int:
