@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import struct
 
-from trilog.records import build_batch, iter_batches
+from trilog.records import batch_crc, build_batch, iter_batches, read_batch_header
 from trilog.storage import Log
 
 
@@ -22,6 +23,16 @@ def make_batch(
         value = f"{tag}:{i}:".encode().ljust(value_size, b"x")
         records.append((timestamp + i, f"k{i}".encode(), value))
     return build_batch(records, compression_type=compression_type)
+
+
+def with_header(batch: bytes, **fields: int) -> bytes:
+    """``batch`` with header fields replaced (``BatchHeader``'s names) and its CRC-32C
+    recomputed, so that only the header is off."""
+    header = read_batch_header(batch)._replace(**fields)
+    data = bytearray(batch)
+    struct.pack_into(">qiibIhiqqqhii", data, 0, *header)
+    struct.pack_into(">I", data, 17, batch_crc(data, 0, len(data)))
+    return bytes(data)
 
 
 def batches_in(data: bytes) -> list[tuple[int, int, int]]:

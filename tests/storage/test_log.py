@@ -7,7 +7,7 @@ import random
 import threading
 
 import pytest
-from storage_helpers import batches_in, make_batch, read_all, segment_files
+from storage_helpers import batches_in, make_batch, read_all, segment_files, with_header
 
 from trilog.errors import (
     CorruptMessageError,
@@ -16,7 +16,7 @@ from trilog.errors import (
     RecordListTooLargeError,
 )
 from trilog.records import GZIP, RecordBatch, build_batch, iter_batches
-from trilog.storage import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LogConfig
+from trilog.storage import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LogConfig, LogSegment
 
 
 def records_of(data: bytes) -> list[tuple[int, bytes]]:
@@ -163,6 +163,56 @@ def test_invalid_appends_are_rejected_whole(open_log):
     assert log.log_end_offset == 0 and log.size_in_bytes == 0
     log.append(good)
     assert log.log_end_offset == 2
+
+
+@pytest.mark.parametrize("codec_id", [5, 6, 7])
+@pytest.mark.parametrize("assign_offsets", [True, False])
+def test_a_batch_with_an_unknown_codec_is_refused(open_log, codec_id, assign_offsets):
+    """Codec ids 5..7 name no codec: CORRUPT_MESSAGE at the door, as Kafka answers, even
+    with a right CRC; the append is refused whole."""
+    log = open_log(LogConfig())
+    bad = with_header(make_batch(2), attributes=codec_id)
+    for buffer in (bad, make_batch(1) + bad):
+        with pytest.raises(CorruptMessageError) as caught:
+            log.append(buffer, assign_offsets=assign_offsets)
+        assert caught.value.code == 2
+    assert log.log_end_offset == 0 and log.size_in_bytes == 0
+
+
+def test_offsets_kept_accept_what_compaction_leaves_and_the_log_refuses_it_from_producers(
+    open_log,
+):
+    """Kafka's producer rule (one offset per record, at least one record) holds when the
+    log assigns offsets; a batch kept as it is (a follower's copy) may have fewer records
+    than offsets, as log compaction leaves them."""
+    log = open_log(LogConfig())
+    thinned = with_header(make_batch(3), record_count=2)  # offsets 0..2, two records
+    empty = with_header(make_batch(1), record_count=0)
+    for batch in (thinned, empty, with_header(make_batch(2), last_offset_delta=0)):
+        with pytest.raises(CorruptMessageError):
+            log.append(batch)
+    assert log.append(thinned, assign_offsets=False).log_end_offset == 3
+    empty_at_3 = with_header(empty, base_offset=3)
+    assert log.append(empty_at_3, assign_offsets=False).log_end_offset == 4
+    assert [b[:2] for b in batches_in(read_all(log))] == [(0, 2), (3, 3)]
+
+
+def test_should_roll_is_kafkas_decision(tmp_path):
+    config = LogConfig(segment_bytes=1000, segment_ms=100)
+    segment = LogSegment.create(str(tmp_path), 50, config)
+    try:
+        # An empty segment takes any append whose offsets fit its relative index.
+        assert not segment.should_roll(5000, 60, 10**9, config)
+        assert segment.should_roll(10, 50 + 2**31, 0, config)
+        batch = make_batch(1)
+        segment.append(batch, len(batch), [(len(batch), 50, 1000)], now=1_000)
+        assert not segment.should_roll(1000 - len(batch), 51, 1_099, config)
+        assert segment.should_roll(1001 - len(batch), 51, 1_099, config)  # size
+        assert segment.should_roll(1, 51, 1_100, config)  # age
+        segment.index_full = True
+        assert segment.should_roll(1, 51, 1_000, config)
+    finally:
+        segment.delete()
 
 
 def test_append_larger_than_a_segment_is_rejected(open_log):

@@ -7,7 +7,7 @@ import os
 import random
 
 import pytest
-from storage_helpers import batches_in, check_indexes, make_batch, read_all
+from storage_helpers import batches_in, check_indexes, make_batch, read_all, with_header
 
 from trilog.records import iter_batches
 from trilog.storage import Log, LogConfig
@@ -82,6 +82,19 @@ def test_plausible_header_then_garbage(log_dir):
     fake[-5:] = b"\xff" * 5
     with open(last_segment(log_dir), "ab") as f:
         f.write(fake)
+    reopen_and_check(log_dir, stored).close()
+
+
+@pytest.mark.parametrize(
+    "fields", [{"attributes": 7}, {"magic": 1}, {"record_count": 5}, {"batch_length": 20}]
+)
+def test_a_tail_batch_whose_header_fails_the_check_is_truncated(log_dir, fields):
+    """Recovery judges headers by the same rule as append (a right CRC does not save a
+    batch with an unknown codec id, a wrong magic or counts that disagree)."""
+    stored, _ = build(log_dir)
+    bad = with_header(make_batch(3), base_offset=batches_in(stored[-1])[-1][1] + 1, **fields)
+    with open(last_segment(log_dir), "ab") as f:
+        f.write(bad)
     reopen_and_check(log_dir, stored).close()
 
 

@@ -2,9 +2,16 @@
 sparse offset and time indexes, appends that touch only batch headers, reads as file slices
 for ``sendfile``, flush policy, crash recovery, retention, and the ``LogManager``.
 
+Modules: ``_log`` (``Log``: append, read, flush, retention, truncation), ``_append`` (the
+append path's header and CRC checks and offset assignment), ``_loader`` (opening and
+recovery), ``_segment`` (``LogSegment``, the roll decision, header walks), ``_index``,
+``_files`` (atomic writes, directory fsyncs, removal), ``_manager``, ``_checkpoint``,
+``_retention`` (pure decisions), ``_fetch`` (``FetchSlice``).
+
 Blocking code (no trio): the broker calls it from worker threads.
 """
 
+from trilog.records import BatchHeader  # what Log.batch_headers yields (one layout: records')
 from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._config import LogConfig
 from trilog.storage._fetch import FetchSlice
@@ -22,7 +29,7 @@ from trilog.storage._retention import (
     offsets_before,
     segments_to_delete,
 )
-from trilog.storage._segment import BatchHeader, LogSegment
+from trilog.storage._segment import LogSegment
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",

@@ -1,67 +1,59 @@
 """``Log``: one partition's log, a list of segments of which only the last is written.
 
 Append path (the broker's hot path): validate every batch of the buffer once from its
-61-byte header (sizes, magic, counts, CRC-32C; never a record), then under the log's lock
-assign offsets by patching only each batch's 8-byte base offset (``writev`` of the patched
-offsets and the untouched rest, or one copy for many-batch buffers), write with one system
-call, index, and publish the new end.  Readers take no lock: they work from an immutable
-snapshot of (segments, log end offset, committed size of the active segment) that an
-append replaces in one assignment after its bytes are in the file.
+61-byte header (sizes, magic, counts, codec, CRC-32C; never a record: ``_append``), then
+under the log's lock assign offsets by patching only each batch's 8-byte base offset
+(``writev`` of the patched offsets and the untouched rest, or one copy for many-batch
+buffers), roll if the active segment says so (``LogSegment.should_roll``), write with one
+system call, index, and publish the new end.  Readers take no lock: they work from an
+immutable ``_Snapshot`` (segments, log end offset, committed size of the active segment)
+that an append replaces in one assignment after its bytes are in the file.  Opening and
+recovery are ``_loader``'s.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-import struct
 import threading
-import time
-import uuid
 from bisect import bisect_right
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
-from functools import partial
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from trilog import _time
 from trilog.errors import (
     CorruptMessageError,
-    MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     TrilogError,
 )
-from trilog.records import RecordBatch, crc32c
+from trilog.records import BatchHeader, RecordBatch
+from trilog.storage._append import (
+    OVERLAP_CRC_BYTES,
+    Batches,
+    OverlappedCrcCheck,
+    WritePlan,
+    assign_offsets,
+    check_headers,
+    crc_error,
+    keep_offsets,
+)
 from trilog.storage._config import LogConfig
 from trilog.storage._fetch import FetchSlice
+from trilog.storage._files import fsync_dir, remove_dir_durably
+from trilog.storage._loader import load_segments
 from trilog.storage._retention import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     offsets_before,
     segments_to_delete,
 )
-from trilog.storage._segment import (
-    BATCH_HEADER,
-    CRC_START,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAX_RELATIVE_OFFSET,
-    MIN_BATCH_LENGTH,
-    BatchHeader,
-    LogSegment,
-    now_ms,
-    walk_batches,
-)
+from trilog.storage._segment import LogSegment, walk_batches
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 logger = logging.getLogger("trilog.storage")
-
-_OFFSET = struct.Struct(">q")
-#: Up to this many batches per append are written with ``writev`` (no copy at all).
-_MAX_IOVECS_BATCHES = 256
-#: From this many bytes on, the CRC-32C check runs in a helper thread while the bytes are
-#: written (both release the GIL); a bad CRC cuts the uncommitted write off again.
-_OVERLAP_CRC_BYTES = 256 * 1024
-_SUFFIXES = (".log", ".index", ".timeindex")
 
 
 class LogAppendInfo(NamedTuple):
@@ -93,89 +85,17 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def _check_headers(mv: memoryview, max_message_bytes: int, assign_offsets: bool):
-    """Walk and check every batch header of an append buffer (not the CRCs).
-
-    Return ``[(position, size, base_offset, last_offset_delta, max_timestamp, crc), ...]``.
-    """
-    total = len(mv)
-    if total == 0:
-        raise CorruptMessageError("append of an empty record set")
-    unpack = BATCH_HEADER.unpack_from
-    batches = []
-    pos = 0
-    next_offset = -1
-    while pos < total:
-        if total - pos < HEADER_SIZE:
-            raise CorruptMessageError(f"{total - pos} trailing bytes are not a record batch")
-        (base, length, _e, magic, crc, _a, delta, _ft, max_ts, _p, _pe, _s, count) = unpack(mv, pos)
-        if magic != 2:
-            raise CorruptMessageError(f"record batch magic {magic}; the log stores only v2")
-        size = length + LOG_OVERHEAD
-        if length < MIN_BATCH_LENGTH:
-            raise CorruptMessageError(f"record batch length {length} is too small")
-        if pos + size > total:
-            raise CorruptMessageError("record batch extends past the end of the request")
-        if size > max_message_bytes:
-            raise MessageTooLargeError(
-                f"record batch of {size} bytes exceeds the limit of {max_message_bytes}"
-            )
-        if count <= 0 or delta < count - 1 or (assign_offsets and delta != count - 1):
-            raise CorruptMessageError(
-                f"record batch counts disagree: {count} records, last offset delta {delta}"
-            )
-        if not assign_offsets:
-            if base < next_offset:
-                raise CorruptMessageError("record batch offsets out of order")
-            next_offset = base + delta + 1
-        batches.append((pos, size, base, delta, max_ts, crc))
-        pos += size
-    return batches
+_new_tuple = tuple.__new__
 
 
-def _crc_error(mv: memoryview, batches) -> str | None:
-    """Check every batch's CRC-32C; the complaint, or None.  (Returns rather than raises so
-    that a helper thread's future holds no traceback, hence no reference to the buffer.)"""
-    for pos, size, _base, _delta, _max_ts, crc in batches:
-        if crc32c(mv[pos + CRC_START : pos + size]) != crc:
-            return f"record batch at byte {pos} of the append fails its CRC-32C"
-    return None
+class _Snapshot(NamedTuple):
+    """What readers work from: replaced whole, in one assignment, never changed."""
 
-
-def _crc_job(job: list):
-    """The helper's side: ``job`` is ``[mv, batches]``, emptied by the appender once done,
-    so the executor's work item never keeps the caller's buffer exported."""
-    return _crc_error(*job) if job else None
-
-
-def _verify_crcs(future, job: list) -> None:
-    """After the write: the helper's verdict, or our own if it never got a CPU meanwhile
-    (so a busy machine costs no more than checking before writing)."""
-    try:
-        error = _crc_error(*job) if future.cancel() else future.result()
-    finally:
-        job.clear()
-    if error is not None:
-        raise CorruptMessageError(error)
-
-
-_crc_pool_lock = threading.Lock()
-_crc_pool: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _crc_executor() -> ThreadPoolExecutor:
-    """The CRC helper threads of this process (recreated after a fork)."""
-    global _crc_pool
-    pool = _crc_pool
-    if pool is not None and pool[0] == os.getpid():
-        return pool[1]
-    with _crc_pool_lock:
-        if _crc_pool is None or _crc_pool[0] != os.getpid():
-            _crc_pool = (
-                os.getpid(),
-                ThreadPoolExecutor(max_workers=2, thread_name_prefix="trilog-crc"),
-            )
-        return _crc_pool[1]
+    segments: tuple[LogSegment, ...]
+    base_offsets: tuple[int, ...]
+    log_start_offset: int
+    log_end_offset: int
+    active_size: int  # the committed size of the active (last) segment
 
 
 class Log:
@@ -219,110 +139,21 @@ class Log:
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
         self._roll_flush_offset = 0  # a roll asks for a flush up to the new segment's base
-        self._dir_dirty = False
-        self._recovery_point = recovery_point
-        segments = self._load_segments(recovery_point, needs_recovery)
+        loaded = load_segments(self.directory, self.config, recovery_point, needs_recovery)
+        segments = loaded.segments
+        self._dir_dirty = loaded.created
         self._segments: tuple[LogSegment, ...] = segments
         self._active = segments[-1]
         self._log_end_offset = self._active.next_offset
         self._recovery_point = max(
-            min(self._recovery_point, self._log_end_offset), segments[0].base_offset
+            min(loaded.recovery_point, self._log_end_offset), segments[0].base_offset
         )
         self._publish()
-
-    # -- loading and recovery ------------------------------------------------------------
-
-    def _load_segments(self, recovery_point: int, needs_recovery: bool):
-        bases: list[int] = []
-        index_files: list[tuple[int, str]] = []
-        for name in os.listdir(self.directory):
-            path = os.path.join(self.directory, name)
-            if name.endswith((".deleted", ".cleaned", ".swap", ".tmp")):
-                _unlink(path)  # left by an interrupted delete or write
-                continue
-            stem, ext = os.path.splitext(name)
-            if ext not in _SUFFIXES or len(stem) != 20 or not stem.isdigit():
-                continue
-            if ext == ".log":
-                bases.append(int(stem))
-            else:
-                index_files.append((int(stem), path))
-        bases.sort()
-        known = set(bases)
-        for base, path in index_files:
-            if base not in known:
-                _unlink(path)  # an index whose log is gone
-        segments: list[LogSegment] = []
-        indexes_written = True
-        try:
-            for base in bases:
-                segments.append(LogSegment.open(self.directory, base, self.config))
-            first_unflushed = len(segments)
-            if needs_recovery and segments:
-                # The segment holding the recovery point and all later ones are re-validated.
-                first_unflushed = max(0, bisect_right(bases, recovery_point) - 1)
-            i = 0
-            while i < len(segments):
-                segment = segments[i]
-                if i < first_unflushed and segment.load_indexes():
-                    i += 1
-                    continue
-                if i < first_unflushed:
-                    logger.warning(
-                        "%s: segment %d does not end on a batch boundary; recovering",
-                        self.directory,
-                        segment.base_offset,
-                    )
-                    first_unflushed = i
-                min_offset = segments[i - 1].next_offset if i else segment.base_offset
-                truncated = segment.recover(min_offset)
-                os.fsync(segment.fd)  # recovered bytes may only be in the page cache
-                try:
-                    segment.offset_index.flush()
-                    segment.time_index.flush()
-                except OSError as exc:
-                    # A full disk must not stop a start: the rebuilt indexes serve from
-                    # memory, and the next flush writes them.  Until one does, the recovery
-                    # point stays where it was, so that a crash recovers these again.
-                    logger.warning("%s: cannot write the rebuilt indexes of segment %d: %s",
-                                   self.directory, segment.base_offset, exc)
-                    indexes_written = False
-                if truncated or (segment.size == 0 and i < len(segments) - 1):
-                    # Nothing valid may follow an invalid (or lost) stretch: the log is its
-                    # longest valid prefix.
-                    logger.warning(
-                        "%s: truncated %d invalid bytes from segment %d at offset %d",
-                        self.directory,
-                        truncated,
-                        segment.base_offset,
-                        segment.next_offset,
-                    )
-                    for dead in segments[i + 1 :]:
-                        logger.warning(
-                            "%s: deleting segment %d after the corruption",
-                            self.directory,
-                            dead.base_offset,
-                        )
-                        dead.delete()
-                    del segments[i + 1 :]
-                i += 1
-            if needs_recovery and segments and indexes_written:
-                self._recovery_point = segments[-1].next_offset
-            if not segments:
-                segments.append(LogSegment.create(self.directory, 0, self.config))
-                self._dir_dirty = True
-        except BaseException:
-            for segment in segments:
-                segment.close()
-            raise
-        for segment in segments[:-1]:
-            segment.on_become_inactive()
-        return tuple(segments)
 
     def _publish(self) -> None:
         """Replace the readers' snapshot (one atomic attribute assignment)."""
         segments = self._segments
-        self._state = (
+        self._snapshot = _Snapshot(
             segments,
             tuple(s.base_offset for s in segments),
             segments[0].base_offset,
@@ -334,16 +165,16 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self._state[2]
+        return self._snapshot.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
-        return self._state[3]
+        return self._snapshot.log_end_offset
 
     @property
     def high_watermark(self) -> int:
         """No replication yet: everything appended is committed."""
-        return self._state[3]
+        return self._snapshot.log_end_offset
 
     @property
     def recovery_point(self) -> int:
@@ -351,16 +182,16 @@ class Log:
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
-        return self._state[0]
+        return self._snapshot.segments
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._state[0][-1]
+        return self._snapshot.segments[-1]
 
     @property
     def size_in_bytes(self) -> int:
-        segments = self._state[0]
-        return sum(s.size for s in segments[:-1]) + self._state[4]
+        snapshot = self._snapshot
+        return sum(s.size for s in snapshot.segments[:-1]) + snapshot.active_size
 
     @property
     def unflushed_messages(self) -> int:
@@ -379,14 +210,16 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def append(
-        self, buffer, *, assign_offsets: bool = True, now_ms: int | None = None
+        self, buffer: ReadableBuffer, *, assign_offsets: bool = True, now_ms: int | None = None
     ) -> LogAppendInfo:
         """Append one or more v2 batches (e.g. a produce request's ``records``).
 
         Each batch is validated once; the append is all or nothing.  Raises
-        ``CorruptMessageError`` for an empty buffer, garbage, a partial batch, a non-v2
-        batch, inconsistent counts or a CRC mismatch, and ``MessageTooLargeError`` for a
-        batch above ``max_message_bytes`` or an append above ``segment_bytes``.  With
+        ``CorruptMessageError`` for an empty buffer, garbage, a partial batch, a header that
+        fails ``validate_batch_header`` (not v2, counts that disagree, an unknown codec) or
+        a CRC mismatch, and ``MessageTooLargeError`` for a batch above ``max_message_bytes``
+        or an append above ``segment_bytes``.  The log assigns the offsets, and then wants
+        Kafka's producer rule (at least one record, one offset per record); with
         ``assign_offsets=False`` (replication, tests) the batches keep their offsets, which
         must increase from the log end offset.  Flushes when ``flush_interval_messages``
         messages are unflushed.
@@ -395,108 +228,80 @@ class Log:
         if mv.itemsize != 1 or mv.ndim != 1:
             mv = mv.cast("B")
         config = self.config
-        batches = _check_headers(mv, config.max_message_bytes, assign_offsets)
-        total = len(mv)
-        if total > config.segment_bytes:
+        batches = check_headers(mv, config.max_message_bytes, assign_offsets)
+        if len(mv) > config.segment_bytes:
             raise RecordListTooLargeError(
-                f"append of {total} bytes exceeds the segment size {config.segment_bytes}"
+                f"append of {len(mv)} bytes exceeds the segment size {config.segment_bytes}"
             )
-        future = None
-        if total < _OVERLAP_CRC_BYTES:
-            error = _crc_error(mv, batches)
+        crc_check = None
+        if len(mv) < OVERLAP_CRC_BYTES:
+            error = crc_error(mv, batches)
             if error is not None:
                 raise CorruptMessageError(error)
-        else:
-            job = [mv, batches]
-            future = _crc_executor().submit(_crc_job, job)
-        now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        else:  # checked in a helper thread while the bytes are written
+            crc_check = OverlappedCrcCheck(mv, batches)
+        now = now_ms if now_ms is not None else _time.now_ms()
         try:
             with self._lock:
-                if self._closed:
-                    raise TrilogError(f"append to closed log {self.directory}")
-                leo = self._log_end_offset
-                first_offset = leo if assign_offsets else batches[0][2]
-                if first_offset < leo:
-                    raise CorruptMessageError(
-                        f"append at offset {first_offset} below the log end offset {leo}"
-                    )
-                # Offsets and the write data.
-                infos = []
-                if assign_offsets:
-                    offset = leo
-                    if len(batches) <= _MAX_IOVECS_BATCHES:
-                        data = []
-                        pack = _OFFSET.pack
-                        for pos, size, _base, delta, max_ts, _crc in batches:
-                            data.append(pack(offset))
-                            data.append(mv[pos + 8 : pos + size])
-                            offset += delta + 1
-                            infos.append((size, offset - 1, max_ts))
-                    else:
-                        data = bytearray(mv)  # the one copy, for many small batches
-                        pack_into = _OFFSET.pack_into
-                        for pos, size, _base, delta, max_ts, _crc in batches:
-                            pack_into(data, pos, offset)
-                            offset += delta + 1
-                            infos.append((size, offset - 1, max_ts))
-                    last_offset = offset - 1
-                else:
-                    data = mv
-                    for _pos, size, base, delta, max_ts, _crc in batches:
-                        infos.append((size, base + delta, max_ts))
-                    last_offset = infos[-1][1]
-                # Roll first if needed.
-                segment = self._active
-                if last_offset - segment.base_offset > MAX_RELATIVE_OFFSET or (
-                    segment.size > 0
-                    and (
-                        segment.size + total > config.segment_bytes
-                        or now - (segment.rolling_ms or now) >= config.segment_ms
-                        or segment.index_full
-                    )
-                ):
-                    segment = self._roll(first_offset)
-                if last_offset - segment.base_offset > MAX_RELATIVE_OFFSET:
-                    raise CorruptMessageError("append spans more offsets than a segment can index")
-                if future is None:
-                    segment.append(data, total, infos, now)
-                else:
-                    segment.append(data, total, infos, now, partial(_verify_crcs, future, job))
-                    future = None
-                self._log_end_offset = last_offset + 1
-                state = self._state
-                self._state = (state[0], state[1], state[2], last_offset + 1, segment.size)
-                if assign_offsets:
-                    records = last_offset + 1 - first_offset
-                else:
-                    records = sum(b[3] + 1 for b in batches)
-                self._unflushed_messages += records
-                if self._first_unflushed_ms is None:
-                    self._first_unflushed_ms = now
-                flush_now = self._unflushed_messages >= config.flush_interval_messages
-                log_start = state[2]
+                plan, log_start, flush_now = self._append_locked(
+                    mv, batches, assign_offsets, now, crc_check
+                )
         finally:
-            if future is not None:  # failed before the write: let the helper let go of mv
-                future.cancel()
-                wait([future])
-                job.clear()
-        max_timestamp, offset_of_max = -1, first_offset
-        for size, last, max_ts in infos:
-            if max_ts > max_timestamp:
-                max_timestamp, offset_of_max = max_ts, last
+            if crc_check is not None:
+                crc_check.release()
         if flush_now:
             self.flush()
-        return LogAppendInfo(
-            first_offset,
-            last_offset,
-            last_offset + 1,
-            max_timestamp,
-            offset_of_max,
-            records,
+        info: LogAppendInfo = _new_tuple(LogAppendInfo, (
+            plan.first_offset,
+            plan.last_offset,
+            plan.last_offset + 1,
+            plan.max_timestamp,
+            plan.offset_of_max_timestamp,
+            plan.record_count,
             len(batches),
-            total,
+            len(mv),
             log_start,
+        ))
+        return info
+
+    def _append_locked(
+        self,
+        mv: memoryview,
+        batches: Batches,
+        assign: bool,
+        now: int,
+        crc_check: OverlappedCrcCheck | None,
+    ) -> tuple[WritePlan, int, bool]:
+        """Under the lock: offsets, roll, write, publish.  Return the plan written, the log
+        start offset, and whether ``flush_interval_messages`` asks for a flush now."""
+        if self._closed:
+            raise TrilogError(f"append to closed log {self.directory}")
+        leo = self._log_end_offset
+        plan = assign_offsets(mv, batches, leo) if assign else keep_offsets(mv, batches)
+        if plan.first_offset < leo:
+            raise CorruptMessageError(
+                f"append at offset {plan.first_offset} below the log end offset {leo}"
+            )
+        segment = self._active
+        if segment.should_roll(len(mv), plan.last_offset, now, self.config):
+            segment = self._roll(plan.first_offset)
+            if segment.would_overflow_index(plan.last_offset):  # (should_roll checked the old)
+                raise CorruptMessageError("append spans more offsets than a segment can index")
+        segment.append(
+            plan.data, len(mv), plan.batches, now, None if crc_check is None else crc_check.verify
         )
+        self._log_end_offset = plan.last_offset + 1
+        snapshot = self._snapshot
+        self._snapshot = _new_tuple(  # _Snapshot without its Python-level __new__ (hot path)
+            _Snapshot,
+            (snapshot.segments, snapshot.base_offsets, snapshot.log_start_offset,
+             plan.last_offset + 1, segment.size),
+        )
+        self._unflushed_messages += plan.record_count
+        if self._first_unflushed_ms is None:
+            self._first_unflushed_ms = now
+        flush_now = self._unflushed_messages >= self.config.flush_interval_messages
+        return plan, snapshot.log_start_offset, flush_now
 
     def roll(self) -> int:
         """Start a new segment now (if the active one holds data); return its base offset."""
@@ -539,7 +344,7 @@ class Log:
         for _attempt in range(8):
             if self._closed:
                 raise TrilogError(f"read from closed log {self.directory}")
-            segments, bases, log_start, leo, active_size = self._state
+            segments, bases, log_start, leo, active_size = self._snapshot
             if offset == leo:
                 return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start)
             if offset < log_start or offset > leo:
@@ -590,7 +395,7 @@ class Log:
         batch boundary the offset index gives), oldest first, without reading records: what
         the broker rebuilds its idempotent producers' sequence numbers from after a restart.
         """
-        segments, _bases, _start, _leo, active_size = self._state
+        segments, active_size = self._snapshot.segments, self._snapshot.active_size
         ranges = []  # (segment, start, end), newest first
         remaining = tail_bytes
         for segment in reversed(segments):
@@ -619,7 +424,7 @@ class Log:
         search, offset index, header walk); only that one batch's records are decoded to
         pick the exact record.  ``None`` when no batch is that recent.
         """
-        segments, _bases, log_start, leo, active_size = self._state
+        segments, _bases, log_start, leo, active_size = self._snapshot
         if timestamp == EARLIEST_TIMESTAMP:
             return TimestampOffset(-1, log_start)
         if timestamp == LATEST_TIMESTAMP:
@@ -643,16 +448,18 @@ class Log:
             return _first_record_at_or_after(data, timestamp, base)
         return None
 
-    def offsets_before(self, timestamp: int, max_offsets: int, now_ms: int | None = None):
+    def offsets_before(
+        self, timestamp: int, max_offsets: int, now_ms: int | None = None
+    ) -> list[int]:
         """ListOffsets v0 (Kafka 0.8): segment base offsets of segments last modified at or
         before ``timestamp`` (plus the log end offset for LATEST), newest first."""
-        segments, _bases, log_start, leo, active_size = self._state
+        segments, _bases, log_start, leo, active_size = self._snapshot
         entries = [(max(s.base_offset, log_start), s.last_modified_ms) for s in segments]
         return offsets_before(
             entries,
             leo,
             active_size == 0,
-            now_ms if now_ms is not None else _now_ms(),
+            now_ms if now_ms is not None else _time.now_ms(),
             timestamp,
             max_offsets,
         )
@@ -671,7 +478,7 @@ class Log:
                 target = leo if offset is None else min(offset, leo)
                 if target <= self._recovery_point and not self._dir_dirty:
                     return
-                segments, bases = self._state[0], self._state[1]
+                segments, bases = self._snapshot.segments, self._snapshot.base_offsets
                 rp = self._recovery_point
                 # Segment i covers [bases[i], bases[i+1]): flush those meeting [rp, target).
                 lo = max(0, bisect_right(bases, rp) - 1)
@@ -680,11 +487,11 @@ class Log:
                 full = target == leo
                 messages = self._unflushed_messages if full else 0
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
-                started = _now_ms()
+                started = _time.now_ms()
             for segment in dirty:
                 segment.flush()
             if dir_dirty:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             with self._lock:
                 self._recovery_point = max(self._recovery_point, target)
                 if full:
@@ -700,7 +507,7 @@ class Log:
         first = self._first_unflushed_ms
         if interval is None or first is None:
             return False
-        return (now_ms if now_ms is not None else _now_ms()) - first >= interval
+        return (now_ms if now_ms is not None else _time.now_ms()) - first >= interval
 
     def maybe_flush(self, now_ms: int | None = None) -> bool:
         """Flush what the time policy (``flush_interval_ms``) or a roll asks for; return
@@ -708,7 +515,7 @@ class Log:
         ``LogManager.flush_due_logs``)."""
         interval = self.config.flush_interval_ms
         first = self._first_unflushed_ms
-        now = now_ms if now_ms is not None else _now_ms()
+        now = now_ms if now_ms is not None else _time.now_ms()
         if interval is not None and first is not None and now - first >= interval:
             self.flush()
             return True
@@ -725,7 +532,7 @@ class Log:
         Whole segments only, oldest first, never the active one.  Readers holding slices
         of a deleted segment keep reading (their descriptors outlive the unlink).
         """
-        now = now_ms if now_ms is not None else _now_ms()
+        now = now_ms if now_ms is not None else _time.now_ms()
         config = self.config
         if config.retention_ms < 0 and config.retention_bytes < 0:
             return []
@@ -850,14 +657,10 @@ class Log:
         """Close and remove the whole partition directory (renamed to ``*.deleted`` first,
         so a crash halfway leaves a name the next start removes)."""
         self._close_handles()
-        parent, name = os.path.split(self.directory)
-        doomed = os.path.join(parent, f"{name}.{uuid.uuid4().hex}.deleted")
-        os.rename(self.directory, doomed)
-        _fsync_dir(parent)
-        shutil.rmtree(doomed, ignore_errors=True)
+        remove_dir_durably(self.directory)
 
 
-def _first_record_at_or_after(data: bytes, timestamp: int, base_offset: int):
+def _first_record_at_or_after(data: bytes, timestamp: int, base_offset: int) -> TimestampOffset:
     batch = RecordBatch(data, 0)
     try:
         for record in batch:
@@ -866,28 +669,3 @@ def _first_record_at_or_after(data: bytes, timestamp: int, base_offset: int):
     except CorruptMessageError:
         pass
     return TimestampOffset(batch.max_timestamp, base_offset)
-
-
-def _now_ms() -> int:
-    return now_ms()
-
-
-def _unlink(path: str) -> None:
-    try:
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

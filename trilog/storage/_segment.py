@@ -1,56 +1,37 @@
 """``LogSegment``: one ``<base offset>.log`` file with its ``.index`` and ``.timeindex``.
 
 The log file is a plain concatenation of RecordBatch v2 batches exactly as produced, with
-only their base offsets assigned (see ``trilog.records._v2`` for the batch layout).
+only their base offsets assigned.  The batch layout and the rule a header must pass come
+from ``trilog.records`` (``read_batch_header``, ``validate_batch_header``): storage has no
+copy of either.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 import threading
-import time
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-from trilog.records import crc32c
+from trilog._time import now_ms
+from trilog.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptRecordsError,
+    batch_crc,
+    read_batch_header,
+    validate_batch_header,
+)
+from trilog.storage._config import LogConfig
+from trilog.storage._files import remove
 from trilog.storage._index import IndexCorruptError, OffsetIndex, TimeIndex
 
-#: The whole v2 header: base_offset, batch_length, partition_leader_epoch, magic, crc,
-#: attributes, last_offset_delta, first_timestamp, max_timestamp, producer_id,
-#: producer_epoch, base_sequence, record_count.
-BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = BATCH_HEADER.size  # 61
-LOG_OVERHEAD = 12  # base_offset and batch_length precede the ``batch_length`` bytes
-MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-CRC_START = 21  # the CRC covers attributes .. end of batch
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+#: Offsets of a segment are stored relative to its base offset in 32 bits (the indexes).
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
-
-
-class BatchHeader(NamedTuple):
-    """The 61-byte header of a stored batch, as ``walk_batches`` reads it."""
-
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    first_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-
-_new_header = tuple.__new__
 _SCAN_CHUNK = 16 * 1024
 _RECOVERY_CHUNK = 4 * 1024 * 1024
 
@@ -59,24 +40,20 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def walk_batches(
-    fd: int, start: int, end: int, *, check: bool = False, chunk: int = _SCAN_CHUNK
+    fd: int, start: int, end: int, *, verify_crc: bool = False, chunk: int = _SCAN_CHUNK
 ) -> Iterator[tuple[int, int, BatchHeader]]:
     """Yield ``(position, size, header)`` for each batch of ``file[start:end]``, reading
     large chunks and decoding only headers.
 
-    Stops silently at the first batch that is partial or has a nonsense length; with
-    ``check`` also at the first with a wrong magic, inconsistent counts or a bad CRC-32C.
-    The caller learns where the valid data ends from the last batch yielded.
+    Stops silently at the first batch that is partial or whose header fails
+    ``validate_batch_header`` (a nonsense length, a wrong magic, counts that disagree, an
+    unknown codec); with ``verify_crc`` also at the first with a bad CRC-32C.  The caller
+    learns where the valid data ends from the last batch yielded.
     """
     buf = b""
     buf_start = start
     pos = start
-    unpack = BATCH_HEADER.unpack_from
     while end - pos >= HEADER_SIZE:
         rel = pos - buf_start
         if len(buf) - rel < HEADER_SIZE:
@@ -84,20 +61,21 @@ def walk_batches(
             buf_start, rel = pos, 0
             if len(buf) < HEADER_SIZE:
                 return
-        header = _new_header(BatchHeader, unpack(buf, rel))
-        (_base, length, _e, magic, crc, _a, delta, _ft, _max_ts, _p, _pe, _s, count) = header
-        size = length + LOG_OVERHEAD
-        if length < MIN_BATCH_LENGTH or pos + size > end:
+        header = read_batch_header(buf, rel)
+        try:
+            validate_batch_header(header)
+        except CorruptRecordsError:
             return
-        if check:
-            if magic != 2 or delta < 0 or count < 0 or (count and delta < count - 1):
-                return
+        size = header.size
+        if pos + size > end:
+            return
+        if verify_crc:
             if len(buf) - rel < size:
                 buf = os.pread(fd, max(chunk, size), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < size:
                     return
-            if crc32c(memoryview(buf)[rel + CRC_START : rel + size]) != crc:
+            if batch_crc(buf, rel, size) != header.crc:
                 return
         yield pos, size, header
         pos += size
@@ -118,7 +96,9 @@ class LogSegment:
     never make a reader read another file that reused the descriptor number.
     """
 
-    def __init__(self, directory: str, base_offset: int, fd: int, size: int, config) -> None:
+    def __init__(
+        self, directory: str, base_offset: int, fd: int, size: int, config: LogConfig
+    ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
@@ -156,7 +136,7 @@ class LogSegment:
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: str, base_offset: int, config) -> LogSegment:
+    def create(cls, directory: str, base_offset: int, config: LogConfig) -> LogSegment:
         """A new empty segment (any stale files of that name are replaced)."""
         path = os.path.join(directory, segment_file_name(base_offset, ".log"))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
@@ -172,7 +152,7 @@ class LogSegment:
         return segment
 
     @classmethod
-    def open(cls, directory: str, base_offset: int, config) -> LogSegment:
+    def open(cls, directory: str, base_offset: int, config: LogConfig) -> LogSegment:
         """Open an existing segment's log file; indexes are loaded by the caller's choice of
         ``load_indexes`` (trusting) or ``recover`` (validating)."""
         path = os.path.join(directory, segment_file_name(base_offset, ".log"))
@@ -225,23 +205,25 @@ class LogSegment:
     def rebuild_indexes(self) -> bool:
         """Rebuild both indexes from a (trusted) walk of the batches; False if the data does
         not end on a batch boundary."""
-        return self._scan(check=False) == self.size
+        return self._scan(verify=False) == self.size
 
     def recover(self, min_offset: int) -> int:
         """Validate every batch, truncate at the first invalid one, rebuild the indexes.
 
-        Invalid: partial, nonsense length, wrong magic, bad CRC, or offsets that do not
-        increase (from ``min_offset``) or do not fit the relative 32-bit index.  Return the
-        number of bytes truncated.
+        Invalid: partial, a header that fails ``validate_batch_header``, a bad CRC, or
+        offsets that do not increase (from ``min_offset``) or do not fit the relative 32-bit
+        index.  Return the number of bytes truncated.
         """
-        valid_end = self._scan(check=True, min_offset=min_offset)
+        valid_end = self._scan(verify=True, min_offset=min_offset)
         truncated = self.size - valid_end
         if truncated:
             os.ftruncate(self.fd, valid_end)
             self.size = valid_end
         return truncated
 
-    def _scan(self, *, check: bool, min_offset: int | None = None) -> int:
+    def _scan(self, *, verify: bool, min_offset: int | None = None) -> int:
+        """Rebuild the indexes and the tail facts from every batch; the end of the last good
+        one.  ``verify`` (recovery): CRCs checked too, and offsets must increase."""
         self.offset_index.reset()
         self.time_index.reset()
         self.index_full = False
@@ -251,10 +233,12 @@ class LogSegment:
         expected = self.base_offset if min_offset is None else max(min_offset, self.base_offset)
         limit = self.base_offset + MAX_RELATIVE_OFFSET
         valid_end = 0
-        chunk = _RECOVERY_CHUNK if check else _SCAN_CHUNK
-        for pos, size, header in walk_batches(self.fd, 0, self.size, check=check, chunk=chunk):
+        chunk = _RECOVERY_CHUNK if verify else _SCAN_CHUNK
+        for pos, size, header in walk_batches(
+            self.fd, 0, self.size, verify_crc=verify, chunk=chunk
+        ):
             last = header.last_offset
-            if check and (header.base_offset < expected or last > limit):
+            if verify and (header.base_offset < expected or last > limit):
                 break
             self._index_batch(pos, size, last, header.max_timestamp)
             expected = last + 1
@@ -280,10 +264,32 @@ class LogSegment:
     def would_overflow_index(self, last_offset: int) -> bool:
         return last_offset - self.base_offset > MAX_RELATIVE_OFFSET
 
+    def should_roll(self, size: int, last_offset: int, now: int, config: LogConfig) -> bool:
+        """Whether an append of ``size`` bytes ending at ``last_offset`` must go to a new
+        segment (Kafka's ``LogSegment.shouldRoll``): its offsets would not fit the relative
+        32-bit index, or this segment holds data and would grow past ``segment_bytes``, is
+        ``segment_ms`` old (since its first append), or has a full index."""
+        if last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
+            return True
+        if self.size == 0:
+            return False
+        return (
+            self.size + size > config.segment_bytes
+            or now - (self.rolling_ms or now) >= config.segment_ms
+            or self.index_full
+        )
+
     def _update_index_full(self) -> None:
         self.index_full = self.offset_index.is_full or self.time_index.is_full
 
-    def append(self, data, total: int, batches, now: int, verify=None) -> None:
+    def append(
+        self,
+        data: ReadableBuffer | list[ReadableBuffer],
+        total: int,
+        batches: list[tuple[int, int, int]],
+        now: int,
+        verify: Callable[[], None] | None = None,
+    ) -> None:
         """Write ``data`` (a buffer, or a list of buffers for ``writev``) holding ``total``
         bytes, call ``verify()`` if given, then index ``batches``: ``(size, last_offset,
         max_timestamp)`` each.
@@ -294,7 +300,7 @@ class LogSegment:
         fd = self.fd
         start = self.size
         try:
-            if type(data) is list:
+            if isinstance(data, list):
                 written = os.writev(fd, data)
                 if written != total:
                     self._write_rest(data, written)
@@ -328,7 +334,7 @@ class LogSegment:
         self.size = position
         self.next_offset = last_offset + 1
 
-    def _write_rest(self, parts: list, written: int) -> None:
+    def _write_rest(self, parts: list[ReadableBuffer], written: int) -> None:
         """Finish a short write (rare for regular files: a signal or a full disk)."""
         for part in parts:
             view = memoryview(part)
@@ -352,7 +358,9 @@ class LogSegment:
                 return None
             return os.dup(self.fd)
 
-    def translate_offset(self, fd: int, offset: int, max_position: int):
+    def translate_offset(
+        self, fd: int, offset: int, max_position: int
+    ) -> tuple[int, int, int] | None:
         """The first batch whose last offset is >= ``offset``: ``(position, size, base_offset)``,
         or None.  An index binary search and a short header walk."""
         _, start = self.offset_index.lookup(offset)
@@ -361,7 +369,9 @@ class LogSegment:
                 return pos, size, header.base_offset
         return None
 
-    def read(self, fd: int, offset: int, max_bytes: int, max_position: int):
+    def read(
+        self, fd: int, offset: int, max_bytes: int, max_position: int
+    ) -> tuple[int, int, int] | None:
         """Locate a fetch of batches from ``offset`` within ``file[:max_position]``.
 
         Return ``(position, length, first_base_offset)`` or None if no batch here holds
@@ -385,7 +395,9 @@ class LogSegment:
                 end = pos + size
         return start, end - start, first_base
 
-    def find_by_timestamp(self, fd: int, timestamp: int, max_position: int):
+    def find_by_timestamp(
+        self, fd: int, timestamp: int, max_position: int
+    ) -> tuple[int, int, int] | None:
         """The first batch whose max timestamp is >= ``timestamp``:
         ``(position, size, base_offset)`` or None."""
         offset = self.time_index.lookup(timestamp)
@@ -464,7 +476,4 @@ class LogSegment:
             self._deleted = True
             self.close()
             for path in (self.log_path, self.offset_index.path, self.time_index.path):
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+                remove(path)

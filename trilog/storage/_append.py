@@ -1,0 +1,210 @@
+"""The steps of ``Log.append`` that need no lock: check an append buffer's batch headers,
+check their CRCs (at once, or in a helper thread while the bytes are written), and plan the
+write with offsets assigned or kept.
+
+An append buffer is one or more RecordBatch v2 batches (a produce request's ``records``).
+Each batch is checked once, from its 61-byte header (``trilog.records.validate_batch_header``)
+and its CRC-32C; no record is decoded.  Offsets are assigned by patching only each batch's
+8-byte base offset, which the CRC does not cover.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from trilog.errors import CorruptMessageError, MessageTooLargeError
+from trilog.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    batch_crc,
+    read_batch_header,
+    validate_batch_header,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+_OFFSET = struct.Struct(">q")
+#: Up to this many batches per append are written with ``writev`` (no copy at all).
+_MAX_IOVECS_BATCHES = 256
+#: From this many bytes on, the CRC-32C check runs in a helper thread while the bytes are
+#: written (both release the GIL); a bad CRC cuts the uncommitted write off again.
+OVERLAP_CRC_BYTES = 256 * 1024
+
+#: ``(position in the buffer, size, header)`` of each batch of an append buffer.
+Batches = list[tuple[int, int, BatchHeader]]
+
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (hot path)
+
+
+def check_headers(mv: memoryview, max_message_bytes: int, assign_offsets: bool) -> Batches:
+    """Walk and check every batch header of an append buffer (not the CRCs).
+
+    Each header must pass ``validate_batch_header`` (with Kafka's producer rule when the
+    log assigns the offsets), the batches must fill the buffer exactly, none may be larger
+    than ``max_message_bytes``, and kept offsets must not go backwards.
+    """
+    total = len(mv)
+    if total == 0:
+        raise CorruptMessageError("append of an empty record set")
+    batches: Batches = []
+    pos = 0
+    next_offset = -1
+    while pos < total:
+        if total - pos < HEADER_SIZE:
+            raise CorruptMessageError(f"{total - pos} trailing bytes are not a record batch")
+        header = read_batch_header(mv, pos)
+        validate_batch_header(header, from_producer=assign_offsets)
+        size = header.batch_length + LOG_OVERHEAD  # header.size, without a Python call
+        if pos + size > total:
+            raise CorruptMessageError("record batch extends past the end of the request")
+        if size > max_message_bytes:
+            raise MessageTooLargeError(
+                f"record batch of {size} bytes exceeds the limit of {max_message_bytes}"
+            )
+        if not assign_offsets:
+            if header.base_offset < next_offset:
+                raise CorruptMessageError("record batch offsets out of order")
+            next_offset = header.next_offset
+        batches.append((pos, size, header))
+        pos += size
+    return batches
+
+
+# -- CRCs ----------------------------------------------------------------------------------
+
+
+def crc_error(mv: memoryview, batches: Batches) -> str | None:
+    """Check every batch's CRC-32C; the complaint, or None.  (Returns rather than raises so
+    that a helper thread's future holds no traceback, hence no reference to the buffer.)
+    From ``OVERLAP_CRC_BYTES`` on, ``OverlappedCrcCheck`` runs it beside the write."""
+    for pos, size, header in batches:
+        if batch_crc(mv, pos, size) != header.crc:
+            return f"record batch at byte {pos} of the append fails its CRC-32C"
+    return None
+
+
+def _crc_job(job: list[Any]) -> str | None:
+    """The helper's side: ``job`` is ``[mv, batches]``, emptied by the appender once done,
+    so the executor's work item never keeps the caller's buffer exported."""
+    return crc_error(*job) if job else None
+
+
+_crc_pool_lock = threading.Lock()
+_crc_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _crc_executor() -> ThreadPoolExecutor:
+    """The CRC helper threads of this process (recreated after a fork)."""
+    global _crc_pool
+    pool = _crc_pool
+    if pool is not None and pool[0] == os.getpid():
+        return pool[1]
+    with _crc_pool_lock:
+        if _crc_pool is None or _crc_pool[0] != os.getpid():
+            _crc_pool = (
+                os.getpid(),
+                ThreadPoolExecutor(max_workers=2, thread_name_prefix="trilog-crc"),
+            )
+        return _crc_pool[1]
+
+
+class OverlappedCrcCheck:
+    """The CRC-32C check of a large append, started in a helper thread before the write.
+
+    ``verify()`` (called by the segment after its write) takes the helper's verdict, or
+    checks itself if the helper never got a CPU meanwhile, so a busy machine costs no more
+    than checking before writing.  ``release()`` (always, in a ``finally``) lets the helper
+    let go of the buffer if ``verify`` never ran.  Used by one appender thread.
+    """
+
+    __slots__ = ("_future", "_job")
+
+    def __init__(self, mv: memoryview, batches: Batches) -> None:
+        self._job: list[Any] = [mv, batches]  # emptied when done
+        self._future: Future[str | None] | None = _crc_executor().submit(_crc_job, self._job)
+
+    def verify(self) -> None:
+        future, self._future = self._future, None
+        assert future is not None, "verify() runs once"
+        try:
+            error = crc_error(*self._job) if future.cancel() else future.result()
+        finally:
+            self._job.clear()
+        if error is not None:
+            raise CorruptMessageError(error)
+
+    def release(self) -> None:
+        future, self._future = self._future, None
+        if future is not None:  # failed before the write
+            future.cancel()
+            wait([future])
+            self._job.clear()
+
+
+# -- offsets -------------------------------------------------------------------------------
+
+
+class WritePlan(NamedTuple):
+    """What to write, and what the segment indexes: ``(size, last_offset, max_timestamp)``
+    per batch."""
+
+    data: ReadableBuffer | list[ReadableBuffer]
+    batches: list[tuple[int, int, int]]
+    first_offset: int
+    last_offset: int
+    record_count: int  # offsets the batches take: the sum of last_offset_delta + 1
+    max_timestamp: int  # -1 when no batch carries a timestamp
+    offset_of_max_timestamp: int  # the last offset of the batch that first reached it
+
+
+def assign_offsets(mv: memoryview, batches: Batches, first_offset: int) -> WritePlan:
+    """The write of ``batches`` with offsets from ``first_offset`` on: each batch's base
+    offset patched, the rest untouched.  Up to ``_MAX_IOVECS_BATCHES`` batches are written
+    with ``writev`` from the caller's buffer (the patched offsets beside the untouched
+    bytes: no copy); more as one patched copy (fewer system-call vectors)."""
+    infos = []
+    offset = first_offset
+    best_ts, best_offset = -1, first_offset
+    data: list[ReadableBuffer] | bytearray
+    if len(batches) <= _MAX_IOVECS_BATCHES:
+        data = []
+        pack = _OFFSET.pack
+        for pos, size, header in batches:
+            data.append(pack(offset))
+            data.append(mv[pos + 8 : pos + size])
+            offset += header.last_offset_delta + 1
+            infos.append((size, offset - 1, header.max_timestamp))
+            if header.max_timestamp > best_ts:
+                best_ts, best_offset = header.max_timestamp, offset - 1
+    else:
+        data = bytearray(mv)  # the one copy, for many small batches
+        pack_into = _OFFSET.pack_into
+        for pos, size, header in batches:
+            pack_into(data, pos, offset)
+            offset += header.last_offset_delta + 1
+            infos.append((size, offset - 1, header.max_timestamp))
+            if header.max_timestamp > best_ts:
+                best_ts, best_offset = header.max_timestamp, offset - 1
+    plan: WritePlan = _new_tuple(
+        WritePlan,
+        (data, infos, first_offset, offset - 1, offset - first_offset, best_ts, best_offset),
+    )
+    return plan
+
+
+def keep_offsets(mv: memoryview, batches: Batches) -> WritePlan:
+    """The write of ``batches`` as they are, with the offsets they carry (replication)."""
+    infos = [(size, h.last_offset, h.max_timestamp) for _pos, size, h in batches]
+    records = sum(h.last_offset_delta + 1 for _pos, _size, h in batches)
+    first_offset = batches[0][2].base_offset
+    best_ts, best_offset = -1, first_offset
+    for _size, last, max_ts in infos:
+        if max_ts > best_ts:
+            best_ts, best_offset = max_ts, last
+    return WritePlan(mv, infos, first_offset, infos[-1][1], records, best_ts, best_offset)

@@ -1,0 +1,138 @@
+"""Opening a partition's log at start: its segment files, their indexes, and recovery.
+
+``load_segments`` lists ``<20-digit base offset>.log|.index|.timeindex`` in the directory
+(removing what an interrupted delete or write left), trusts the segments below the recovery
+point (loading their indexes, or rebuilding them when missing or corrupt), and re-validates
+every batch from the segment holding the recovery point on (``LogSegment.recover``).  The
+log is its longest valid prefix: after the first invalid batch nothing is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_right
+from typing import NamedTuple
+
+from trilog.storage._config import LogConfig
+from trilog.storage._files import remove
+from trilog.storage._segment import LogSegment
+
+logger = logging.getLogger("trilog.storage")
+
+_SUFFIXES = (".log", ".index", ".timeindex")
+#: Left by an interrupted delete, write, or (in Kafka) log cleaning.
+_LEFTOVERS = (".deleted", ".cleaned", ".swap", ".tmp")
+
+
+class LoadedLog(NamedTuple):
+    segments: tuple[LogSegment, ...]  # at least one; all but the last made inactive
+    recovery_point: int
+    created: bool  # the directory was empty: a first segment was created in it
+
+
+def load_segments(
+    directory: str, config: LogConfig, recovery_point: int, needs_recovery: bool
+) -> LoadedLog:
+    """Open (and if ``needs_recovery``, recover) the segments of the log in ``directory``.
+
+    Without ``needs_recovery`` (after a clean shutdown) every segment is trusted unless its
+    files disagree.  After a recovery whose rebuilt indexes were all written, the recovery
+    point is the new log end offset; otherwise it stays where it was.
+    """
+    bases = _segment_base_offsets(directory)
+    segments: list[LogSegment] = []
+    try:
+        for base in bases:
+            segments.append(LogSegment.open(directory, base, config))
+        first_unverified = len(segments)
+        if needs_recovery and segments:
+            # The segment holding the recovery point and all later ones are re-validated.
+            first_unverified = max(0, bisect_right(bases, recovery_point) - 1)
+        indexes_written = _load_or_recover(directory, segments, first_unverified)
+        if needs_recovery and segments and indexes_written:
+            recovery_point = segments[-1].next_offset
+        created = not segments
+        if created:
+            segments.append(LogSegment.create(directory, 0, config))
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    for segment in segments[:-1]:
+        segment.on_become_inactive()
+    return LoadedLog(tuple(segments), recovery_point, created)
+
+
+def _segment_base_offsets(directory: str) -> list[int]:
+    """The base offsets of the directory's ``.log`` files, ascending; leftovers of
+    interrupted work and indexes whose log is gone are removed on the way."""
+    bases: list[int] = []
+    index_files: list[tuple[int, str]] = []
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.endswith(_LEFTOVERS):
+            remove(path)
+            continue
+        stem, ext = os.path.splitext(name)
+        if ext not in _SUFFIXES or len(stem) != 20 or not stem.isdigit():
+            continue
+        if ext == ".log":
+            bases.append(int(stem))
+        else:
+            index_files.append((int(stem), path))
+    known = set(bases)
+    for base, path in index_files:
+        if base not in known:
+            remove(path)
+    return sorted(bases)
+
+
+def _load_or_recover(directory: str, segments: list[LogSegment], first_unverified: int) -> bool:
+    """Trust the segments before ``first_unverified`` (until one's files disagree), recover
+    the rest, and drop everything after the first invalid stretch (in place).  Return
+    whether every rebuilt index reached the disk."""
+    indexes_written = True
+    i = 0
+    while i < len(segments):
+        segment = segments[i]
+        if i < first_unverified:
+            if segment.load_indexes():
+                i += 1
+                continue
+            logger.warning("%s: segment %d does not end on a batch boundary; recovering",
+                           directory, segment.base_offset)
+            first_unverified = i
+        min_offset = segments[i - 1].next_offset if i else segment.base_offset
+        truncated, written = _recover_segment(directory, segment, min_offset)
+        indexes_written &= written
+        if truncated or (segment.size == 0 and i < len(segments) - 1):
+            # Nothing valid may follow an invalid (or lost) stretch: the log is its longest
+            # valid prefix.
+            logger.warning("%s: truncated %d invalid bytes from segment %d at offset %d",
+                           directory, truncated, segment.base_offset, segment.next_offset)
+            for dead in segments[i + 1 :]:
+                logger.warning("%s: deleting segment %d after the corruption",
+                               directory, dead.base_offset)
+                dead.delete()
+            del segments[i + 1 :]
+        i += 1
+    return indexes_written
+
+
+def _recover_segment(directory: str, segment: LogSegment, min_offset: int) -> tuple[int, bool]:
+    """Recover one segment and make what recovery decided durable; return the bytes it
+    truncated and whether its rebuilt indexes were written."""
+    truncated = segment.recover(min_offset)
+    os.fsync(segment.fd)  # recovered bytes may only be in the page cache
+    try:
+        segment.offset_index.flush()
+        segment.time_index.flush()
+    except OSError as exc:
+        # A full disk must not stop a start: the rebuilt indexes serve from memory, and the
+        # next flush writes them.  Until one does, the recovery point stays where it was,
+        # so that a crash recovers these again.
+        logger.warning("%s: cannot write the rebuilt indexes of segment %d: %s",
+                       directory, segment.base_offset, exc)
+        return truncated, False
+    return truncated, True
