@@ -83,7 +83,7 @@ def test_producer_ids_stay_above_the_last_one_handed_out_even_if_the_clock_goes_
     assert len(set(ids)) == 5000 and ids == sorted(ids)
     assert all((i >> 12) & 0xFF == 3 for i in ids)  # the broker id bits
     # A restart with the clock an hour back still starts above the recorded last id.
-    monkeypatch.setattr(_handlers.time, "time", lambda: (ids[-1] >> 20) / 1000 - 3600)
+    monkeypatch.setattr(_handlers, "now_ms", lambda: (ids[-1] >> 20) - 3_600_000)
     again = _handlers._ProducerIds(3, str(tmp_path))
     assert again.allocate() > ids[-1]
     (tmp_path / _handlers._ProducerIds.FILE).write_text("garbage")
