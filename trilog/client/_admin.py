@@ -197,6 +197,7 @@ async def open_admin(bootstrap_servers: str | list[str] | None = None, *,
         async with open_zookeeper(zookeeper) as zk:
             yield _ZooKeeperAdmin(zk)
         return
+    assert bootstrap_servers is not None  # exactly one of the two, checked above
     errors = []
     async with AsyncExitStack() as stack:
         conn = None

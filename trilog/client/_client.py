@@ -166,15 +166,15 @@ class Client:
                              ) -> tuple[int, ...]:
         """The partitions of ``topic``, refreshing (and auto-creating) until it has leaders."""
         meta = self.metadata.value
-        parts = meta.available_partitions(topic)
-        if parts and len(parts) == len(meta.partitions_for(topic) or ()):
-            return meta.partitions_for(topic)
+        known = meta.partitions_for(topic)
+        if known and len(meta.available_partitions(topic)) == len(known):
+            return known
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         with trio.move_on_after(timeout):
             async for _ in _TOPIC_WAIT.attempts():
                 meta = await self.refresh_metadata([topic])
                 if meta.available_partitions(topic):
-                    return meta.partitions_for(topic)
+                    return meta.partitions[topic]
                 code = meta.topic_errors.get(topic)
                 if code is not None and code not in (LeaderNotAvailableError.code,
                                                      UnknownTopicOrPartitionError.code):

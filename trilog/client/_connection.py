@@ -148,9 +148,10 @@ class BrokerConnection:
             try:
                 await self._stream.send_all(frame)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
+                closed = self._fail(
+                    NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
                 if pending is None:
-                    raise self._closed_error from exc
+                    raise closed from exc
         return pending
 
     async def wait_response(self, pending: _Pending, timeout_s: float | None = None):
@@ -208,10 +209,12 @@ class BrokerConnection:
             pending.error = exc
         pending.event.set()
 
-    def _fail(self, error: BaseException) -> None:
-        """Close the connection and fail every waiting request with ``error``."""
-        if self._closed_error is None:
-            self._closed_error = error
+    def _fail(self, error: BaseException) -> BaseException:
+        """Close the connection and fail every waiting request with ``error``; returns the
+        error the connection closed with (the first one)."""
+        closed = self._closed_error
+        if closed is None:
+            closed = self._closed_error = error
             self._closed_event.set()
             log.debug("connection to %s:%d failed: %s", self.host, self.port, error)
         for pending in self._pending.values():
@@ -225,6 +228,7 @@ class BrokerConnection:
             self._stream.socket.close()
         except OSError:
             pass
+        return closed
 
     async def wait_closed(self) -> None:
         """Return once the connection is closed (by either side, or by an error)."""

@@ -21,7 +21,7 @@ would overwrite the new offsets with their next commit.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,7 +193,8 @@ class GroupAdmin:
             raise UnknownTopicOrPartitionError(
                 f"cannot find the log offsets of {unknown[0][0]}-{unknown[0][1]} "
                 "(no leader now?)")
-        if offset is not None:
+        if timestamp_ms is None:
+            assert offset is not None  # exactly one of them, checked above
             new = {tp: min(max(offset, starts[tp]), ends[tp]) for tp in tps}
         elif timestamp_ms == EARLIEST:
             new = dict(starts)
@@ -519,19 +520,21 @@ async def open_group_admin(bootstrap_servers: str | list[str] | None = None, *,
     ZooKeeper connector's groups (``zookeeper``); connections close on exit."""
     if (bootstrap_servers is None) == (zookeeper is None):
         raise ValueError("give exactly one of bootstrap_servers and zookeeper")
-    options = {"client_id": client_id, "request_timeout_ms": request_timeout_ms,
-               "connect_timeout_ms": connect_timeout_ms, "allow_auto_create_topics": False}
+
+    def client_of(servers: str | list[str]) -> AbstractAsyncContextManager[Client]:
+        return open_client(servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
+                           connect_timeout_ms=connect_timeout_ms,
+                           allow_auto_create_topics=False)
+
     async with AsyncExitStack() as stack:
-        if zookeeper is None:
-            client = await stack.enter_async_context(open_client(bootstrap_servers, **options))
-            yield _BrokerGroupAdmin(client)
+        if bootstrap_servers is not None:
+            yield _BrokerGroupAdmin(await stack.enter_async_context(client_of(bootstrap_servers)))
             return
+        assert zookeeper is not None  # exactly one of the two, checked above
         from trilog.zk import open_zookeeper
 
         zk = await stack.enter_async_context(open_zookeeper(
             zookeeper, connection_timeout_ms=connect_timeout_ms))
         brokers = [f"{b.host}:{b.port}" for b in await registered_brokers(zk)]
-        client = None
-        if brokers:
-            client = await stack.enter_async_context(open_client(brokers, **options))
+        client = await stack.enter_async_context(client_of(brokers)) if brokers else None
         yield _ZooKeeperGroupAdmin(zk, client)

@@ -50,7 +50,7 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from trilog.protocol import InitProducerIdRequest, ProduceRequest
+from trilog.protocol import InitProducerIdRequest, Message, ProduceRequest
 from trilog.records import RecordBatch, RecordBatchBuilder, codec_for_name
 from trilog.records._v2 import HEADER_SIZE, restamp_producer
 
@@ -125,6 +125,12 @@ class _Batch:
     def topic_partition(self) -> tuple[str, int]:
         return self.topic, self.partition
 
+    def sealed_data(self) -> bytes:
+        """The bytes of a sealed batch (an open one has none yet)."""
+        if self.data is None:
+            raise RuntimeError(f"a batch of {self.topic}-{self.partition} is not sealed")
+        return self.data
+
     def leaf(self, index: int) -> tuple[_Batch, int]:
         """The batch that carried record ``index`` to the broker, and its index there."""
         batch = self
@@ -187,7 +193,7 @@ def _metadata(batch: _Batch, index: int) -> RecordMetadata:
 class Producer:
     """See the module docstring.  Create with ``open_producer``; use from its trio run."""
 
-    def __init__(self, client: Client, *, acks: int, linger_ms: float, batch_size: int,
+    def __init__(self, client: Client, *, acks: int | str, linger_ms: float, batch_size: int,
                  buffer_memory: int, compression_type: str | None, key_serializer,
                  value_serializer, partitioner, retries: int, retry_backoff_ms: int,
                  delivery_timeout_ms: int, request_timeout_ms: int,
@@ -203,7 +209,7 @@ class Producer:
         if max_in_flight_requests_per_connection < 1:
             raise ValueError("max_in_flight_requests_per_connection must be at least 1")
         self._client = client
-        self._acks = -1 if acks == "all" else acks
+        self._acks = -1 if acks == "all" else int(acks)
         self._linger_s = linger_ms / 1000
         self._batch_size = batch_size
         self._buffer_memory = buffer_memory
@@ -328,6 +334,7 @@ class Producer:
         if batch is None:  # a new batch: the record always fits in an empty one
             batch = self._new_batch(topic, partition, key, value, headers)
             index = batch.builder.append(timestamp_ms, key, value, headers)
+        assert index is not None, "a batch took a record it has no room for"
         if sticky:
             self._sticky_batches[topic] = batch
         return Delivery(batch, index)
@@ -478,7 +485,8 @@ class Producer:
             self._wakeup.set()
         parent = batch.parent
         if parent is not None:  # a half: its parent finishes with its last half
-            if not parent.done.is_set() and all(h.done.is_set() for h in parent.halves):
+            halves = parent.halves or ()
+            if not parent.done.is_set() and all(h.done.is_set() for h in halves):
                 self._finish(parent)
             return
         self._buffer_used -= batch.size
@@ -566,12 +574,14 @@ class Producer:
                                                 trio.Semaphore(self._max_in_flight))
             if slots.value == 0:
                 continue
-            request_batches, size = [], 0
+            request_batches: list[_Batch] = []
+            size = 0
             for batch in batches:
-                if request_batches and size + len(batch.data) > self._max_request_size:
+                batch_size = len(batch.sealed_data())
+                if request_batches and size + batch_size > self._max_request_size:
                     break
                 request_batches.append(batch)
-                size += len(batch.data)
+                size += batch_size
             for batch in request_batches:
                 tp = (batch.topic, batch.partition)
                 self._ready[tp].popleft()
@@ -637,7 +647,7 @@ class Producer:
                 continue
             nursery.start_soon(self._await_response, conn, pending, slots, batches)
 
-    def _produce_request(self, batches: list[_Batch]) -> ProduceRequest:
+    def _produce_request(self, batches: list[_Batch]) -> Message:
         by_topic: dict[str, list] = {}
         for batch in batches:
             by_topic.setdefault(batch.topic, []).append(
@@ -757,7 +767,7 @@ class Producer:
                     # one, so it keeps its id and sequences.
                     continue
                 sequence = self._next_sequence.get(tp, 0)
-                batch.data = restamp_producer(batch.data, self._producer_id,
+                batch.data = restamp_producer(batch.sealed_data(), self._producer_id,
                                               self._producer_epoch, sequence)
                 batch.builder.producer_id = self._producer_id
                 self._next_sequence[tp] = (sequence + len(batch.builder)) % _SEQUENCE_MOD
