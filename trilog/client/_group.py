@@ -18,14 +18,28 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Unpack, overload
 
 from trilog.client._assignment import TopicFilter
 from trilog.client._group_base import GroupConsumerConnector
 from trilog.client._group_broker import open_broker_consumer
-from trilog.client._group_config import GroupConfig
+from trilog.client._group_config import ConsumerOptions, GroupConfig
 from trilog.client._group_zookeeper import open_zookeeper_consumer
+from trilog.client._streams import FilterStreams, TopicStreams
 
-Opener = Callable[[GroupConfig], AbstractAsyncContextManager[GroupConsumerConnector]]
+Opener = Callable[[GroupConfig], AbstractAsyncContextManager[GroupConsumerConnector[Any]]]
+
+
+@overload
+def open_consumer(group_id: str, *, topics: dict[str, int], topic_filter: None = None,
+                  **options: Unpack[ConsumerOptions]
+                  ) -> AbstractAsyncContextManager[GroupConsumerConnector[TopicStreams]]: ...
+
+
+@overload
+def open_consumer(group_id: str, *, topic_filter: TopicFilter, topics: None = None,
+                  **options: Unpack[ConsumerOptions]
+                  ) -> AbstractAsyncContextManager[GroupConsumerConnector[FilterStreams]]: ...
 
 
 @asynccontextmanager
@@ -59,7 +73,7 @@ async def open_consumer(
     metadata_max_age_ms: int = 300_000,
     retry_backoff_ms: int = 100,
     request_timeout_ms: int = 30_000,
-) -> AsyncIterator[GroupConsumerConnector]:
+) -> AsyncIterator[GroupConsumerConnector[Any]]:
     """A group consumer (see the module docstring); ``ValueError`` for bad settings.
 
     ``coordination="zookeeper"`` (the default when ``zookeeper`` is given) is the seeds'

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import trio
 
@@ -29,7 +29,7 @@ from trilog.client._consumer import (
 )
 from trilog.client._group_config import GroupConfig
 from trilog.client._metadata import Node
-from trilog.client._streams import Chunk, MessageStream
+from trilog.client._streams import Chunk, FilterStreams, MessageStream, TopicStreams
 from trilog.errors import (
     ApiError,
     NetworkError,
@@ -42,6 +42,8 @@ from trilog.errors import (
 log = logging.getLogger("trilog.consumer.group")
 
 TopicPartition = tuple[str, int]
+#: the shape of a connector's ``streams``: by topic (``topics=``) or a list (a topic filter)
+Streams = TypeVar("Streams", TopicStreams, FilterStreams)
 
 
 class OffsetStore(Protocol):
@@ -71,9 +73,12 @@ class _Outlet:
                 return
 
 
-class GroupConsumerConnector:
+class GroupConsumerConnector(Generic[Streams]):
     """The member's streams, its partitions (``owned``: ``{(topic, partition): stream
     index}``), their positions and processed offsets, commits, and fetchers.
+
+    ``streams`` is ``{topic: [MessageStream, ...]}`` for ``topics=``, a list of
+    ``num_streams`` streams for a topic filter (the type parameter says which).
 
     ``generation`` counts local assignments: chunks queued under an older one are dropped by
     the streams.  ``poll_expired`` is the stream whose application held a record too long
@@ -87,12 +92,14 @@ class GroupConsumerConnector:
         self._client = client
         self._stores: list[OffsetStore] = []
         self._outlets: dict[MessageStream, _Outlet] = {}
+        streams: TopicStreams | FilterStreams
         if config.topics is not None:
-            self.streams: dict[str, list[MessageStream]] | list[MessageStream] = {
-                topic: [self._new_stream(f"{topic}-{n}") for n in range(count)]
-                for topic, count in config.topics.items()}
+            streams = {topic: [self._new_stream(f"{topic}-{n}") for n in range(count)]
+                       for topic, count in config.topics.items()}
         else:
-            self.streams = [self._new_stream(f"filter-{n}") for n in range(config.num_streams)]
+            streams = [self._new_stream(f"filter-{n}") for n in range(config.num_streams)]
+        # The config decides the shape; ``open_consumer``'s overloads tell the type checker.
+        self.streams: Streams = cast(Streams, streams)
         self.generation = 0
         self.owned: dict[TopicPartition, int] = {}
         self._positions: dict[TopicPartition, int] = {}  # next offset to fetch
@@ -275,7 +282,7 @@ class GroupConsumerConnector:
                     await self._outlets[self._stream_for(tp)].send.send((generation, result))
 
 
-_Connector = TypeVar("_Connector", bound=GroupConsumerConnector)
+_Connector = TypeVar("_Connector", bound=GroupConsumerConnector[Any])
 
 
 @asynccontextmanager

@@ -37,15 +37,16 @@ not a session timeout later).
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any
 
 import trio
 
 from trilog._concurrency import unwrap_exception_group
 from trilog.client._assignment import assign_members, spread_over_streams
 from trilog.client._client import Client, open_client
-from trilog.client._group_base import GroupConsumerConnector, running
+from trilog.client._group_base import GroupConsumerConnector, Streams, running
 from trilog.client._group_config import GroupConfig
 from trilog.client._streams import MessageStream
 from trilog.client._metadata import ClusterMetadata
@@ -87,7 +88,7 @@ _COORDINATOR_ERRORS = (NotCoordinatorError, CoordinatorNotAvailableError, Networ
 _REJOIN_ERRORS = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
 
 
-class BrokerConsumerConnector(GroupConsumerConnector):
+class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
     """See the module docstring.  Create with ``open_consumer(..., coordination="broker")``.
 
     ``member_id``, ``generation_id`` and ``leader_id`` are the group's current view of us;
@@ -430,7 +431,8 @@ class BrokerConsumerConnector(GroupConsumerConnector):
 
 
 @asynccontextmanager
-async def open_broker_consumer(config: GroupConfig) -> AsyncIterator[BrokerConsumerConnector]:
+async def open_broker_consumer(config: GroupConfig
+                               ) -> AsyncIterator[BrokerConsumerConnector[Any]]:
     """``open_consumer(..., coordination="broker")`` (see there and the module docstring)."""
     with unwrap_exception_group():
         async with open_client(config.bootstrap_servers,
@@ -445,8 +447,9 @@ async def open_broker_consumer(config: GroupConfig) -> AsyncIterator[BrokerConsu
             async with trio.open_nursery() as holder:
                 coordinator = Coordinator(client, config.group_id, nursery=holder)
                 try:
-                    async with running(BrokerConsumerConnector(config, client, coordinator)
-                                       ) as connector:
+                    connector: BrokerConsumerConnector[Any] = BrokerConsumerConnector(
+                        config, client, coordinator)
+                    async with running(connector):
                         yield connector
                 finally:
                     holder.cancel_scope.cancel()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 from trilog.client._assignment import TopicFilter
 from trilog.client._consumer import EARLIEST, LATEST
@@ -120,3 +121,34 @@ class GroupConfig:
         if self.rebalance_timeout_ms is None:
             return self.max_poll_interval_ms
         return self.rebalance_timeout_ms
+
+
+class ConsumerOptions(TypedDict, total=False):
+    """``open_consumer``'s keyword arguments but ``topics`` and ``topic_filter``, for the
+    overloads that type its ``streams`` by which of those two is given."""
+
+    zookeeper: str | None
+    bootstrap_servers: str | list[str] | None
+    num_streams: int
+    coordination: str | None
+    auto_offset_reset: str
+    auto_commit_enable: bool
+    auto_commit_interval_ms: int
+    offsets_storage: str | None
+    dual_commit_enabled: bool
+    consumer_timeout_ms: int
+    rebalance_max_retries: int
+    rebalance_backoff_ms: int
+    queued_max_chunks: int
+    fetch_max_bytes: int
+    fetch_wait_max_ms: int
+    client_id: str | None
+    consumer_id: str | None
+    zookeeper_session_timeout_ms: int
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_poll_interval_ms: int
+    rebalance_timeout_ms: int | None
+    metadata_max_age_ms: int
+    retry_backoff_ms: int
+    request_timeout_ms: int

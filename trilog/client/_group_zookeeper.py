@@ -43,7 +43,7 @@ import trio
 from trilog._concurrency import unwrap_exception_group
 from trilog.client._assignment import Blacklist, Whitelist, assign_group, thread_ids
 from trilog.client._client import Client, open_client
-from trilog.client._group_base import GroupConsumerConnector, TopicPartition, running
+from trilog.client._group_base import GroupConsumerConnector, Streams, TopicPartition, running
 from trilog.client._group_config import GroupConfig
 from trilog.client._offsets import BrokerOffsetStore, ZooKeeperOffsetStore
 from trilog.client._retry import Backoff
@@ -61,7 +61,7 @@ class ConsumerRebalanceFailedError(TrilogError):
     """A rebalance could not claim its partitions within ``rebalance_max_retries``."""
 
 
-class ZooKeeperConsumerConnector(GroupConsumerConnector):
+class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
     """See the module docstring.  Create with ``open_consumer(..., zookeeper=...)``."""
 
     def __init__(self, config: GroupConfig, client: Client, zk: ZooKeeper) -> None:
@@ -293,7 +293,7 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector):
 
 @asynccontextmanager
 async def open_zookeeper_consumer(config: GroupConfig
-                                  ) -> AsyncIterator[ZooKeeperConsumerConnector]:
+                                  ) -> AsyncIterator[ZooKeeperConsumerConnector[Any]]:
     """``open_consumer(..., coordination="zookeeper")`` (see there and the module
     docstring)."""
     from trilog.zk import open_zookeeper
@@ -304,5 +304,7 @@ async def open_zookeeper_consumer(config: GroupConfig
                                   session_timeout_ms=config.zookeeper_session_timeout_ms) as zk, \
                 open_client(zookeeper=config.zookeeper, client_id=config.client_name,
                             allow_auto_create_topics=False) as client:
-            async with running(ZooKeeperConsumerConnector(config, client, zk)) as connector:
+            connector: ZooKeeperConsumerConnector[Any] = ZooKeeperConsumerConnector(
+                config, client, zk)
+            async with running(connector):
                 yield connector

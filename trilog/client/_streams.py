@@ -110,3 +110,9 @@ class MessageStream:
         record, self._last = self._last, None
         if record is not None:
             self._owner.record_processed(record)
+
+
+#: a connector's ``streams`` with ``topics=``: each topic's streams
+TopicStreams = dict[str, list[MessageStream]]
+#: a connector's ``streams`` with ``topic_filter=``: ``num_streams`` streams
+FilterStreams = list[MessageStream]
