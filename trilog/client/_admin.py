@@ -9,11 +9,14 @@ that answers; ``open_admin(zookeeper="h:2181/chroot")`` reads and writes the see
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from trilog._topic import validate_topic_name
+from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
+from trilog.client._connection import BrokerConnection, open_connection
 from trilog.errors import (
     InvalidPartitionsError,
     NetworkError,
@@ -27,8 +30,9 @@ from trilog.protocol import (
     DeleteTopicsRequest,
     MetadataRequest,
 )
-from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
-from trilog.client._connection import open_connection
+
+if TYPE_CHECKING:  # trilog.zk imports kazoo: only a client that uses ZooKeeper pays for it
+    from trilog.zk import ZooKeeper
 
 
 @dataclass(frozen=True)
@@ -66,10 +70,10 @@ class Admin:
 
 
 class _BrokerAdmin(Admin):
-    def __init__(self, conn) -> None:
+    def __init__(self, conn: BrokerConnection) -> None:
         self.conn = conn
 
-    async def _metadata(self, names):
+    async def _metadata(self, names: list[str] | None) -> Any:
         topics = None if names is None else [MetadataRequest.MetadataRequestTopic(name=n)
                                              for n in names]
         return await self.conn.request(MetadataRequest(topics=topics,
@@ -79,7 +83,7 @@ class _BrokerAdmin(Admin):
         meta = await self._metadata([])
         return [BrokerAddress(b.node_id, b.host, b.port) for b in meta.brokers]
 
-    async def describe_topics(self, names=None) -> list[TopicInfo]:
+    async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         meta = await self._metadata(names)
         out = []
         for t in meta.topics:
@@ -92,7 +96,8 @@ class _BrokerAdmin(Admin):
             out.append(TopicInfo(t.name, parts, t.is_internal, err))
         return sorted(out, key=lambda t: t.name)
 
-    async def create_topic(self, name, num_partitions=-1, replication_factor=-1) -> None:
+    async def create_topic(self, name: str, num_partitions: int = -1,
+                           replication_factor: int = -1) -> None:
         R = CreateTopicsRequest
         response = await self.conn.request(R(topics=[R.CreatableTopic(
             name=name, num_partitions=num_partitions, replication_factor=replication_factor,
@@ -101,7 +106,7 @@ class _BrokerAdmin(Admin):
             _raise_for(result.error_code, f"cannot create topic {name!r}",
                        getattr(result, "error_message", None))
 
-    async def delete_topic(self, name) -> None:
+    async def delete_topic(self, name: str) -> None:
         response = await self.conn.request(DeleteTopicsRequest(topic_names=[name],
                                                                timeout_ms=30_000))
         for result in response.responses:
@@ -115,13 +120,13 @@ def _raise_for(code: int, what: str, detail: str | None = None) -> None:
 
 
 class _ZooKeeperAdmin(Admin):
-    def __init__(self, zk) -> None:
+    def __init__(self, zk: ZooKeeper) -> None:
         self.zk = zk
 
     async def brokers(self) -> list[BrokerAddress]:
         return await registered_brokers(self.zk)
 
-    async def describe_topics(self, names=None) -> list[TopicInfo]:
+    async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         from trilog.zk import (
             BROKER_TOPICS,
             NoNodeError,
@@ -154,7 +159,8 @@ class _ZooKeeperAdmin(Admin):
             out.append(TopicInfo(name, tuple(parts), name.startswith("__")))
         return out
 
-    async def create_topic(self, name, num_partitions=-1, replication_factor=-1) -> None:
+    async def create_topic(self, name: str, num_partitions: int = -1,
+                           replication_factor: int = -1) -> None:
         from trilog.zk import (
             NodeExistsError,
             assign_replicas,
@@ -176,7 +182,7 @@ class _ZooKeeperAdmin(Admin):
         except NodeExistsError:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists") from None
 
-    async def delete_topic(self, name) -> None:
+    async def delete_topic(self, name: str) -> None:
         from trilog.zk import NoNodeError, topic_path
 
         try:

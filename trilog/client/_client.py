@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 from trio_util import AsyncValue
@@ -34,6 +35,11 @@ from trilog.errors import (
     error_for_code,
 )
 from trilog.protocol import MetadataRequest
+
+if TYPE_CHECKING:  # trilog.zk imports kazoo: only a client that uses ZooKeeper pays for it
+    from trilog.zk import ZooKeeper
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("trilog.client")
 
@@ -104,7 +110,8 @@ class Client:
             del self._connecting[address]
             done.set()
 
-    async def _hold(self, address, *, task_status) -> None:
+    async def _hold(self, address: tuple[str, int], *,
+                    task_status: trio.TaskStatus[BrokerConnection]) -> None:
         """One task per connection: keeps it open until it fails or the client closes."""
         with unwrap_exception_group():
             async with open_connection(address[0], address[1], client_id=self.client_id,
@@ -210,7 +217,9 @@ class Client:
 
     # -- ZooKeeper discovery --------------------------------------------------------------------
 
-    async def _follow_zookeeper(self, zk, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def _follow_zookeeper(self, zk: ZooKeeper, *,
+                                task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                                ) -> None:
         """Keep the broker list from ZooKeeper, refreshing metadata when brokers or topics
         change (new broker, lost broker, new topic, new assignment)."""
         from trilog.zk import BROKER_IDS, BROKER_TOPICS
@@ -218,7 +227,7 @@ class Client:
         ids = await zk.watch_children(BROKER_IDS)
         topics = await zk.watch_children(BROKER_TOPICS)
 
-        async def read_brokers(children) -> None:
+        async def read_brokers(children: list[str] | None) -> None:
             self._zk_brokers = [(b.host, b.port)
                                 for b in await registered_brokers(zk, children or [])]
 
@@ -260,8 +269,9 @@ class Client:
                 log.warning("metadata refresh after a ZooKeeper change failed: %s", exc)
 
 
-async def _first_value(value: AsyncValue):
-    return await value.wait_value(lambda v: v is not None)
+async def _first_value(value: AsyncValue[list[str] | None]) -> list[str] | None:
+    result: list[str] | None = await value.wait_value(lambda v: v is not None)
+    return result
 
 
 @asynccontextmanager
@@ -303,11 +313,11 @@ async def open_client(
                 nursery.cancel_scope.cancel()
 
 
-async def _enter(nursery: trio.Nursery, context_manager):
+async def _enter(nursery: trio.Nursery, context_manager: AbstractAsyncContextManager[_T]) -> _T:
     """Enter an async context manager in a task of ``nursery``; it exits when the nursery
     is cancelled.  (The ZooKeeper session must outlive every task that uses it.)"""
 
-    async def hold(*, task_status):
+    async def hold(*, task_status: trio.TaskStatus[_T]) -> None:
         async with context_manager as value:
             task_status.started(value)
             await trio.sleep_forever()

@@ -17,7 +17,8 @@ import itertools
 import logging
 import socket
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import trio
 
@@ -45,7 +46,9 @@ log = logging.getLogger("trilog.client")
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
-class _Pending:
+class PendingResponse:
+    """A request written by ``send_request``: ``wait_response`` gives its response."""
+
     __slots__ = ("api_key", "version", "event", "response", "error", "correlation_id")
 
     def __init__(self, api_key: int, version: int) -> None:
@@ -68,7 +71,7 @@ class BrokerConnection:
         self.request_timeout_s = request_timeout_s
         self._stream = stream
         self._max_response_bytes = max_response_bytes
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, PendingResponse] = {}
         self._correlation = itertools.count(1)
         self._send_lock = trio.Lock()
         self._closed_error: BaseException | None = None
@@ -115,7 +118,7 @@ class BrokerConnection:
     # -- requests ----------------------------------------------------------------------------
 
     async def request(self, request: Message, *, version: int | None = None,
-                      timeout_s: float | None = None, expect_response: bool = True):
+                      timeout_s: float | None = None, expect_response: bool = True) -> Any:
         """Send ``request`` and return its response (``None`` if ``expect_response`` is
         false, as for Produce with acks=0).  ``version`` defaults to the highest common one."""
         pending = await self.send_request(request, version=version,
@@ -125,7 +128,7 @@ class BrokerConnection:
         return await self.wait_response(pending, timeout_s)
 
     async def send_request(self, request: Message, *, version: int | None = None,
-                           expect_response: bool = True) -> _Pending | None:
+                           expect_response: bool = True) -> PendingResponse | None:
         """Write ``request`` now; ``wait_response`` on the result gives its response.
 
         Requests written by one task leave in the order it wrote them (a producer relies on
@@ -141,7 +144,7 @@ class BrokerConnection:
         frame = encode_request(request, version, correlation_id, self.client_id)
         pending = None
         if expect_response:
-            pending = _Pending(api_key, version)
+            pending = PendingResponse(api_key, version)
             pending.correlation_id = correlation_id
             self._pending[correlation_id] = pending
         async with self._send_lock:
@@ -154,7 +157,8 @@ class BrokerConnection:
                     raise closed from exc
         return pending
 
-    async def wait_response(self, pending: _Pending, timeout_s: float | None = None):
+    async def wait_response(self, pending: PendingResponse, timeout_s: float | None = None
+                            ) -> Any:
         """The response to a request written by ``send_request``."""
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         try:
@@ -195,7 +199,7 @@ class BrokerConnection:
             except (NetworkError, ProtocolError) as exc:
                 self._fail(exc)
 
-    def _deliver(self, payload) -> None:
+    def _deliver(self, payload: bytes | bytearray) -> None:
         correlation_id = read_correlation_id(payload)
         pending = self._pending.pop(correlation_id, None)
         if pending is None:

@@ -44,7 +44,7 @@ from trilog.errors import (
     error_for_code,
 )
 from trilog.protocol import FetchRequest, ListOffsetsRequest
-from trilog.records import Header, MemoryRecords, RecordBatch
+from trilog.records import Header, MemoryRecords, Record, RecordBatch
 
 log = logging.getLogger("trilog.consumer")
 
@@ -103,8 +103,10 @@ class FetchedRecords:
         "topic",
     )
 
-    def __init__(self, topic: str, partition: int, offset: int, data, high_watermark: int,
-                 log_start_offset: int, key_deserializer=None, value_deserializer=None) -> None:
+    def __init__(self, topic: str, partition: int, offset: int,
+                 data: bytes | memoryview | None, high_watermark: int, log_start_offset: int,
+                 key_deserializer: Deserializer | None = None,
+                 value_deserializer: Deserializer | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -147,7 +149,7 @@ class FetchedRecords:
             else:  # user code: deserialized one record at a time, as iterated
                 yield (self._deserialized(rec) for rec in batch if rec.offset >= start)
 
-    def _deserialized(self, rec) -> ConsumerRecord:
+    def _deserialized(self, rec: Record) -> ConsumerRecord:
         kd, vd, key, value = self._key_deserializer, self._value_deserializer, rec.key, rec.value
         return ConsumerRecord(self.topic, self.partition, rec.offset, rec.timestamp,
                               kd(key) if kd is not None and key is not None else key,
@@ -173,7 +175,7 @@ class SimpleConsumer:
 
     def __init__(self, client: Client, nursery: trio.Nursery, *, fetch_max_wait_ms: int,
                  fetch_min_bytes: int, max_partition_fetch_bytes: int,
-                 key_deserializer, value_deserializer,
+                 key_deserializer: Deserializer | None, value_deserializer: Deserializer | None,
                  allow_auto_create_topics: bool = False) -> None:
         self._client = client
         self._nursery = nursery
@@ -431,7 +433,7 @@ class PartitionIterator:
                  max_bytes: int) -> None:
         self._consumer = consumer
         self._args = (topic, partition, offset, max_bytes)
-        self._send, self._receive = trio.open_memory_channel(1)
+        self._send, self._receive = trio.open_memory_channel[FetchedRecords | TrilogError](1)
         self._scope = trio.CancelScope()
         self._records: Iterator[ConsumerRecord] = iter(())
         self._started = False
@@ -474,7 +476,7 @@ class PartitionIterator:
     async def __aenter__(self) -> PartitionIterator:
         return self
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def __del__(self) -> None:
@@ -485,7 +487,8 @@ class PartitionIterator:
 
 
 async def _prefetch(consumer: SimpleConsumer, scope: trio.CancelScope,
-                    send: trio.MemorySendChannel, topic: str, partition: int, position: int,
+                    send: trio.MemorySendChannel[FetchedRecords | TrilogError], topic: str,
+                    partition: int, position: int,
                     max_bytes: int) -> None:
     """``PartitionIterator``'s task: the next fetch is in flight while records are used."""
     with scope:
@@ -513,8 +516,8 @@ async def open_simple_consumer(
     max_partition_fetch_bytes: int = 1 << 20,
     allow_auto_create_topics: bool = True,
     request_timeout_ms: int = 30_000,
-    key_deserializer: Callable[[bytes], Any] | None = None,
-    value_deserializer: Callable[[bytes], Any] | None = None,
+    key_deserializer: Deserializer | None = None,
+    value_deserializer: Deserializer | None = None,
     metadata_max_age_ms: int = 300_000,
 ) -> AsyncIterator[SimpleConsumer]:
     """A simple consumer for the body of the ``async with`` (see the module docstring).

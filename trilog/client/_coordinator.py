@@ -76,7 +76,9 @@ class Coordinator:
             self._conn, self._conn_scope = await self._nursery.start(self._hold, node)
             return self._conn
 
-    async def _hold(self, node: Node, *, task_status) -> None:
+    async def _hold(self, node: Node, *,
+                    task_status: trio.TaskStatus[tuple[BrokerConnection, trio.CancelScope]]
+                    ) -> None:
         with trio.CancelScope() as scope:
             async with open_connection(node.host, node.port, client_id=self._client.client_id,
                                        request_timeout_s=self._client.request_timeout_s) as conn:

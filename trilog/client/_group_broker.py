@@ -127,7 +127,8 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
 
     # -- the rebalance loop ------------------------------------------------------------------
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
         async with trio.open_nursery() as nursery:
             await self._rebalance(nursery)
             if self.config.auto_commit_enable:
@@ -228,7 +229,7 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
                         self.consumer_id, sorted(unwanted))
         return {t: ps for t, ps in assigned.items() if t in self._subscription}
 
-    async def _plan(self, members) -> list:
+    async def _plan(self, members: list[Any]) -> list[Any]:
         """The leader's step 3: every member's assignment, as SyncGroup carries them."""
         subscriptions: dict[str, tuple[str, ...]] = {}
         for member in members:

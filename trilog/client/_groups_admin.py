@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -32,7 +32,11 @@ from trilog.client._client import Client, open_client
 from trilog.client._consumer import EARLIEST, LATEST
 from trilog.client._coordinator import Coordinator
 from trilog.client._metadata import Node
-from trilog.client._offsets import BrokerOffsetStore
+from trilog.client._offsets import (
+    BrokerOffsetStore,
+    ZooKeeperOffsetStore,
+    parse_zookeeper_offset,
+)
 from trilog.client._retry import REQUEST_RETRY
 from trilog.errors import (
     GroupIdNotFoundError,
@@ -53,6 +57,9 @@ from trilog.protocol import (
     ListOffsetsRequest,
     decode_assignment,
 )
+
+if TYPE_CHECKING:  # trilog.zk imports kazoo: only a client that uses ZooKeeper pays for it
+    from trilog.zk import ZooKeeper
 
 TopicPartition = tuple[str, int]
 
@@ -267,9 +274,10 @@ class GroupAdmin:
 
     @staticmethod
     async def _list_offsets_from(client: Client, node: Node, wanted: list[TopicPartition],
-                                 timestamp: int, out: dict) -> list[TopicPartition]:
+                                 timestamp: int, out: dict[TopicPartition, int]
+                                 ) -> list[TopicPartition]:
         R = ListOffsetsRequest
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[Any]] = {}
         for topic, partition in wanted:
             by_topic.setdefault(topic, []).append(R.ListOffsetsTopic.ListOffsetsPartition(
                 partition_index=partition, timestamp=timestamp))
@@ -399,7 +407,7 @@ class _BrokerGroupAdmin(GroupAdmin):
 class _ZooKeeperGroupAdmin(GroupAdmin):
     storage = "zookeeper"
 
-    def __init__(self, zk, client: Client | None) -> None:
+    def __init__(self, zk: ZooKeeper, client: Client | None) -> None:
         super().__init__(client)
         self._zk = zk
 
@@ -449,7 +457,9 @@ class _ZooKeeperGroupAdmin(GroupAdmin):
         members = await self._members(group_id)
         owners = {tp: data.decode("utf-8", "replace")
                   for tp, data in (await self._tree(f"{CONSUMERS}/{group_id}/owners")).items()}
-        committed = _parse_offsets(await self._tree(f"{CONSUMERS}/{group_id}/offsets"))
+        committed = {tp: offset for tp, data in
+                     (await self._tree(f"{CONSUMERS}/{group_id}/offsets")).items()
+                     if (offset := parse_zookeeper_offset(data)) is not None}
         # An owner node holds a consumer thread id, "<consumer id>-<n>".
         described = [GroupMember(member, assignment=tuple(sorted(
             tp for tp, thread in owners.items() if thread.rpartition("-")[0] == member)))
@@ -467,32 +477,12 @@ class _ZooKeeperGroupAdmin(GroupAdmin):
         members = await self._members(group_id)
         return ("Active" if members else "Empty"), len(members)
 
-    async def _committed(self, group_id, tps):
-        from trilog.zk import consumer_offset_path
-
-        raw = {}
-        for topic, partition in tps:
-            data = await self._get(consumer_offset_path(group_id, topic, partition))
-            if data is not None:
-                raw[(topic, partition)] = data
-        return _parse_offsets(raw)
+    async def _committed(self, group_id: str, tps: list[TopicPartition]
+                         ) -> dict[TopicPartition, int]:
+        return await ZooKeeperOffsetStore(self._zk, group_id).fetch(tps)
 
     async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
-        from trilog.zk import consumer_offset_path
-
-        for (topic, partition), offset in sorted(offsets.items()):
-            await self._zk.put(consumer_offset_path(group_id, topic, partition),
-                               str(offset).encode())
-
-
-def _parse_offsets(raw: dict[TopicPartition, bytes]) -> dict[TopicPartition, int]:
-    out = {}
-    for tp, data in raw.items():
-        try:
-            out[tp] = int(data.decode().strip())
-        except (UnicodeDecodeError, ValueError):
-            continue  # not an offset: shown as nothing committed
-    return out
+        await ZooKeeperOffsetStore(self._zk, group_id).commit(offsets)
 
 
 def _is_active(state: str, members: int) -> bool:
@@ -505,7 +495,7 @@ def _not_inactive(group_id: str, state: str, members: int) -> NonEmptyGroupError
         f"{members} active member(s) (state {state}): stop its consumers first")
 
 
-def _ranges(partitions) -> str:
+def _ranges(partitions: Iterable[int]) -> str:
     ps = sorted(partitions)
     return f"0..{ps[-1]}" if ps == list(range(len(ps))) and ps else \
         ", ".join(map(str, ps)) or "none"

@@ -51,11 +51,20 @@ class ZooKeeperOffsetStore:
                 raw = await self._zk.get(consumer_offset_path(self._group, topic, partition))
             except NoNodeError:
                 continue
-            try:
-                out[(topic, partition)] = int(raw.decode().strip())
-            except ValueError:
+            offset = parse_zookeeper_offset(raw)
+            if offset is None:
                 log.warning("ignoring malformed offset %r of %s-%d", raw, topic, partition)
+            else:
+                out[(topic, partition)] = offset
         return out
+
+
+def parse_zookeeper_offset(data: bytes) -> int | None:
+    """The offset an offsets node holds as decimal text; None if it holds something else."""
+    try:
+        return int(data.decode().strip())
+    except ValueError:  # UnicodeDecodeError included
+        return None
 
 
 class BrokerOffsetStore:

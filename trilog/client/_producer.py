@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NamedTuple
 
@@ -37,6 +37,8 @@ import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._client import Client, open_client
+from trilog.client._connection import BrokerConnection, PendingResponse
+from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._partitioner import DefaultPartitioner
 from trilog.client._retry import Backoff, is_retriable
 from trilog.errors import (
@@ -60,6 +62,13 @@ log = logging.getLogger("trilog.producer")
 # key/value lengths, header count): used to account memory before encoding.
 _RECORD_OVERHEAD = 16
 _SEQUENCE_MOD = 1 << 31  # sequence numbers wrap at int32's end, as the broker's do
+
+#: turns what the application sends as a key or value into bytes
+Serializer = Callable[[Any], bytes]
+#: ``partitioner(key, partitions) -> partition`` (the key after serialization)
+Partitioner = Callable[[bytes | None, tuple[int, ...]], int]
+#: a record's headers: ``(name, value)`` pairs
+Headers = Sequence[tuple[str, bytes | None]]
 
 
 class BufferFullError(TrilogError):
@@ -143,6 +152,12 @@ class _Batch:
         return batch, index
 
 
+#: one Produce request's worth of batches for a broker's writer, and the in-flight slot it holds
+_Request = tuple[trio.Semaphore, list[_Batch]]
+#: ``on_delivery(outcome)``: each record's metadata, or its error
+OnDelivery = Callable[[RecordMetadata | BaseException], None]
+
+
 class Delivery:
     """The future result of one ``send``: ``await delivery.wait()``."""
 
@@ -194,12 +209,12 @@ class Producer:
     """See the module docstring.  Create with ``open_producer``; use from its trio run."""
 
     def __init__(self, client: Client, *, acks: int | str, linger_ms: float, batch_size: int,
-                 buffer_memory: int, compression_type: str | None, key_serializer,
-                 value_serializer, partitioner, retries: int, retry_backoff_ms: int,
+                 buffer_memory: int, compression_type: str | None,
+                 key_serializer: Serializer | None, value_serializer: Serializer | None,
+                 partitioner: Partitioner | None, retries: int, retry_backoff_ms: int,
                  delivery_timeout_ms: int, request_timeout_ms: int,
                  max_in_flight_requests_per_connection: int, max_request_size: int,
-                 on_delivery: Callable[[Any], None] | None,
-                 enable_idempotence: bool = False) -> None:
+                 on_delivery: OnDelivery | None, enable_idempotence: bool = False) -> None:
         if acks not in (-1, 0, 1) and acks != "all":
             raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
         if enable_idempotence and acks not in (-1, "all"):
@@ -240,8 +255,10 @@ class Producer:
         self._flushing = 0
         self._closed = False
         self._node_slots: dict[int, trio.Semaphore] = {}
-        self._writers: dict[int, trio.MemorySendChannel] = {}
-        self._topic_cache: dict[str, tuple] = {}  # topic -> (metadata, partitions, available)
+        self._writers: dict[int, trio.MemorySendChannel[_Request]] = {}
+        # topic -> (metadata, partitions, available)
+        self._topic_cache: dict[
+            str, tuple[ClusterMetadata, tuple[int, ...], tuple[int, ...]]] = {}
         self._pacer = YieldPacer()
         self._has_serializers = key_serializer is not None or value_serializer is not None
         self._refreshing = False
@@ -255,8 +272,9 @@ class Producer:
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def send(self, topic: str, value=None, key=None, *, partition: int | None = None,
-                   timestamp_ms: int | None = None, headers=None) -> Delivery:
+    async def send(self, topic: str, value: Any = None, key: Any = None, *,
+                   partition: int | None = None, timestamp_ms: int | None = None,
+                   headers: Headers | None = None) -> Delivery:
         """Queue a record (async mode); waits while ``buffer_memory`` is full.
 
         Every call is a cancellation point; while there is room it yields to other tasks
@@ -289,8 +307,9 @@ class Producer:
                     f"no room in buffer_memory for {self._delivery_timeout_s:.1f} s"
                 )
 
-    def send_nowait(self, topic: str, value=None, key=None, *, partition: int | None = None,
-                    timestamp_ms: int | None = None, headers=None) -> Delivery:
+    def send_nowait(self, topic: str, value: Any = None, key: Any = None, *,
+                    partition: int | None = None, timestamp_ms: int | None = None,
+                    headers: Headers | None = None) -> Delivery:
         """Queue a record without waiting: ``BufferFullError`` when ``buffer_memory`` is full,
         ``UnknownTopicOrPartitionError`` if the topic's partitions are not known yet (``await
         producer.partitions_for(topic)`` first, or use ``send``).
@@ -339,7 +358,8 @@ class Producer:
             self._sticky_batches[topic] = batch
         return Delivery(batch, index)
 
-    def _reservation(self, key, value, headers) -> int:
+    def _reservation(self, key: bytes | None, value: bytes | None,
+                     headers: Headers | None) -> int:
         """Bytes a new batch for this record reserves from ``buffer_memory``."""
         needed = _record_size(key, value, headers) + HEADER_SIZE
         if needed > self._max_request_size:
@@ -351,7 +371,8 @@ class Producer:
                 f"a record of {needed} bytes is larger than buffer_memory ({self._buffer_memory})")
         return max(min(self._batch_size, self._buffer_memory), needed)
 
-    def _new_batch(self, topic: str, partition: int, key, value, headers) -> _Batch:
+    def _new_batch(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                   headers: Headers | None) -> _Batch:
         """Open a batch for a record, reserving its memory (``BufferFullError`` if none)."""
         reserve = self._reservation(key, value, headers)
         if self._buffer_used + reserve > self._buffer_memory:
@@ -368,9 +389,12 @@ class Producer:
             self._wakeup.set()  # the sender computes the new linger deadline
         return batch
 
-    async def send_and_wait(self, topic: str, value=None, key=None, **kwargs) -> RecordMetadata:
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
+                            partition: int | None = None, timestamp_ms: int | None = None,
+                            headers: Headers | None = None) -> RecordMetadata:
         """The sync path: send one record and wait for its acknowledgement."""
-        delivery = await self.send(topic, value, key, **kwargs)
+        delivery = await self.send(topic, value, key, partition=partition,
+                                   timestamp_ms=timestamp_ms, headers=headers)
         self._wakeup.set()  # nobody will fill this batch; do not wait for linger_ms
         if self._linger_s:
             self._seal(self._open.get((delivery._batch.topic, delivery._batch.partition)))
@@ -379,7 +403,7 @@ class Producer:
     async def partitions_for(self, topic: str) -> tuple[int, ...]:
         return await self._client.partitions_for(topic)
 
-    def check_types(self, key, value) -> None:
+    def check_types(self, key: Any, value: Any) -> None:
         """``TypeError`` now for a key or value ``send`` would refuse for its type (the
         blocking facade calls this in the caller's thread).  With serializers, nothing is
         checked here: they run with the send."""
@@ -388,7 +412,7 @@ class Producer:
                 (key is not None and type(key) is not bytes)):
             self._serialize(key, value)
 
-    def _serialize(self, key, value) -> tuple[bytes | None, bytes | None]:
+    def _serialize(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
         if self._key_serializer is not None and key is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None and value is not None:
@@ -595,7 +619,8 @@ class Producer:
             started = True
         return started
 
-    def _writer_for(self, nursery: trio.Nursery, node) -> trio.MemorySendChannel:
+    def _writer_for(self, nursery: trio.Nursery, node: Node
+                    ) -> trio.MemorySendChannel[_Request]:
         """The queue of the task that writes ``node``'s requests, in order (see _node_writer)."""
         channel = self._writers.get(node.node_id)
         if channel is None:
@@ -614,7 +639,7 @@ class Producer:
         self._refreshing = False
         self._wakeup.set()
 
-    async def _node_writer(self, node, queue: trio.MemoryReceiveChannel,
+    async def _node_writer(self, node: Node, queue: trio.MemoryReceiveChannel[_Request],
                            nursery: trio.Nursery) -> None:
         """Writes one broker's Produce requests in the order they were formed.
 
@@ -648,7 +673,7 @@ class Producer:
             nursery.start_soon(self._await_response, conn, pending, slots, batches)
 
     def _produce_request(self, batches: list[_Batch]) -> Message:
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[Any]] = {}
         for batch in batches:
             by_topic.setdefault(batch.topic, []).append(
                 ProduceRequest.TopicProduceData.PartitionProduceData(
@@ -659,8 +684,8 @@ class Producer:
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
                         for t, p in by_topic.items()])
 
-    async def _await_response(self, conn, pending, slots: trio.Semaphore,
-                              batches: list[_Batch]) -> None:
+    async def _await_response(self, conn: BrokerConnection, pending: PendingResponse,
+                              slots: trio.Semaphore, batches: list[_Batch]) -> None:
         try:
             response = await conn.wait_response(pending, self._request_timeout_s + 5)
         except (NetworkError, RequestTimedOutError) as exc:
@@ -811,13 +836,13 @@ class Producer:
         queue.appendleft(halves[0])
 
 
-def _record_size(key, value, headers) -> int:
+def _record_size(key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
     size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + \
         (len(value) if value is not None else 0)
     return size + _headers_size(headers) if headers else size
 
 
-def _headers_size(headers) -> int:
+def _headers_size(headers: Headers) -> int:
     return sum(len(k) + (len(v) if v is not None else 0) + 4 for k, v in headers)
 
 
@@ -831,16 +856,16 @@ async def open_producer(
     batch_size: int = 65536,
     buffer_memory: int = 32 << 20,
     compression_type: str | None = None,
-    key_serializer: Callable[[Any], bytes] | None = None,
-    value_serializer: Callable[[Any], bytes] | None = None,
-    partitioner: Callable[[bytes | None, tuple[int, ...]], int] | None = None,
+    key_serializer: Serializer | None = None,
+    value_serializer: Serializer | None = None,
+    partitioner: Partitioner | None = None,
     retries: int = 5,
     retry_backoff_ms: int = 100,
     delivery_timeout_ms: int = 120_000,
     request_timeout_ms: int = 30_000,
     max_in_flight_requests_per_connection: int = 5,
     max_request_size: int = 1048576,
-    on_delivery: Callable[[Any], None] | None = None,
+    on_delivery: OnDelivery | None = None,
     enable_idempotence: bool = False,
     client_id: str = "trilog-producer",
     metadata_max_age_ms: int = 300_000,

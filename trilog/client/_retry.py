@@ -42,7 +42,7 @@ class Backoff:
 
     def delay(self, failures: int) -> float:
         """The wait after ``failures`` (>= 1) failures in a row."""
-        delay = min(self.first_s * 2 ** min(failures - 1, 64), self.max_s)
+        delay: float = min(self.first_s * 2.0 ** min(failures - 1, 64), self.max_s)
         if self.jitter:
             delay *= random.uniform(1 - self.jitter, 1 + self.jitter)
         return delay
