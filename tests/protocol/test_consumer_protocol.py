@@ -73,7 +73,7 @@ def test_any_bytes_like_input():
     assert decode_subscription(memoryview(encode_subscription(["t"]))).topics == ("t",)
 
 
-# -- what other writers send ------------------------------------------------------------------------
+# -- what other writers send ---------------------------------------------------------------------
 
 
 def test_empty_assignment_null_arrays_and_absent_user_data():

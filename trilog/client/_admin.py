@@ -172,13 +172,15 @@ class _ZooKeeperAdmin(Admin):
         if num_partitions == -1:
             num_partitions = 1
         if num_partitions < 1:
-            raise InvalidPartitionsError(f"number of partitions must be at least 1, not {num_partitions}")
+            raise InvalidPartitionsError(
+                f"number of partitions must be at least 1, not {num_partitions}")
         brokers = [b.node_id for b in await self.brokers()]
         if not brokers:
             raise NetworkError("no brokers are registered in ZooKeeper")
         assignment = assign_replicas(num_partitions, brokers, start=random.randrange(len(brokers)))
         try:
-            await self.zk.create(topic_path(name), encode_topic_assignment(assignment), makepath=True)
+            await self.zk.create(topic_path(name), encode_topic_assignment(assignment),
+                                 makepath=True)
         except NodeExistsError:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists") from None
 

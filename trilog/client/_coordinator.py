@@ -117,7 +117,8 @@ class Coordinator:
                     return self._node
             except (NetworkError, RequestTimedOutError) as exc:
                 errors.append(str(exc))
-        raise NetworkError("cannot find the coordinator: " + "; ".join(errors or ["no brokers known"]))
+        raise NetworkError("cannot find the coordinator: "
+                           + "; ".join(errors or ["no brokers known"]))
 
     def reset(self) -> None:
         """Forget the coordinator (it moved or failed): the next request finds it again."""

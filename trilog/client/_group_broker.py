@@ -46,12 +46,12 @@ import trio
 from trilog._concurrency import unwrap_exception_group
 from trilog.client._assignment import assign_members, spread_over_streams
 from trilog.client._client import Client, open_client
+from trilog.client._coordinator import Coordinator
 from trilog.client._group_base import GroupConsumerConnector, Streams, running
 from trilog.client._group_config import GroupConfig
-from trilog.client._streams import MessageStream
 from trilog.client._metadata import ClusterMetadata
-from trilog.client._coordinator import Coordinator
 from trilog.client._offsets import BrokerOffsetStore
+from trilog.client._streams import MessageStream
 from trilog.errors import (
     ApiError,
     CoordinatorLoadInProgressError,

@@ -298,7 +298,7 @@ class GroupAdmin:
         return retry
 
 
-# -- groups coordinated by brokers ------------------------------------------------------------------
+# -- groups coordinated by brokers -----------------------------------------------------------------
 
 
 class _BrokerGroupAdmin(GroupAdmin):
@@ -401,7 +401,7 @@ class _BrokerGroupAdmin(GroupAdmin):
             raise _not_inactive(group_id, state, members) from None
 
 
-# -- groups of the ZooKeeper consumer connector -----------------------------------------------------
+# -- groups of the ZooKeeper consumer connector ----------------------------------------------------
 
 
 class _ZooKeeperGroupAdmin(GroupAdmin):
