@@ -9,6 +9,7 @@
 
 from trilog.client import (
     Blacklist,
+    ConsumerRebalanceFailedError,
     MessageStream,
     Whitelist,
     open_consumer,
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Blacklist",
+    "ConsumerRebalanceFailedError",
     "MessageStream",
     "Whitelist",
     "open_consumer",

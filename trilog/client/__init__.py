@@ -19,7 +19,7 @@ from trilog.client._consumer import (
 from trilog.client._group import open_consumer
 from trilog.client._group_base import GroupConsumerConnector
 from trilog.client._group_broker import BrokerConsumerConnector
-from trilog.client._group_zookeeper import ZooKeeperConsumerConnector
+from trilog.client._group_zookeeper import ConsumerRebalanceFailedError, ZooKeeperConsumerConnector
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._partitioner import DefaultPartitioner, murmur2, partition_for_key
 from trilog.client._producer import (
@@ -45,6 +45,7 @@ from trilog.client._streams import MessageStream
 __all__ = [
     "Blacklist",
     "BrokerConsumerConnector",
+    "ConsumerRebalanceFailedError",
     "GroupConsumerConnector",
     "MessageStream",
     "TopicFilter",
