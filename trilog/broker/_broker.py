@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator, Callable, Mapping
 import trio
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.broker._cluster import BrokerInfo, Cluster, open_cluster
+from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
 from trilog.broker._config import BrokerConfig
 from trilog.broker._coordinator import GroupCoordinator, client_address
 from trilog.broker._handlers import RequestHandler
@@ -40,6 +40,7 @@ from trilog.broker._limits import (
 )
 from trilog.broker._network import ConnectionLimits, Network, ResponseParts
 from trilog.broker._purgatory import FetchPurgatory
+from trilog.broker._zkcluster import open_zookeeper_cluster
 from trilog.errors import TrilogError
 from trilog.storage import Log, LogManager
 
@@ -183,6 +184,24 @@ async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *
             if broker is not None:
                 broker.stopped.set()
             log.info("broker %d stopped", config.broker_id)
+
+
+@asynccontextmanager
+async def open_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManager,
+                       limiter: trio.CapacityLimiter) -> AsyncIterator[Cluster]:
+    """This broker's view of its cluster, for the body of the ``async with``.
+
+    Standalone without ``zookeeper.connect``; otherwise a ZooKeeper session in which this
+    broker is registered and kept current by watches (``_zkcluster.py``), closed on exit.
+    Either way the log dirs' ``meta.properties`` are checked against the cluster first.
+    """
+    if config.zookeeper_connect is not None:
+        async with open_zookeeper_cluster(config, broker, logs, limiter) as cluster:
+            yield cluster
+        return
+    cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config.log_dirs,
+                                               config.broker_id, None)
+    yield StandaloneCluster(broker, logs, cluster_id, config["num.partitions"], limiter)
 
 
 def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:

@@ -17,9 +17,7 @@ import base64
 import logging
 import os
 import uuid
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator
 
 import trio
 
@@ -35,9 +33,6 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
 )
 from trilog.storage import LogManager, write_atomically
-
-if TYPE_CHECKING:
-    from trilog.broker._config import BrokerConfig
 
 log = logging.getLogger("trilog.broker")
 
@@ -183,26 +178,6 @@ class StandaloneCluster(Cluster):
     def _delete_logs(self, name: str, partitions: list[int]) -> None:
         for p in partitions:
             self._logs.delete_log(name, p)
-
-
-@asynccontextmanager
-async def open_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManager,
-                       limiter: trio.CapacityLimiter) -> AsyncIterator[Cluster]:
-    """This broker's view of its cluster, for the body of the ``async with``.
-
-    Standalone without ``zookeeper.connect``; otherwise a ZooKeeper session in which this
-    broker is registered and kept current by watches (``_zkcluster.py``), closed on exit.
-    Either way the log dirs' ``meta.properties`` are checked against the cluster first.
-    """
-    if config.zookeeper_connect is not None:
-        from trilog.broker._zkcluster import open_zookeeper_cluster
-
-        async with open_zookeeper_cluster(config, broker, logs, limiter) as cluster:
-            yield cluster
-        return
-    cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config.log_dirs,
-                                               config.broker_id, None)
-    yield StandaloneCluster(broker, logs, cluster_id, config["num.partitions"], limiter)
 
 
 def load_or_create_meta(log_dirs: list[str], broker_id: int, cluster_id: str | None) -> str:
