@@ -20,10 +20,10 @@ from trilog.records import (
     RecordBatchBuilder,
     batch_crc,
     build_batch,
+    check_batch_header,
     iter_batches,
     patch_base_offset,
     read_batch_header,
-    validate_batch_header,
 )
 
 records_st = st.lists(st.tuples(timestamps, maybe_bytes, maybe_bytes, headers), max_size=40)
@@ -242,10 +242,10 @@ def test_read_batch_header_gives_the_fields_and_derived_facts():
     assert (header.size, header.compression_type, header.record_count) == (len(buf), LZ4, 2)
     assert (header.first_timestamp, header.max_timestamp) == (5, 7)
     assert header.crc == batch_crc(buf, 0, len(buf)) == batch.compute_crc()
-    validate_batch_header(header)
-    validate_batch_header(header, from_producer=True)
-    with pytest.raises(CorruptRecordsError):
-        read_batch_header(buf[:60])
+    assert check_batch_header(buf) == check_batch_header(b"xx" + buf, 2, True) == header
+    for read in (read_batch_header, check_batch_header):
+        with pytest.raises(CorruptRecordsError):
+            read(buf[:60])
 
 
 @pytest.mark.parametrize(
@@ -262,10 +262,9 @@ def test_read_batch_header_gives_the_fields_and_derived_facts():
 )
 def test_a_bad_header_is_refused_with_or_without_the_producer_rule(fields):
     buf = _with_header(build_batch([(1, None, b"a"), (2, None, b"b")]), **fields)
-    header = read_batch_header(buf)
     for from_producer in (False, True):
         with pytest.raises(CorruptRecordsError):
-            validate_batch_header(header, from_producer=from_producer)
+            check_batch_header(buf, 0, from_producer)
     with pytest.raises(CorruptRecordsError):
         RecordBatch(buf).validate()
 
@@ -277,8 +276,7 @@ def test_the_producer_rule_wants_one_offset_per_record(fields):
     # A batch that compaction thinned (fewer records than offsets, or none) is well formed,
     # but a producer never sends one (Kafka's LogValidator refuses it).
     buf = _with_header(build_batch([(1, None, b"a"), (2, None, b"b")]), **fields)
-    header = read_batch_header(buf)
-    validate_batch_header(header)
+    assert check_batch_header(buf) == read_batch_header(buf)
     RecordBatch(buf).validate()
     with pytest.raises(CorruptRecordsError, match="counts"):
-        validate_batch_header(header, from_producer=True)
+        check_batch_header(buf, from_producer=True)

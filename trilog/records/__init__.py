@@ -4,7 +4,8 @@ Pure: no I/O, no trio.  Each format module starts with its byte layout:
 
 * ``_v2.py``      RecordBatch v2 (what trilog stores), ``RecordBatchBuilder``, and the one
                   source of the v2 header layout: ``BatchHeader``, ``read_batch_header``,
-                  ``validate_batch_header`` (the one rule a header must pass), ``batch_crc``
+                  ``check_batch_header`` (the one rule a header must pass; its twin
+                  ``check_batch_header_fields`` gives a plain tuple), ``batch_crc``
 * ``_legacy.py``  message sets of magic 0 and 1, wrappers, ``LegacyMessageSetBuilder``
 * ``_memory.py``  ``MemoryRecords``: walk a buffer of any magic without decoding records
 * ``_convert.py`` up-conversion (legacy -> v2) and down-conversion (v2 -> legacy)
@@ -60,10 +61,11 @@ from trilog.records._v2 import (
     RecordBatchBuilder,
     batch_crc,
     build_batch,
+    check_batch_header,
+    check_batch_header_fields,
     iter_batches,
     patch_base_offset,
     read_batch_header,
-    validate_batch_header,
 )
 
 __all__ = [
@@ -95,6 +97,8 @@ __all__ = [
     "batch_crc",
     "build_batch",
     "build_message_set",
+    "check_batch_header",
+    "check_batch_header_fields",
     "codec_for_name",
     "compress",
     "crc32",
@@ -109,5 +113,4 @@ __all__ = [
     "patch_base_offset",
     "read_batch_header",
     "v2_to_legacy",
-    "validate_batch_header",
 ]

@@ -27,8 +27,8 @@ Byte layout (big-endian; seed 003, "Record Batch"):
 A ``RecordBatch`` decodes the 61-byte header eagerly and the records only when iterated;
 that is what lets the broker validate and store a batch without touching its records.
 This module is the one source of the layout: ``BatchHeader`` and ``read_batch_header`` give
-the header alone, ``validate_batch_header`` is the one rule a header must pass (on the
-producer's side, in ``RecordBatch.validate``, and in storage's append, recovery and reads),
+the header alone, ``check_batch_header`` reads it and applies the one rule a header must
+pass (in ``RecordBatch.validate``, and in storage's append, recovery and reads),
 and ``batch_crc`` computes the checksum the ``crc`` field holds.
 """
 
@@ -75,7 +75,8 @@ class BatchHeader(NamedTuple):
     """The 61-byte header of a v2 batch, field by field as the layout above.
 
     What storage reads from its files and checks at append, recovery and reads without
-    touching a record: ``read_batch_header`` makes one, ``validate_batch_header`` checks it.
+    touching a record: ``read_batch_header`` reads one, ``check_batch_header`` reads and
+    checks it.
     """
 
     base_offset: int
@@ -116,19 +117,19 @@ _KNOWN_CODEC = tuple(codec in _codecs.CODEC_NAMES for codec in range(COMPRESSION
 
 
 def read_batch_header(buffer: Any, position: int = 0) -> BatchHeader:
-    """The header of the batch at ``buffer[position:]``, unchecked (``validate_batch_header``
-    checks it); ``CorruptRecordsError`` if fewer than 61 bytes are left."""
+    """The header of the batch at ``buffer[position:]``, unchecked (``check_batch_header``
+    reads and checks); ``CorruptRecordsError`` if fewer than 61 bytes are left."""
     try:
         header: BatchHeader = _new_tuple(BatchHeader, _unpack_header(buffer, position))
     except struct.error:
-        raise CorruptRecordsError(
-            f"{len(buffer) - position} bytes are too few for a record batch header"
-        ) from None
+        raise _too_short(buffer, position) from None
     return header
 
 
-def validate_batch_header(header: BatchHeader, *, from_producer: bool = False) -> None:
-    """Raise ``CorruptRecordsError`` unless ``header`` is a well-formed v2 batch header.
+def check_batch_header(buffer: Any, position: int = 0, from_producer: bool = False) -> BatchHeader:
+    """The header of the v2 batch at ``buffer[position:]``, checked by the one rule every v2
+    batch header must pass; ``CorruptRecordsError`` if it fails (or fewer than 61 bytes are
+    left).
 
     Every header: magic 2; a ``batch_length`` of at least a bare header (49); a codec id
     Kafka knows (0..4); neither ``record_count`` nor ``last_offset_delta`` negative, and at
@@ -141,11 +142,28 @@ def validate_batch_header(header: BatchHeader, *, from_producer: bool = False) -
 
     Only the header is judged: whether the batch fits its buffer (``header.size``), its
     CRC-32C (``batch_crc``) and any size limit are the caller's to check.
-
-    (Storage calls this for every batch it appends, recovers or reads past: the good case is
-    one unpacking and one condition; the complaint is worked out only for a bad header.)
     """
-    _b, length, _e, magic, _c, attributes, delta, _f, _m, _p, _pe, _s, count = header
+    header: BatchHeader = _new_tuple(
+        BatchHeader, check_batch_header_fields(buffer, position, from_producer)
+    )
+    return header
+
+
+def check_batch_header_fields(
+    buffer: Any, position: int = 0, from_producer: bool = False
+) -> tuple[int, ...]:
+    """``check_batch_header``, returning the header's 13 fields as a plain tuple in
+    ``BatchHeader``'s order: for a hot path that unpacks them at once (storage's append
+    checks every batch it is given this way; a named tuple would cost as much again).
+
+    The good case is one unpacking and one condition; the complaint is worked out only for
+    a bad header.
+    """
+    try:
+        fields: tuple[int, ...] = _unpack_header(buffer, position)
+    except struct.error:
+        raise _too_short(buffer, position) from None
+    _b, length, _e, magic, _c, attributes, delta, _f, _m, _p, _pe, _s, count = fields
     if (
         magic != MAGIC
         or length < MIN_BATCH_LENGTH
@@ -155,11 +173,18 @@ def validate_batch_header(header: BatchHeader, *, from_producer: bool = False) -
         or delta < count - 1
         or (from_producer and (count == 0 or delta != count - 1))
     ):
-        raise CorruptRecordsError(_header_complaint(header))
+        raise CorruptRecordsError(_header_complaint(_new_tuple(BatchHeader, fields)))
+    return fields
+
+
+def _too_short(buffer: Any, position: int) -> CorruptRecordsError:
+    return CorruptRecordsError(
+        f"{len(buffer) - position} bytes are too few for a record batch header"
+    )
 
 
 def _header_complaint(header: BatchHeader) -> str:
-    """What is wrong with a header that ``validate_batch_header`` refused."""
+    """What is wrong with a header that ``check_batch_header`` refused."""
     if header.magic != MAGIC:
         return f"record batch magic {header.magic}, expected 2"
     if header.batch_length < MIN_BATCH_LENGTH:
@@ -173,7 +198,8 @@ def _header_complaint(header: BatchHeader) -> str:
 def batch_crc(buffer: Any, position: int, size: int) -> int:
     """The CRC-32C that the ``crc`` field of the batch at ``buffer[position : position +
     size]`` should hold (it covers the attributes to the end of the batch)."""
-    return crc32c(memoryview(buffer)[position + ATTRIBUTES_OFFSET : position + size])
+    view = buffer if type(buffer) is memoryview else memoryview(buffer)  # never a copy
+    return crc32c(view[position + ATTRIBUTES_OFFSET : position + size])
 
 
 class Header(NamedTuple):
@@ -285,9 +311,9 @@ class RecordBatch(CheckedBatch):
         return batch_crc(self.buffer, self.position, self.size)
 
     def validate(self) -> None:
-        """Check the header (``validate_batch_header``), that the batch fits its buffer, and
+        """Check the header (``check_batch_header``), that the batch fits its buffer, and
         the CRC-32C; raise ``CorruptRecordsError`` if anything is off."""
-        validate_batch_header(self.header)
+        check_batch_header(self.buffer, self.position)
         if self.position + self.size > len(self.buffer):
             raise CorruptRecordsError("record batch extends past the end of its buffer")
         computed = self.compute_crc()

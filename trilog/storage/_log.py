@@ -34,8 +34,7 @@ from trilog.storage._append import (
     OverlappedCrcCheck,
     WritePlan,
     assign_offsets,
-    check_headers,
-    crc_error,
+    check_batches,
     keep_offsets,
 )
 from trilog.storage._config import LogConfig
@@ -85,7 +84,7 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-_new_tuple = tuple.__new__
+_new_tuple = tuple.__new__  # builds a named tuple without its Python-level __new__ (hot path)
 
 
 class _Snapshot(NamedTuple):
@@ -216,7 +215,7 @@ class Log:
 
         Each batch is validated once; the append is all or nothing.  Raises
         ``CorruptMessageError`` for an empty buffer, garbage, a partial batch, a header that
-        fails ``validate_batch_header`` (not v2, counts that disagree, an unknown codec) or
+        fails ``check_batch_header`` (not v2, counts that disagree, an unknown codec) or
         a CRC mismatch, and ``MessageTooLargeError`` for a batch above ``max_message_bytes``
         or an append above ``segment_bytes``.  The log assigns the offsets, and then wants
         Kafka's producer rule (at least one record, one offset per record); with
@@ -228,18 +227,13 @@ class Log:
         if mv.itemsize != 1 or mv.ndim != 1:
             mv = mv.cast("B")
         config = self.config
-        batches = check_headers(mv, config.max_message_bytes, assign_offsets)
+        small = len(mv) < OVERLAP_CRC_BYTES  # else the CRCs are checked beside the write
+        batches = check_batches(mv, config.max_message_bytes, assign_offsets, small)
         if len(mv) > config.segment_bytes:
             raise RecordListTooLargeError(
                 f"append of {len(mv)} bytes exceeds the segment size {config.segment_bytes}"
             )
-        crc_check = None
-        if len(mv) < OVERLAP_CRC_BYTES:
-            error = crc_error(mv, batches)
-            if error is not None:
-                raise CorruptMessageError(error)
-        else:  # checked in a helper thread while the bytes are written
-            crc_check = OverlappedCrcCheck(mv, batches)
+        crc_check = None if small else OverlappedCrcCheck(mv, batches)
         now = now_ms if now_ms is not None else _time.now_ms()
         try:
             with self._lock:
@@ -251,17 +245,12 @@ class Log:
                 crc_check.release()
         if flush_now:
             self.flush()
-        info: LogAppendInfo = _new_tuple(LogAppendInfo, (
-            plan.first_offset,
-            plan.last_offset,
-            plan.last_offset + 1,
-            plan.max_timestamp,
-            plan.offset_of_max_timestamp,
-            plan.record_count,
-            len(batches),
-            len(mv),
-            log_start,
-        ))
+        _data, _infos, first, last, records, max_ts, offset_of_max_ts = plan
+        info: LogAppendInfo = _new_tuple(  # without LogAppendInfo's Python-level __new__
+            LogAppendInfo,
+            (first, last, last + 1, max_ts, offset_of_max_ts, records, len(batches), len(mv),
+             log_start),
+        )
         return info
 
     def _append_locked(
@@ -278,30 +267,25 @@ class Log:
             raise TrilogError(f"append to closed log {self.directory}")
         leo = self._log_end_offset
         plan = assign_offsets(mv, batches, leo) if assign else keep_offsets(mv, batches)
-        if plan.first_offset < leo:
-            raise CorruptMessageError(
-                f"append at offset {plan.first_offset} below the log end offset {leo}"
-            )
+        data, infos, first, last, records, _max_ts, _offset_of_max_ts = plan
+        if first < leo:
+            raise CorruptMessageError(f"append at offset {first} below the log end offset {leo}")
         segment = self._active
-        if segment.should_roll(len(mv), plan.last_offset, now, self.config):
-            segment = self._roll(plan.first_offset)
-            if segment.would_overflow_index(plan.last_offset):  # (should_roll checked the old)
+        if segment.should_roll(len(mv), last, now, self.config):
+            segment = self._roll(first)
+            if segment.would_overflow_index(last):  # (should_roll checked the old one)
                 raise CorruptMessageError("append spans more offsets than a segment can index")
-        segment.append(
-            plan.data, len(mv), plan.batches, now, None if crc_check is None else crc_check.verify
-        )
-        self._log_end_offset = plan.last_offset + 1
-        snapshot = self._snapshot
+        segment.append(data, len(mv), infos, now, None if crc_check is None else crc_check.verify)
+        self._log_end_offset = last + 1
+        segments, bases, log_start, _leo, _size = self._snapshot
         self._snapshot = _new_tuple(  # _Snapshot without its Python-level __new__ (hot path)
-            _Snapshot,
-            (snapshot.segments, snapshot.base_offsets, snapshot.log_start_offset,
-             plan.last_offset + 1, segment.size),
+            _Snapshot, (segments, bases, log_start, last + 1, segment.size)
         )
-        self._unflushed_messages += plan.record_count
+        self._unflushed_messages += records
         if self._first_unflushed_ms is None:
             self._first_unflushed_ms = now
         flush_now = self._unflushed_messages >= self.config.flush_interval_messages
-        return plan, snapshot.log_start_offset, flush_now
+        return plan, log_start, flush_now
 
     def roll(self) -> int:
         """Start a new segment now (if the active one holds data); return its base offset."""

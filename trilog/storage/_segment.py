@@ -2,7 +2,7 @@
 
 The log file is a plain concatenation of RecordBatch v2 batches exactly as produced, with
 only their base offsets assigned.  The batch layout and the rule a header must pass come
-from ``trilog.records`` (``read_batch_header``, ``validate_batch_header``): storage has no
+from ``trilog.records`` (``check_batch_header``, ``batch_crc``): storage has no
 copy of either.
 """
 
@@ -19,8 +19,7 @@ from trilog.records import (
     BatchHeader,
     CorruptRecordsError,
     batch_crc,
-    read_batch_header,
-    validate_batch_header,
+    check_batch_header,
 )
 from trilog.storage._config import LogConfig
 from trilog.storage._files import remove
@@ -47,7 +46,7 @@ def walk_batches(
     large chunks and decoding only headers.
 
     Stops silently at the first batch that is partial or whose header fails
-    ``validate_batch_header`` (a nonsense length, a wrong magic, counts that disagree, an
+    ``check_batch_header`` (a nonsense length, a wrong magic, counts that disagree, an
     unknown codec); with ``verify_crc`` also at the first with a bad CRC-32C.  The caller
     learns where the valid data ends from the last batch yielded.
     """
@@ -61,9 +60,8 @@ def walk_batches(
             buf_start, rel = pos, 0
             if len(buf) < HEADER_SIZE:
                 return
-        header = read_batch_header(buf, rel)
         try:
-            validate_batch_header(header)
+            header = check_batch_header(buf, rel)
         except CorruptRecordsError:
             return
         size = header.size
@@ -210,7 +208,7 @@ class LogSegment:
     def recover(self, min_offset: int) -> int:
         """Validate every batch, truncate at the first invalid one, rebuild the indexes.
 
-        Invalid: partial, a header that fails ``validate_batch_header``, a bad CRC, or
+        Invalid: partial, a header that fails ``check_batch_header``, a bad CRC, or
         offsets that do not increase (from ``min_offset``) or do not fit the relative 32-bit
         index.  Return the number of bytes truncated.
         """
