@@ -14,10 +14,12 @@ from trilog.client._consumer import (
     ConsumerRecord,
     FetchedRecords,
     SimpleConsumer,
+    SimpleConsumerOptions,
     open_simple_consumer,
 )
 from trilog.client._group import open_consumer
 from trilog.client._group_base import GroupConsumerConnector
+from trilog.client._group_config import ConsumerOptions
 from trilog.client._group_broker import BrokerConsumerConnector
 from trilog.client._group_zookeeper import ConsumerRebalanceFailedError, ZooKeeperConsumerConnector
 from trilog.client._metadata import ClusterMetadata, Node
@@ -28,6 +30,7 @@ from trilog.client._producer import (
     DeliveryTimeoutError,
     Producer,
     ProducerClosedError,
+    ProducerOptions,
     RecordMetadata,
     open_producer,
 )
@@ -45,6 +48,7 @@ from trilog.client._streams import MessageStream
 __all__ = [
     "Blacklist",
     "BrokerConsumerConnector",
+    "ConsumerOptions",
     "ConsumerRebalanceFailedError",
     "GroupConsumerConnector",
     "MessageStream",
@@ -70,8 +74,10 @@ __all__ = [
     "PartitionInfo",
     "Producer",
     "ProducerClosedError",
+    "ProducerOptions",
     "RecordMetadata",
     "SimpleConsumer",
+    "SimpleConsumerOptions",
     "TopicInfo",
     "murmur2",
     "open_admin",

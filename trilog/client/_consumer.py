@@ -23,7 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from itertools import chain
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import trio
 
@@ -503,6 +503,22 @@ async def _prefetch(consumer: SimpleConsumer, scope: trio.CancelScope,
                 if fetched.size_in_bytes:
                     await send.send(fetched)
                 position = fetched.next_offset
+
+
+class SimpleConsumerOptions(TypedDict, total=False):
+    """``open_simple_consumer``'s keyword arguments, for the facades that pass them on
+    (``trilog.sync.SimpleConsumer(..., **options)``); a test keeps the two the same."""
+
+    zookeeper: str | None
+    client_id: str
+    fetch_max_wait_ms: int
+    fetch_min_bytes: int
+    max_partition_fetch_bytes: int
+    allow_auto_create_topics: bool
+    request_timeout_ms: int
+    key_deserializer: Callable[[bytes], Any] | None
+    value_deserializer: Callable[[bytes], Any] | None
+    metadata_max_age_ms: int
 
 
 @asynccontextmanager

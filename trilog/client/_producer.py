@@ -31,7 +31,7 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import trio
 
@@ -844,6 +844,31 @@ def _record_size(key: bytes | None, value: bytes | None, headers: Headers | None
 
 def _headers_size(headers: Headers) -> int:
     return sum(len(k) + (len(v) if v is not None else 0) + 4 for k, v in headers)
+
+
+class ProducerOptions(TypedDict, total=False):
+    """``open_producer``'s keyword arguments, for the facades that pass them on
+    (``trilog.sync.Producer(..., **options)``); a test keeps the two the same."""
+
+    zookeeper: str | None
+    acks: int | str
+    linger_ms: float
+    batch_size: int
+    buffer_memory: int
+    compression_type: str | None
+    key_serializer: Callable[[Any], bytes] | None
+    value_serializer: Callable[[Any], bytes] | None
+    partitioner: Callable[[bytes | None, tuple[int, ...]], int] | None
+    retries: int
+    retry_backoff_ms: int
+    delivery_timeout_ms: int
+    request_timeout_ms: int
+    max_in_flight_requests_per_connection: int
+    max_request_size: int
+    on_delivery: Callable[[Any], None] | None
+    enable_idempotence: bool
+    client_id: str
+    metadata_max_age_ms: int
 
 
 @asynccontextmanager

@@ -13,23 +13,30 @@ import functools
 import threading
 import time
 from collections import deque
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Iterator, Self, Sequence, Unpack
 
 import trio
 
 from trilog.client import (
     LATEST,
     BufferFullError,
+    ConsumerOptions,
     ConsumerRecord,
     Delivery,
     FetchedRecords,
     MessageStream,
     ProducerClosedError,
+    ProducerOptions,
     RecordMetadata,
+    SimpleConsumerOptions,
+    TopicFilter,
     open_consumer,
     open_producer,
     open_simple_consumer,
 )
+from trilog.client._producer import Headers
 from trilog.errors import UnknownTopicOrPartitionError
 from trilog.sync._portal import Portal
 
@@ -45,10 +52,11 @@ class _Facade:
     def closed(self) -> bool:
         return self._portal.closed
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         self.close()
 
 
@@ -83,6 +91,7 @@ class SyncDelivery:
         if self._error is not None:
             raise self._error
         delivery = self._delivery
+        assert delivery is not None  # handed over (wait_handed), or the error raised above
         if delivery.done():
             return delivery.result()
         left = float("inf") if deadline is None else max(deadline - time.monotonic(), 0)
@@ -221,22 +230,26 @@ class _Outbox:
 class Producer(_Facade):
     """``trilog.open_producer`` for threads: ``send`` returns a ``SyncDelivery``."""
 
-    def __init__(self, bootstrap_servers: str | list[str] | None = None, **kwargs: Any) -> None:
-        self._portal = Portal(open_producer(bootstrap_servers, **kwargs), "trilog.sync.Producer")
+    def __init__(self, bootstrap_servers: str | list[str] | None = None,
+                 **options: Unpack[ProducerOptions]) -> None:
+        self._portal = Portal(open_producer(bootstrap_servers, **options), "trilog.sync.Producer")
         self._producer = self._portal.value
         self._outbox = _Outbox(self._portal, self._producer)
 
-    def send(self, topic: str, value=None, key=None, **kwargs: Any) -> SyncDelivery:
+    def send(self, topic: str, value: Any = None, key: Any = None, *,
+             partition: int | None = None, timestamp_ms: int | None = None,
+             headers: Headers | None = None) -> SyncDelivery:
         """Queue a record and return at once (see ``_Outbox``); blocks only while the
         producer is full.  Its outcome, and an error of the send itself, come from
         ``SyncDelivery.get``; a key or value of the wrong type raises here."""
         self._portal.check()
         self._producer.check_types(key, value)
         sync = SyncDelivery(None, self._portal, self._outbox)
-        self._outbox.put((topic, value, key, kwargs, sync))
+        fields = {"partition": partition, "timestamp_ms": timestamp_ms, "headers": headers}
+        self._outbox.put((topic, value, key, fields, sync))
         return sync
 
-    def send_many(self, records) -> list[SyncDelivery]:
+    def send_many(self, records: Iterable[Sequence[Any]]) -> list[SyncDelivery]:
         """Queue many records with one hop into the loop thread (for bulk writers).
 
         ``records`` are ``(topic, value[, key[, partition[, headers]]])`` tuples; blocks
@@ -251,10 +264,13 @@ class Producer(_Facade):
         self._outbox.wait_empty()  # after the records send() queued before
         return [SyncDelivery(d, self._portal) for d in self._portal.run(send_all)]
 
-    def send_and_wait(self, topic: str, value=None, key=None, **kwargs: Any) -> RecordMetadata:
+    def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
+                      partition: int | None = None, timestamp_ms: int | None = None,
+                      headers: Headers | None = None) -> RecordMetadata:
         self._outbox.wait_empty()  # after the records send() queued before
-        return self._portal.run(
-            functools.partial(self._producer.send_and_wait, topic, value, key, **kwargs))
+        return self._portal.run(functools.partial(
+            self._producer.send_and_wait, topic, value, key, partition=partition,
+            timestamp_ms=timestamp_ms, headers=headers))
 
     def flush(self) -> None:
         self._outbox.wait_empty()
@@ -273,8 +289,9 @@ class Producer(_Facade):
 class SimpleConsumer(_Facade):
     """``trilog.open_simple_consumer`` for threads."""
 
-    def __init__(self, bootstrap_servers: str | list[str] | None = None, **kwargs: Any) -> None:
-        self._portal = Portal(open_simple_consumer(bootstrap_servers, **kwargs),
+    def __init__(self, bootstrap_servers: str | list[str] | None = None,
+                 **options: Unpack[SimpleConsumerOptions]) -> None:
+        self._portal = Portal(open_simple_consumer(bootstrap_servers, **options),
                               "trilog.sync.SimpleConsumer")
         self._consumer = self._portal.value
 
@@ -285,14 +302,17 @@ class SimpleConsumer(_Facade):
         return self._portal.run(self._consumer.list_topics)
 
     def fetch(self, topic: str, partition: int = 0, offset: int = 0,
-              max_bytes: int | None = None, **kwargs: Any) -> FetchedRecords:
+              max_bytes: int | None = None, *, max_wait_ms: int = 0,
+              min_bytes: int = 0) -> FetchedRecords:
         """Records are decoded lazily, in the caller's thread, when iterated."""
-        return self._portal.run(
-            functools.partial(self._consumer.fetch, topic, partition, offset, max_bytes, **kwargs))
+        return self._portal.run(functools.partial(
+            self._consumer.fetch, topic, partition, offset, max_bytes, max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes))
 
-    def multifetch(self, requests: Sequence[tuple[str, int, int, int]], **kwargs: Any
-                   ) -> list[FetchedRecords]:
-        return self._portal.run(functools.partial(self._consumer.multifetch, requests, **kwargs))
+    def multifetch(self, requests: Sequence[tuple[str, int, int, int]], *,
+                   max_wait_ms: int = 0, min_bytes: int = 0) -> list[FetchedRecords]:
+        return self._portal.run(functools.partial(
+            self._consumer.multifetch, requests, max_wait_ms=max_wait_ms, min_bytes=min_bytes))
 
     def offsets_before(self, topic: str, partition: int = 0, time: int = LATEST,
                        max_offsets: int = 1) -> list[int]:
@@ -344,8 +364,17 @@ class Consumer(_Facade):
     own thread.
     """
 
-    def __init__(self, group_id: str, **kwargs: Any) -> None:
-        self._portal = Portal(open_consumer(group_id, **kwargs), "trilog.sync.Consumer")
+    def __init__(self, group_id: str, *, topics: dict[str, int] | None = None,
+                 topic_filter: TopicFilter | None = None,
+                 **options: Unpack[ConsumerOptions]) -> None:
+        opened: Any
+        if topic_filter is None and topics is not None:
+            opened = open_consumer(group_id, topics=topics, **options)
+        elif topics is None and topic_filter is not None:
+            opened = open_consumer(group_id, topic_filter=topic_filter, **options)
+        else:
+            raise ValueError("give exactly one of topics and topic_filter")
+        self._portal = Portal(opened, "trilog.sync.Consumer")
         self._connector = self._portal.value
         streams = self._connector.streams
         if isinstance(streams, dict):

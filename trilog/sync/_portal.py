@@ -136,8 +136,10 @@ class Portal:
     def call_soon(self, fn: Callable[[], Any]) -> None:
         """Schedule the non-blocking ``fn()`` in the loop thread and return at once."""
         self._check()
+        token = self._loop.token
+        assert token is not None  # set before the loop's constructor returns
         try:
-            self._loop.token.run_sync_soon(fn)
+            token.run_sync_soon(fn)
         except trio.RunFinishedError:
             raise FacadeClosedError(f"this {self._what} is closed") from None
 
