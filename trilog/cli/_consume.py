@@ -124,7 +124,7 @@ def _headers(headers) -> str:
                     for h in headers)
 
 
-def _start_offset(args) -> int | None:
+def _start_offset(args) -> int:
     """``--offset`` as a number, EARLIEST or LATEST."""
     if args.from_beginning:
         return EARLIEST
@@ -220,7 +220,7 @@ async def _main(args) -> int:
                     results = await consumer.multifetch(
                         [(args.topic, p, positions[p], _FETCH_BYTES) for p in partitions],
                         max_wait_ms=wait_ms, min_bytes=1)
-                    lines = []
+                    lines: list[str] = []
                     for fetched in results:
                         for rec in fetched:
                             if limit is not None and printed + len(lines) >= limit:

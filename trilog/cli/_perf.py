@@ -431,7 +431,7 @@ async def _consume(args) -> int:
                             idle_since = pc()
                         state["count"], state["bytes"] = count, nbytes
                     finished.set()
-            if t0 is not None:
+            if t0 is not None and idle_since is not None:
                 # a timed-out run is timed up to its last record, not through the idle wait
                 elapsed = (idle_since if timed_out else pc()) - t0
         outer.cancel_scope.cancel()

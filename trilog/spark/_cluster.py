@@ -7,7 +7,7 @@ may run planning in forked workers, so no connection outlives the call that made
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import trilog
@@ -74,34 +74,43 @@ def topic_partitions(consumer: ts.SimpleConsumer, options: ReadOptions, *,
     return sorted(out)
 
 
-def _one(consumer: ts.SimpleConsumer, topic: str, partition: int, time: int) -> int | None:
-    got = consumer.offsets_before(topic, partition, time=time, max_offsets=1)
+def _one(consumer: ts.SimpleConsumer, tp: tuple[str, int], time: int) -> int | None:
+    got = consumer.offsets_before(tp[0], tp[1], time=time, max_offsets=1)
     return got[0] if got else None
 
 
-def earliest(consumer: ts.SimpleConsumer, tps) -> Positions:
-    return {tp: _one(consumer, *tp, trilog.EARLIEST) for tp in tps}
+def _edge(consumer: ts.SimpleConsumer, tp: tuple[str, int], time: int) -> int:
+    """The log start (``trilog.EARLIEST``) or end (``trilog.LATEST``): always known."""
+    offset = _one(consumer, tp, time)
+    if offset is None:
+        raise OptionError(f"the broker gave no offset of {tp[0]}-{tp[1]} for time {time}")
+    return offset
 
 
-def latest(consumer: ts.SimpleConsumer, tps) -> Positions:
-    return {tp: _one(consumer, *tp, trilog.LATEST) for tp in tps}
+def earliest(consumer: ts.SimpleConsumer, tps: Iterable[tuple[str, int]]) -> Positions:
+    return {tp: _edge(consumer, tp, trilog.EARLIEST) for tp in tps}
 
 
-def _by_timestamp(consumer, stamps: dict[tuple[str, int], int], option: str,
+def latest(consumer: ts.SimpleConsumer, tps: Iterable[tuple[str, int]]) -> Positions:
+    return {tp: _edge(consumer, tp, trilog.LATEST) for tp in tps}
+
+
+def _by_timestamp(consumer: ts.SimpleConsumer, stamps: Mapping[tuple[str, int], int],
+                  option: str,
                   no_match: str) -> Positions:
     """The offset of each partition's first record stamped at or after its timestamp
     (ListOffsets, as Kafka's ``offsetsForTimes``); ``no_match`` says what a partition with
     no record that recent gets: its end ("latest") or an error."""
     out: Positions = {}
     for tp, ts_ms in stamps.items():
-        offset = _one(consumer, *tp, ts_ms)
+        offset = _one(consumer, tp, ts_ms)
         if offset is None:
             if no_match == "error":
                 raise OptionError(
                     f"option {option}: {tp[0]}-{tp[1]} has no record stamped at or after "
                     f"{ts_ms} (startingOffsetsByTimestampStrategy=error, the default; set it "
                     "to latest to start such partitions at their end)")
-            offset = _one(consumer, *tp, trilog.LATEST)
+            offset = _edge(consumer, tp, trilog.LATEST)
         out[tp] = offset
     return out
 
@@ -118,6 +127,7 @@ def resolve(consumer: ts.SimpleConsumer, tps: list[tuple[str, int]], spec: Offse
     if spec.kind == "latest":
         return latest(consumer, tps)
     if spec.kind == "timestamp":
+        assert spec.timestamp is not None
         return _by_timestamp(consumer, dict.fromkeys(tps, spec.timestamp), spec.option,
                              no_match)
     given = spec.as_dict()
@@ -138,9 +148,9 @@ def resolve(consumer: ts.SimpleConsumer, tps: list[tuple[str, int]], spec: Offse
     for tp in tps:
         offset = given[tp]
         if offset == EARLIEST:
-            offset = _one(consumer, *tp, trilog.EARLIEST)
+            offset = _edge(consumer, tp, trilog.EARLIEST)
         elif offset == LATEST:
-            offset = _one(consumer, *tp, trilog.LATEST)
+            offset = _edge(consumer, tp, trilog.LATEST)
         out[tp] = offset
     return out
 

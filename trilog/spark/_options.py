@@ -382,6 +382,7 @@ def parse_connection(options: Mapping[str, str]) -> Connection:
         if not items:
             raise OptionError("option bootstrap.servers is empty")
         return Connection(bootstrap_servers=",".join(items))
+    assert zookeeper is not None  # exactly one of the two was given
     if not zookeeper.strip():
         raise OptionError("option zookeeper.connect is empty")
     return Connection(zookeeper=zookeeper.strip())

@@ -56,7 +56,7 @@ def plan_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None,
 def cap_ranges(ranges: Iterable[OffsetRange], max_records: int | None) -> list[OffsetRange]:
     """Split each range of more than ``max_records`` records into the fewest near-equal
     pieces of at most ``max_records``; drop empty ranges.  Sorted, like ``split_ranges``."""
-    out = []
+    out: list[OffsetRange] = []
     for r in ranges:
         if r.size <= 0:
             continue
@@ -82,7 +82,7 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
             break
         best = max(candidates, key=lambda i: (shares[i] - parts[i], ranges[i].size, -i))
         parts[best] += 1
-    out = []
+    out: list[OffsetRange] = []
     for r, n in zip(ranges, parts):
         bounds = [r.start + r.size * k // n for k in range(n + 1)]
         out.extend(OffsetRange(r.topic, r.partition, a, b)

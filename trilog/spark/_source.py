@@ -187,12 +187,12 @@ class TrilogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         behind = {tp: e for tp, e in ends.items() if e < starts[tp]}
         if behind and o.fail_on_data_loss:
             raise DataLossError(_moved_back(behind, starts))
-        if self._may_hold(limit):
+        min_offsets = self.options.min_offsets_per_trigger
+        if min_offsets is not None and self._may_hold(limit):
             now = time.monotonic()
             waited_ms = None if self._last_batch is None else (now - self._last_batch) * 1000
             available = sum(e - starts[tp] for tp, e in forward.items())
-            if hold_batch(available, o.min_offsets_per_trigger, waited_ms,
-                          o.max_trigger_delay_ms):
+            if hold_batch(available, min_offsets, waited_ms, o.max_trigger_delay_ms):
                 return start  # no new offsets: Spark runs no batch and asks again later
             self._last_batch = now
         if isinstance(limit, ReadMaxRows):
