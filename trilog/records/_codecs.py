@@ -29,6 +29,7 @@ from trilog.errors import UnsupportedCodecError
 from trilog.records import _lz4, _snappy
 from trilog.records._errors import CorruptRecordsError
 from trilog.records._native import optional_import
+from trilog.records._types import BytesLike
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -88,7 +89,7 @@ def _check_available(codec: int) -> None:
         raise UnsupportedCodecError(_MISSING[codec])
 
 
-def compress(codec: int, data, *, magic: int = 2) -> bytes:
+def compress(codec: int, data: BytesLike, *, magic: int = 2) -> bytes:
     """``data`` compressed as Kafka's Java producer would for a batch of ``magic``."""
     if codec == NONE:
         return bytes(data)
@@ -107,7 +108,9 @@ def compress(codec: int, data, *, magic: int = 2) -> bytes:
     return bytes(_cramjam.zstd.compress(bytes(data), ZSTD_LEVEL))  # pragma: no cover
 
 
-def decompress(codec: int, data, *, magic: int = 2, max_size: int | None = None) -> bytes:
+def decompress(
+    codec: int, data: BytesLike, *, magic: int = 2, max_size: int | None = None
+) -> bytes:
     """Inverse of ``compress`` for any of the framings Kafka producers write.
 
     Raises ``CorruptRecordsError`` when ``data`` does not decode, its output would exceed
@@ -143,7 +146,7 @@ def decompress(codec: int, data, *, magic: int = 2, max_size: int | None = None)
         ) from exc
 
 
-def _gunzip(data, max_size: int) -> bytes:
+def _gunzip(data: BytesLike, max_size: int) -> bytes:
     """gzip (or zlib) streams, concatenated members included, stopping at ``max_size``."""
     out = []
     total = 0
@@ -163,7 +166,7 @@ def _gunzip(data, max_size: int) -> bytes:
             return b"".join(out)
 
 
-def _unzstd(data, max_size: int) -> bytes:  # pragma: no cover - zstandard not installed in CI
+def _unzstd(data: BytesLike, max_size: int) -> bytes:  # pragma: no cover - zstandard not in CI
     if _zstandard is not None:
         # zstandard's decompressobj has no output cap and its stream_reader does not report a
         # truncated frame, so feed the decompressobj 1 KiB of input at a time and check the

@@ -27,12 +27,13 @@ from trilog.errors import LocalProtocolError
 from trilog.records import _codecs
 from trilog.records._errors import CorruptRecordsError
 from trilog.records._legacy import NO_TIMESTAMP_TYPE, LegacyMessageSetBuilder, LegacyRecordBatch
-from trilog.records._memory import MemoryRecords
-from trilog.records._v2 import CREATE_TIME, LOG_APPEND_TIME, RecordBatchBuilder
+from trilog.records._memory import AnyBatch, MemoryRecords
+from trilog.records._types import BytesLike
+from trilog.records._v2 import CREATE_TIME, LOG_APPEND_TIME, Record, RecordBatchBuilder
 
 
 def legacy_to_v2(
-    buffer,
+    buffer: BytesLike,
     *,
     compression_type: int | None = None,
     append_time: int | None = None,
@@ -49,7 +50,7 @@ def legacy_to_v2(
     checked first, wrappers' inner messages included.  Raises ``CorruptRecordsError`` for bad
     input, v2 entries included (they need no conversion).
     """
-    groups: list[tuple[tuple[int, int], list]] = []  # ((codec, ts_type), [entries])
+    groups: list[tuple[tuple[int, int], list[LegacyRecordBatch]]] = []  # ((codec, ts_type), ..)
     for entry in MemoryRecords(buffer, max_decompressed_size=max_decompressed_size).batches():
         if not isinstance(entry, LegacyRecordBatch):
             raise CorruptRecordsError("legacy_to_v2 was given a magic 2 batch")
@@ -90,12 +91,12 @@ def legacy_to_v2(
     return out
 
 
-def _append(builder: RecordBatchBuilder, offset: int, timestamp: int, rec):
+def _append(builder: RecordBatchBuilder, offset: int, timestamp: int, rec: Record) -> int | None:
     return builder.append_with_offset(offset, timestamp, rec.key, rec.value)
 
 
 def v2_to_legacy(
-    buffer,
+    buffer: BytesLike,
     magic: int,
     *,
     compression_type: int | None = None,
@@ -131,7 +132,9 @@ def v2_to_legacy(
     return b"".join(out)
 
 
-def _convert_entry(entry, magic: int, compression_type: int | None, cap: int | None) -> bytes:
+def _convert_entry(
+    entry: AnyBatch, magic: int, compression_type: int | None, cap: int | None
+) -> bytes:
     codec = entry.compression_type if compression_type is None else compression_type
     if codec == _codecs.ZSTD:
         codec = _codecs.NONE

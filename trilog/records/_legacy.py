@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from trilog.errors import LocalProtocolError
 from trilog.records import _codecs
 from trilog.records._crc import crc32
 from trilog.records._errors import CheckedBatch, CorruptRecordsError
+from trilog.records._types import BytesLike, RecordHeaders
 from trilog.records._v2 import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record
 
 LOG_OVERHEAD = 12  # offset + message_size
@@ -61,7 +63,9 @@ NO_TIMESTAMP_TYPE = -1
 MAX_WRAPPER_DEPTH = 3
 
 
-def _message_fields(buf, pos: int, end: int):
+def _message_fields(
+    buf: BytesLike, pos: int, end: int
+) -> tuple[int, int, int, int, int, bytes | None, bytes | None, int]:
     """Decode the entry at ``buf[pos:end]`` (which must hold it all).
 
     Returns ``(offset, crc, magic, attributes, timestamp, key, value, size)``; key and value
@@ -126,8 +130,14 @@ class LegacyRecordBatch(CheckedBatch):
         "position",
         "timestamp",
     )
+    offset: int
+    message_size: int
+    crc: int
+    magic: int
+    attributes: int
+    timestamp: int
 
-    def __init__(self, buffer, position: int = 0) -> None:
+    def __init__(self, buffer: BytesLike, position: int = 0) -> None:
         if len(buffer) - position < LOG_OVERHEAD + MESSAGE_OVERHEAD[0]:
             raise CorruptRecordsError("legacy message shorter than its header")
         (
@@ -238,7 +248,16 @@ class LegacyRecordBatch(CheckedBatch):
         return list(self)
 
 
-def _expand(buf, pos, end, wrapper, depth, cap, check_crc, offset=None) -> Iterator[Record]:
+def _expand(
+    buf: BytesLike,
+    pos: int,
+    end: int,
+    wrapper: tuple[int, int] | None,
+    depth: int,
+    cap: int | None,
+    check_crc: bool,
+    offset: int | None = None,
+) -> Iterator[Record]:
     """Records of the entry at ``buf[pos:]``; ``wrapper`` is ``(timestamp_type, timestamp)`` of
     the enclosing wrapper, ``offset`` the entry's absolute offset when the wrapper computed it.
     """
@@ -291,7 +310,9 @@ def _expand(buf, pos, end, wrapper, depth, cap, check_crc, offset=None) -> Itera
         )
 
 
-def iter_legacy_batches(buffer, position: int = 0, end: int | None = None):
+def iter_legacy_batches(
+    buffer: BytesLike, position: int = 0, end: int | None = None
+) -> Iterator[LegacyRecordBatch]:
     """Walk the top-level entries of a magic 0/1 message set, stopping at a partial tail."""
     if end is None:
         end = len(buffer)
@@ -308,7 +329,10 @@ def iter_legacy_batches(buffer, position: int = 0, end: int | None = None):
 # -- writing --------------------------------------------------------------------------------
 
 
-def encode_message(offset: int, magic: int, attributes: int, timestamp: int, key, value) -> bytes:
+def encode_message(
+    offset: int, magic: int, attributes: int, timestamp: int, key: bytes | None,
+    value: bytes | None,
+) -> bytes:
     """One magic 0/1 message, offset and size fields included, CRC computed."""
     if magic not in MESSAGE_OVERHEAD:
         raise LocalProtocolError(f"legacy messages have magic 0 or 1, not {magic}")
@@ -365,7 +389,13 @@ class LegacyMessageSetBuilder:
         return self._size
 
     def append(
-        self, timestamp: int, key, value, headers=(), *, offset: int | None = None
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: RecordHeaders | None = (),
+        *,
+        offset: int | None = None,
     ) -> int | None:
         """Add a message; return its offset delta, or ``None`` if ``max_bytes`` is reached."""
         if headers:
@@ -411,7 +441,7 @@ class LegacyMessageSetBuilder:
 
 
 def build_message_set(
-    records: Iterable[tuple],
+    records: Iterable[tuple[Any, ...]],
     *,
     magic: int,
     base_offset: int = 0,

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import lz4.frame
 
+from trilog.records._types import BytesLike
+
 _MAGIC = b"\x04\x22\x4d\x18"
 _FLG_CONTENT_SIZE = 0x08
 _FLG_DICT_ID = 0x01
@@ -43,7 +45,7 @@ def _round(acc: int, lane: int) -> int:
     return _rotl((acc + lane * _P2) & _M, 13) * _P1 & _M
 
 
-def xxh32(data, seed: int = 0) -> int:
+def xxh32(data: BytesLike, seed: int = 0) -> int:
     """xxHash32 in pure Python: only ever run over an LZ4 frame descriptor (a few bytes)."""
     data = bytes(data)
     n = len(data)
@@ -77,7 +79,7 @@ def xxh32(data, seed: int = 0) -> int:
     return h
 
 
-def _descriptor_end(frame) -> int:
+def _descriptor_end(frame: BytesLike) -> int:
     """Index of the HC byte of ``frame``; ``ValueError`` if this is no LZ4 frame."""
     if len(frame) < 7 or bytes(frame[:4]) != _MAGIC:
         raise ValueError("not an LZ4 frame (bad magic number)")
@@ -92,14 +94,14 @@ def _descriptor_end(frame) -> int:
     return end
 
 
-def header_checksum(frame, *, kafka_3160: bool = False) -> int:
+def header_checksum(frame: BytesLike, *, kafka_3160: bool = False) -> int:
     """The HC byte for ``frame``'s descriptor; with ``kafka_3160`` the broken one of magic 0."""
     end = _descriptor_end(frame)
     start = 0 if kafka_3160 else 4
     return (xxh32(bytes(frame[start:end])) >> 8) & 0xFF
 
 
-def compress(data, *, kafka_3160: bool = False) -> bytes:
+def compress(data: BytesLike, *, kafka_3160: bool = False) -> bytes:
     """An LZ4 frame Kafka's readers accept; ``kafka_3160`` for magic 0's broken framing."""
     frame = lz4.frame.compress(
         bytes(data),
@@ -109,14 +111,14 @@ def compress(data, *, kafka_3160: bool = False) -> bytes:
         store_size=False,
     )
     if not kafka_3160:
-        return frame
+        return bytes(frame)  # (lz4 is untyped; it gives bytes: no copy)
     out = bytearray(frame)
     hc_at = _descriptor_end(out)
     out[hc_at] = header_checksum(out, kafka_3160=True)
     return bytes(out)
 
 
-def normalize_header(frame) -> bytes:
+def normalize_header(frame: BytesLike) -> bytes:
     """``frame`` with its HC recomputed correctly, so the lz4 library accepts either framing."""
     frame = bytes(frame)
     hc_at = _descriptor_end(frame)
@@ -126,7 +128,7 @@ def normalize_header(frame) -> bytes:
     return frame[:hc_at] + bytes((correct,)) + frame[hc_at + 1 :]
 
 
-def decompress(data, max_size: int) -> bytes:
+def decompress(data: BytesLike, max_size: int) -> bytes:
     """Decode one LZ4 frame; ``ValueError`` if corrupt, truncated or larger than ``max_size``.
 
     Bytes after the end of the frame are ignored, as Kafka's Java reader ignores them.
@@ -138,4 +140,4 @@ def decompress(data, max_size: int) -> bytes:
         raise OverflowError(f"decompressed size exceeds the {max_size}-byte limit")
     if not decompressor.eof:
         raise ValueError("LZ4 frame is truncated")
-    return out
+    return bytes(out)  # (lz4 is untyped; it gives bytes: no copy)

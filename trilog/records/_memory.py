@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from trilog.records._errors import CorruptRecordsError
 from trilog.records._legacy import MESSAGE_OVERHEAD, LegacyRecordBatch
+from trilog.records._types import BytesLike
 from trilog.records._v2 import MIN_BATCH_LENGTH, Record, RecordBatch
 
 _ENTRY_HEAD = struct.Struct(">qi")
@@ -30,7 +31,7 @@ _MIN_SIZE = {0: MESSAGE_OVERHEAD[0], 1: MESSAGE_OVERHEAD[1], 2: MIN_BATCH_LENGTH
 AnyBatch = RecordBatch | LegacyRecordBatch
 
 
-def _scan(buffer, position: int, end: int) -> Iterator[tuple[int, int, int]]:
+def _scan(buffer: BytesLike, position: int, end: int) -> Iterator[tuple[int, int, int]]:
     """``(position, size, magic)`` of each complete entry; raises on impossible sizes/magics."""
     while end - position >= _PEEK:
         _, length = _ENTRY_HEAD.unpack_from(buffer, position)
@@ -63,7 +64,7 @@ class MemoryRecords:
 
     def __init__(
         self,
-        buffer,
+        buffer: BytesLike,
         position: int = 0,
         end: int | None = None,
         *,

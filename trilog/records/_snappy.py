@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trilog.records._native import optional_import
+from trilog.records._types import BytesLike
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
@@ -64,7 +65,7 @@ def _decompress_raw(data: bytes) -> bytes:
     return bytes(_backend_decompress(data))
 
 
-def raw_uncompressed_length(block) -> int:
+def raw_uncompressed_length(block: BytesLike) -> int:
     """The length a raw snappy block declares in its varint preamble."""
     result = 0
     for i in range(5):
@@ -77,11 +78,11 @@ def raw_uncompressed_length(block) -> int:
     raise ValueError("snappy length preamble longer than 5 bytes")
 
 
-def is_xerial(data) -> bool:
+def is_xerial(data: BytesLike) -> bool:
     return len(data) >= 16 and bytes(data[:8]) == XERIAL_MAGIC
 
 
-def compress(data) -> bytes:
+def compress(data: BytesLike) -> bytes:
     """Xerial-framed snappy, in 32 KiB blocks like snappy-java's ``SnappyOutputStream``."""
     data = memoryview(data).cast("B")
     parts = [XERIAL_HEADER]
@@ -94,7 +95,7 @@ def compress(data) -> bytes:
     return b"".join(parts)
 
 
-def decompress(data, max_size: int) -> bytes:
+def decompress(data: BytesLike, max_size: int) -> bytes:
     """Xerial-framed or raw snappy; ``ValueError``/``OverflowError`` on corrupt or oversize."""
     data = bytes(data)
     if not is_xerial(data):

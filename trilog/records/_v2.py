@@ -44,6 +44,7 @@ from trilog.records import _codecs
 from trilog.records._crc import crc32c
 from trilog.records._errors import CheckedBatch, CorruptRecordsError
 from trilog.records._native import speedups
+from trilog.records._types import BytesLike, RecordHeaders
 from trilog.records._varint import _TABLE, _TABLE_LIMIT, decode_varint, encode_varint
 
 MAGIC = 2
@@ -242,8 +243,21 @@ class RecordBatch(CheckedBatch):
         "producer_id",
         "record_count",
     )
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
 
-    def __init__(self, buffer, position: int = 0) -> None:
+    def __init__(self, buffer: Any, position: int = 0) -> None:  # (bytes-like)
         if len(buffer) - position < HEADER_SIZE:
             raise CorruptRecordsError("record batch shorter than its 61-byte header")
         (
@@ -353,7 +367,7 @@ class RecordBatch(CheckedBatch):
 
     def decode(self, max_decompressed_size: int | None = None, *,
                topic_partition: tuple[str, int] | None = None,
-               record_cls: type = Record) -> list:
+               record_cls: type = Record) -> list[Any]:
         """The records as a list (see ``iter_records``): one pass over the batch."""
         if self.is_control_batch:
             return []
@@ -383,7 +397,7 @@ class RecordBatch(CheckedBatch):
 
 
 def _decode_records(
-    data,
+    data: BytesLike,
     pos: int,
     end: int,
     count: int,
@@ -393,7 +407,7 @@ def _decode_records(
     topic_partition: tuple[str, int] | None,
     record_cls: type,
     header_cls: type,
-) -> list:
+) -> list[Any]:
     """Decode ``count`` records from ``data[pos:end]`` into ``record_cls`` tuples.
 
     The consumer's per-record hot path, in pure Python (``_speedups.decode_records`` is its
@@ -547,7 +561,13 @@ def patch_base_offset(buffer: bytearray | memoryview, position: int, base_offset
     _OFFSET.pack_into(buffer, position, base_offset)
 
 
-def encode_record(offset_delta: int, timestamp_delta: int, key, value, headers=()) -> bytes:
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: RecordHeaders | None = (),
+) -> bytes:
     """One record's bytes, length prefix included.
 
     Records without headers are encoded from the varint table when every number is small
@@ -628,11 +648,12 @@ class _RecordWriter:
         """Uncompressed size of the batch built so far, header included."""
         return self._size
 
-    def append(self, timestamp: int | None, key, value, headers=()) -> int | None:
+    def append(self, timestamp: int | None, key: bytes | None, value: bytes | None,
+               headers: RecordHeaders | None = ()) -> int | None:
         return self._append_at(len(self._timestamps), timestamp, key, value, headers)
 
-    def _append_at(self, offset_delta: int, timestamp: int | None, key, value,
-                   headers) -> int | None:
+    def _append_at(self, offset_delta: int, timestamp: int | None, key: bytes | None,
+                   value: bytes | None, headers: RecordHeaders | None) -> int | None:
         if self._parts is None:
             raise ValueError("the batch was built and released: no more records")
         if timestamp is None:
@@ -710,7 +731,12 @@ class RecordBatchBuilder(_Writer):
         self.max_bytes = max_bytes
 
     def append_with_offset(
-        self, offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers=()
+        self,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: RecordHeaders | None = (),
     ) -> int | None:
         """``append`` at an explicit absolute offset, for conversions that keep the gaps of a
         compacted log.  Offsets must increase from ``base_offset``; do not mix with ``append``.
@@ -755,7 +781,7 @@ class RecordBatchBuilder(_Writer):
 
 
 def build_batch(
-    records: Iterable[tuple[int, bytes | None, bytes | None] | tuple],
+    records: Iterable[tuple[Any, ...]],
     *,
     base_offset: int = 0,
     compression_type: int = _codecs.NONE,
@@ -767,7 +793,9 @@ def build_batch(
     return builder.build()
 
 
-def iter_batches(buffer, position: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
+def iter_batches(
+    buffer: BytesLike, position: int = 0, end: int | None = None
+) -> Iterator[RecordBatch]:
     """Walk the v2 batches in ``buffer[position:end]`` reading only their headers.
 
     Stops at a partial trailing batch (normal at the end of a fetch response).  Does not

@@ -6,6 +6,7 @@ Encoding is on the producer's per-record hot path, so small values come from a t
 from __future__ import annotations
 
 from trilog.errors import RemoteProtocolError
+from trilog.records._types import BytesLike
 
 _MAX_VARLONG_BYTES = 10
 
@@ -30,7 +31,7 @@ def encode_varint(value: int) -> bytes:
     return _encode_unsigned((value << 1) ^ (value >> 63))
 
 
-def decode_varint(buf, pos: int) -> tuple[int, int]:
+def decode_varint(buf: BytesLike, pos: int) -> tuple[int, int]:
     """Decode a zig-zag varint at ``buf[pos]``; return ``(value, next_pos)``.
 
     Raises ``RemoteProtocolError`` when the buffer ends inside the varint or the varint does

@@ -29,7 +29,7 @@ class OffsetCheckpoint:
     each replace the whole file atomically (the last rename wins); the ``LogManager``
     serialises its own writes."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
 
     def write(self, offsets: Mapping[tuple[str, int], int]) -> None:

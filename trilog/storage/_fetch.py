@@ -110,7 +110,7 @@ class FetchSlice:
     def __enter__(self) -> FetchSlice:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __del__(self) -> None:

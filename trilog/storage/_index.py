@@ -26,11 +26,11 @@ _LITTLE = sys.byteorder == "little"
 _TIME_ENTRY = struct.Struct(">qi")
 
 
-def _strictly_increasing(values: array) -> bool:
+def _strictly_increasing(values: array[int]) -> bool:
     return all(map(lt, values, islice(values, 1, None)))
 
 
-def _non_decreasing(values: array) -> bool:
+def _non_decreasing(values: array[int]) -> bool:
     return all(map(le, values, islice(values, 1, None)))
 
 

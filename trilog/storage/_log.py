@@ -114,7 +114,7 @@ class Log:
 
     def __init__(
         self,
-        directory: str | os.PathLike,
+        directory: str | os.PathLike[str],
         config: LogConfig | None = None,
         *,
         recovery_point: int = 0,

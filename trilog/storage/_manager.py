@@ -53,7 +53,7 @@ class LogManager:
 
     def __init__(
         self,
-        log_dirs: Iterable[str | os.PathLike] | str | os.PathLike,
+        log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
         default_config: LogConfig | None = None,
         *,
         topic_configs: Mapping[str, LogConfig] | None = None,
@@ -392,6 +392,6 @@ class LogManager:
     def __enter__(self) -> LogManager:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
