@@ -41,6 +41,8 @@ from trilog.client import (
     EARLIEST,
     LATEST,
     BufferFullError,
+    Delivery,
+    Producer,
     open_producer,
     open_simple_consumer,
 )
@@ -260,7 +262,7 @@ async def _produce(args) -> int:
     payload = "".join(random.choices(string.ascii_uppercase, k=args.record_size)).encode()
     stats = LatencyStats(n)
     sent_at: list[float] = []
-    deliveries: list = []
+    deliveries: list[Delivery] = []
     errors: dict[str, int] = {}
     progress = _progress_enabled()
     state = {"sent": 0}
@@ -293,29 +295,8 @@ async def _produce(args) -> int:
                     if progress:
                         nursery.start_soon(_produce_progress, stats, state, args.record_size,
                                            finished)
-                    send, send_wait = producer.send_nowait, producer.send
-                    add_time, add_delivery = sent_at.append, deliveries.append
-                    rate = args.throughput if args.throughput > 0 else None
-                    chunk = 256 if rate is None else max(1, min(256, int(rate // 100)))
-                    i = 0
-                    while i < n:
-                        end = min(n, i + chunk)
-                        while i < end:
-                            t = pc()
-                            try:
-                                d = send(topic, payload)
-                            except BufferFullError:
-                                d = await send_wait(topic, payload)
-                            add_time(t)
-                            add_delivery(d)
-                            i += 1
-                        state["sent"] = i
-                        if rate is not None:
-                            ahead = i / rate - (pc() - t0)
-                            if ahead > 0:
-                                await trio.sleep(ahead)
-                                continue
-                        await trio.lowlevel.checkpoint()
+                    await _send_paced(producer, topic, payload, n, args.throughput, t0,
+                                      sent_at, deliveries, state)
                     await producer.flush()
                     finished.set()
                     # the collector stamps the last acknowledgements and returns
@@ -333,6 +314,37 @@ async def _produce(args) -> int:
         print(f"trilog perf produce: {stats.failed} of {sent} records failed", file=sys.stderr)
         return 1
     return 0
+
+
+async def _send_paced(producer: Producer, topic: str, payload: bytes, n: int,
+                      throughput: float, t0: float, sent_at: list[float],
+                      deliveries: list[Delivery], state: dict[str, int]) -> None:
+    """Send ``n`` records, at most ``throughput`` a second from ``t0`` (<= 0: no limit),
+    appending each one's send time and ``Delivery``; ``state["sent"]`` counts them."""
+    pc = time.perf_counter
+    send, send_wait = producer.send_nowait, producer.send
+    add_time, add_delivery = sent_at.append, deliveries.append
+    rate = throughput if throughput > 0 else None
+    chunk = 256 if rate is None else max(1, min(256, int(rate // 100)))
+    i = 0
+    while i < n:
+        end = min(n, i + chunk)
+        while i < end:
+            t = pc()
+            try:
+                d = send(topic, payload)
+            except BufferFullError:
+                d = await send_wait(topic, payload)
+            add_time(t)
+            add_delivery(d)
+            i += 1
+        state["sent"] = i
+        if rate is not None:
+            ahead = i / rate - (pc() - t0)
+            if ahead > 0:
+                await trio.sleep(ahead)
+                continue
+        await trio.lowlevel.checkpoint()
 
 
 async def _produce_progress(stats: LatencyStats, state: dict, record_size: int,
