@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trilog._concurrency import unwrap_exception_group
+from trilog._time import now_ms
 from trilog.client._assignment import Blacklist, Whitelist, assign_group, thread_ids
 from trilog.client._client import Client, open_client
 from trilog.client._group_base import GroupConsumerConnector, Streams, TopicPartition, running
@@ -91,7 +91,7 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
             subscription = {topic_filter.pattern: self.config.num_streams}
             pattern = topic_filter.kind
         return json.dumps({"version": 1, "subscription": subscription, "pattern": pattern,
-                           "timestamp": str(int(time.time() * 1000))},
+                           "timestamp": str(now_ms())},
                           separators=(",", ":")).encode()
 
     async def _register(self) -> None:

@@ -801,14 +801,14 @@ class Producer:
         """The broker found ``batch`` too large (its ``message.max.bytes`` is below our
         ``batch_size``): send its records again as two halves, in order, as Kafka's producer
         does.  A half may split again; a single record too large fails with the error."""
+        parent = RecordBatch(batch.sealed_data())
         try:
-            records = RecordBatch(batch.data).decode()
+            records = parent.decode()
         except TrilogError as exc:  # cannot happen with our own bytes; never kill the sender
             self._complete(batch, error=exc)
             return
         cut = len(records) // 2
         halves = []
-        parent = RecordBatch(batch.data)
         first_sequence = parent.base_sequence
         for start, part in ((0, records[:cut]), (cut, records[cut:])):
             # The halves carry the parent's sequence numbers, which were never written.

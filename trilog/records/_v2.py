@@ -257,7 +257,7 @@ class RecordBatch(CheckedBatch):
     base_sequence: int
     record_count: int
 
-    def __init__(self, buffer: Any, position: int = 0) -> None:  # (bytes-like)
+    def __init__(self, buffer: BytesLike, position: int = 0) -> None:
         if len(buffer) - position < HEADER_SIZE:
             raise CorruptRecordsError("record batch shorter than its 61-byte header")
         (
