@@ -176,10 +176,15 @@ class LogManager:
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.default_config)
 
-    def update_topic_config(self, topic: str, config: LogConfig) -> None:
-        """Use ``config`` for the topic's existing logs and for the ones created later."""
+    def update_topic_config(self, topic: str, config: LogConfig | None) -> None:
+        """Use ``config`` for the topic's existing logs and for the ones created later;
+        ``None``: the default config again (a deleted topic's name may come back)."""
         with self._lock:
-            self._topic_configs[topic] = config
+            if config is None:
+                self._topic_configs.pop(topic, None)
+                config = self.default_config
+            else:
+                self._topic_configs[topic] = config
             for (t, _p), log in self._logs.items():
                 if t == topic:
                     log.config = config
