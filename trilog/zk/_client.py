@@ -121,9 +121,10 @@ class ZooKeeper:
         return await self._call(self._client.exists, path) is not None
 
     async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False,
-                     makepath: bool = False) -> str:
+                     sequence: bool = False, makepath: bool = False) -> str:
+        """Create a node; returns its path (with the number a ``sequence`` node got)."""
         return await self._call(self._client.create, path, value, ephemeral=ephemeral,
-                                makepath=makepath)
+                                sequence=sequence, makepath=makepath)
 
     async def set(self, path: str, value: bytes) -> None:
         await self._call(self._client.set, path, value)

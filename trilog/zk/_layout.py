@@ -13,6 +13,8 @@
                                                       "timestamp":"<ms>"}
     /consumers/<group>/owners/<topic>/<partition>  ephemeral  <consumer thread id>
     /consumers/<group>/offsets/<topic>/<partition>            <offset as decimal text>
+    /config/topics/<topic>                        {"version":1,"config":{"retention.ms":"..",..}}
+    /config/changes/config_change_<seq>  sequential  {"version":2,"entity_path":"topics/<topic>"}
 
 Pure: no kazoo here, so the layout is tested without a server.
 """
@@ -29,6 +31,10 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CLUSTER_ID = "/cluster/id"
 CONSUMERS = "/consumers"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+#: Kafka's name for a change notification (a sequential node: the name gets a 10-digit number).
+CONFIG_CHANGE_PREFIX = "config_change_"
 
 
 def broker_path(broker_id: int) -> str:
@@ -55,6 +61,46 @@ def consumer_owner_path(group: str, topic: str, partition: int | None = None) ->
 def consumer_offset_path(group: str, topic: str, partition: int | None = None) -> str:
     base = f"{CONSUMERS}/{group}/offsets/{topic}"
     return base if partition is None else f"{base}/{partition}"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def encode_entity_config(config: dict[str, str]) -> bytes:
+    """An entity's (a topic's) configuration overrides: Kafka's ``{"version":1,"config":..}``."""
+    return _dumps({"version": 1, "config": dict(config)})
+
+
+def decode_entity_config(what: str, data: bytes) -> dict[str, str]:
+    value = _loads(data, what)
+    config = value.get("config", {})
+    if not isinstance(config, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+        raise RemoteProtocolError(f"{what}: config must map names to strings")
+    return config
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """A change notification: Kafka's v2, ``{"version":2,"entity_path":"topics/<topic>"}``."""
+    return _dumps({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> str:
+    """The ``entity_path`` of a change notification (``topics/<topic>``)."""
+    value = _loads(data, "config change notification")
+    path = value.get("entity_path")
+    if value.get("version") != 2 or not isinstance(path, str):
+        raise RemoteProtocolError(f"config change notification: unknown form {value!r}")
+    return path
+
+
+def config_change_sequence(name: str) -> int | None:
+    """The sequence number of a notification node's name, None for another name."""
+    digits = name[len(CONFIG_CHANGE_PREFIX):]
+    if not name.startswith(CONFIG_CHANGE_PREFIX) or not digits.isdigit():
+        return None
+    return int(digits)
 
 
 def _loads(data: bytes, what: str) -> dict:
