@@ -94,6 +94,24 @@ from trilog.protocol._messages import (
     request_class,
     response_class,
 )
+from trilog.protocol._messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+)
 from trilog.protocol._offsets_topic import (
     OffsetAndMetadata,
     OffsetKey,
@@ -208,6 +226,26 @@ __all__ = [
     "read_correlation_id",
     "request_class",
     "response_class",
+]
+
+# The admin APIs of issue 12 (configs, partitions, records, groups, log dirs).
+__all__ += [
+    "AlterConfigsRequest",
+    "AlterConfigsResponse",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
+    "DeleteRecordsRequest",
+    "DeleteRecordsResponse",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResponse",
+    "DescribeLogDirsRequest",
+    "DescribeLogDirsResponse",
+    "IncrementalAlterConfigsRequest",
+    "IncrementalAlterConfigsResponse",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
 ]
 
 # Kafka's ConsumerProtocol (``_consumer_protocol``): subscriptions and assignments of

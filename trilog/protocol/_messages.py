@@ -14,7 +14,14 @@ Supported (``API_VERSIONS``)::
     OffsetCommit(8) 0-6 OffsetFetch(9) 0-5   FindCoordinator(10) 0-2
     JoinGroup(11) 0-3   Heartbeat(12) 0-2    LeaveGroup(13) 0-2    SyncGroup(14) 0-2
     DescribeGroups(15) 0-2                   ListGroups(16) 0-2
-    ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3    InitProducerId(22) 0-1
+    ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3    DeleteRecords(21) 0-1
+    InitProducerId(22) 0-1                   DescribeConfigs(32) 0-3 AlterConfigs(33) 0-1
+    DescribeLogDirs(35) 0-1                  CreatePartitions(37) 0-1
+    DeleteGroups(42) 0-1                     IncrementalAlterConfigs(44) 0
+    OffsetDelete(47) 0
+
+Not served: DescribeCluster(60), whose every version is flexible (tagged fields), which this
+layer does not encode; nor the flexible versions of the APIs above.
 
 ``records`` fields (Produce request, Fetch response) are opaque: decoded as a memoryview into
 the frame, encoded from bytes or, for zero-copy, from a size-known reference (see
@@ -539,6 +546,214 @@ InitProducerIdResponse = message(K.INIT_PRODUCER_ID, "InitProducerIdResponse", (
     F("error_code", INT16),
     F("producer_id", INT64, default=-1),
     F("producer_epoch", INT16, default=-1),
+])
+
+# -- DeleteRecords (21) --------------------------------------------------------------------
+# v1 changes only semantics (throttling after the response); v2+ are flexible. An offset of
+# -1 means the high watermark.
+
+DeleteRecordsRequest = message(K.DELETE_RECORDS, "DeleteRecordsRequest", (0, 1), [
+    F("topics", Array(Struct("DeleteRecordsTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("DeleteRecordsPartition", [
+            F("partition_index", INT32),
+            F("offset", INT64),
+        ]))),
+    ]))),
+    F("timeout_ms", INT32, default=60000),
+])
+
+DeleteRecordsResponse = message(K.DELETE_RECORDS, "DeleteRecordsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("topics", Array(Struct("DeleteRecordsTopicResult", [
+        F("name", STRING),
+        F("partitions", Array(Struct("DeleteRecordsPartitionResult", [
+            F("partition_index", INT32),
+            F("low_watermark", INT64, default=-1),
+            F("error_code", INT16),
+        ]))),
+    ]))),
+])
+
+# -- DescribeConfigs (32) ------------------------------------------------------------------
+# v1: include_synonyms, config_source replaces is_default, synonyms; v2 changes only
+# semantics; v3: include_documentation, config_type, documentation; v4+ are flexible.
+# resource_type: 2 = topic, 4 = broker, 8 = broker logger (Kafka's ConfigResource.Type).
+
+DescribeConfigsRequest = message(K.DESCRIBE_CONFIGS, "DescribeConfigsRequest", (0, 3), [
+    F("resources", Array(Struct("DescribeConfigsResource", [
+        F("resource_type", INT8),
+        F("resource_name", STRING),
+        F("configuration_keys", Array(STRING), nullable="0+", default=None),
+    ]))),
+    F("include_synonyms", BOOLEAN, "1+"),
+    F("include_documentation", BOOLEAN, "3+"),
+])
+
+DescribeConfigsResponse = message(K.DESCRIBE_CONFIGS, "DescribeConfigsResponse", (0, 3), [
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct("DescribeConfigsResult", [
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+", default=None),
+        F("resource_type", INT8),
+        F("resource_name", STRING),
+        F("configs", Array(Struct("DescribeConfigsResourceResult", [
+            F("name", STRING),
+            F("value", STRING, nullable="0+", default=None),
+            F("read_only", BOOLEAN),
+            F("config_source", INT8, "1+", default=-1),
+            F("is_default", BOOLEAN, "0"),
+            F("is_sensitive", BOOLEAN),
+            F("synonyms", Array(Struct("DescribeConfigsSynonym", [
+                F("name", STRING),
+                F("value", STRING, nullable="0+", default=None),
+                F("source", INT8),
+            ])), "1+"),
+            F("config_type", INT8, "3+"),
+            F("documentation", STRING, "3+", nullable="0+", default=None),
+        ]))),
+    ]))),
+])
+
+# -- AlterConfigs (33) / IncrementalAlterConfigs (44) ---------------------------------------
+# AlterConfigs v1 changes only semantics, v2+ are flexible; IncrementalAlterConfigs v1+ are
+# flexible. config_operation: 0 = set, 1 = delete, 2 = append, 3 = subtract.
+
+AlterConfigsRequest = message(K.ALTER_CONFIGS, "AlterConfigsRequest", (0, 1), [
+    F("resources", Array(Struct("AlterConfigsResource", [
+        F("resource_type", INT8),
+        F("resource_name", STRING),
+        F("configs", Array(Struct("AlterableConfig", [
+            F("name", STRING),
+            F("value", STRING, nullable="0+"),
+        ]))),
+    ]))),
+    F("validate_only", BOOLEAN),
+])
+
+AlterConfigsResponse = message(K.ALTER_CONFIGS, "AlterConfigsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("responses", Array(Struct("AlterConfigsResourceResponse", [
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+", default=None),
+        F("resource_type", INT8),
+        F("resource_name", STRING),
+    ]))),
+])
+
+IncrementalAlterConfigsRequest = message(
+    K.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigsRequest", (0, 0), [
+    F("resources", Array(Struct("AlterConfigsResource", [
+        F("resource_type", INT8),
+        F("resource_name", STRING),
+        F("configs", Array(Struct("AlterableConfig", [
+            F("name", STRING),
+            F("config_operation", INT8),
+            F("value", STRING, nullable="0+"),
+        ]))),
+    ]))),
+    F("validate_only", BOOLEAN),
+])
+
+IncrementalAlterConfigsResponse = message(
+    K.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigsResponse", (0, 0), [
+    F("throttle_time_ms", INT32),
+    F("responses", Array(Struct("AlterConfigsResourceResponse", [
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+", default=None),
+        F("resource_type", INT8),
+        F("resource_name", STRING),
+    ]))),
+])
+
+# -- DescribeLogDirs (35) -------------------------------------------------------------------
+# v1 changes only semantics (throttling after the response); v2+ are flexible. Null topics
+# means every partition.
+
+DescribeLogDirsRequest = message(K.DESCRIBE_LOG_DIRS, "DescribeLogDirsRequest", (0, 1), [
+    F("topics", Array(Struct("DescribableLogDirTopic", [
+        F("topic", STRING),
+        F("partitions", Array(INT32)),
+    ])), nullable="0+", default=None),
+])
+
+DescribeLogDirsResponse = message(K.DESCRIBE_LOG_DIRS, "DescribeLogDirsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct("DescribeLogDirsResult", [
+        F("error_code", INT16),
+        F("log_dir", STRING),
+        F("topics", Array(Struct("DescribeLogDirsTopic", [
+            F("name", STRING),
+            F("partitions", Array(Struct("DescribeLogDirsPartition", [
+                F("partition_index", INT32),
+                F("partition_size", INT64),
+                F("offset_lag", INT64),
+                F("is_future_key", BOOLEAN),
+            ]))),
+        ]))),
+    ]))),
+])
+
+# -- CreatePartitions (37) ------------------------------------------------------------------
+# v1 changes only semantics (throttling after the response); v2+ are flexible. Null
+# assignments lets the broker place the new partitions.
+
+CreatePartitionsRequest = message(K.CREATE_PARTITIONS, "CreatePartitionsRequest", (0, 1), [
+    F("topics", Array(Struct("CreatePartitionsTopic", [
+        F("name", STRING),
+        F("count", INT32),
+        F("assignments", Array(Struct("CreatePartitionsAssignment", [
+            F("broker_ids", Array(INT32)),
+        ])), nullable="0+", default=None),
+    ]))),
+    F("timeout_ms", INT32, default=60000),
+    F("validate_only", BOOLEAN),
+])
+
+CreatePartitionsResponse = message(K.CREATE_PARTITIONS, "CreatePartitionsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct("CreatePartitionsTopicResult", [
+        F("name", STRING),
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+", default=None),
+    ]))),
+])
+
+# -- DeleteGroups (42) / OffsetDelete (47) --------------------------------------------------
+# DeleteGroups v1 changes only semantics, v2+ are flexible; OffsetDelete has only v0.
+
+DeleteGroupsRequest = message(K.DELETE_GROUPS, "DeleteGroupsRequest", (0, 1), [
+    F("groups_names", Array(STRING)),
+])
+
+DeleteGroupsResponse = message(K.DELETE_GROUPS, "DeleteGroupsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct("DeletableGroupResult", [
+        F("group_id", STRING),
+        F("error_code", INT16),
+    ]))),
+])
+
+OffsetDeleteRequest = message(K.OFFSET_DELETE, "OffsetDeleteRequest", (0, 0), [
+    F("group_id", STRING),
+    F("topics", Array(Struct("OffsetDeleteRequestTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("OffsetDeleteRequestPartition", [
+            F("partition_index", INT32),
+        ]))),
+    ]))),
+])
+
+OffsetDeleteResponse = message(K.OFFSET_DELETE, "OffsetDeleteResponse", (0, 0), [
+    F("error_code", INT16),
+    F("throttle_time_ms", INT32),
+    F("topics", Array(Struct("OffsetDeleteResponseTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("OffsetDeleteResponsePartition", [
+            F("partition_index", INT32),
+            F("error_code", INT16),
+        ]))),
+    ]))),
 ])
 
 del F, K
