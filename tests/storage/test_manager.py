@@ -38,9 +38,13 @@ def test_public_names():
         [
             "BatchHeader",
             "CLEAN_SHUTDOWN_FILE",
+            "COMPACT",
+            "CREATE_TIME",
+            "DELETE",
             "EARLIEST_TIMESTAMP",
             "FetchSlice",
             "LATEST_TIMESTAMP",
+            "LOG_APPEND_TIME",
             "Log",
             "LogAppendInfo",
             "LogConfig",
@@ -53,6 +57,7 @@ def test_public_names():
             "TimestampOffset",
             "fsync_dir",
             "offsets_before",
+            "parse_cleanup_policy",
             "segments_to_delete",
             "write_atomically",
         ]

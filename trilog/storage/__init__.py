@@ -13,7 +13,14 @@ Blocking code (no trio): the broker calls it from worker threads.
 
 from trilog.records import BatchHeader  # what Log.batch_headers yields (one layout: records')
 from trilog.storage._checkpoint import OffsetCheckpoint
-from trilog.storage._config import LogConfig
+from trilog.storage._config import (
+    COMPACT,
+    CREATE_TIME,
+    DELETE,
+    LOG_APPEND_TIME,
+    LogConfig,
+    parse_cleanup_policy,
+)
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, write_atomically
 from trilog.storage._index import OffsetIndex, TimeIndex
@@ -33,8 +40,12 @@ from trilog.storage._segment import LogSegment
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
+    "COMPACT",
+    "CREATE_TIME",
+    "DELETE",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "LOG_APPEND_TIME",
     "RECOVERY_POINT_CHECKPOINT_FILE",
     "BatchHeader",
     "FetchSlice",
@@ -49,6 +60,7 @@ __all__ = [
     "TimestampOffset",
     "fsync_dir",
     "offsets_before",
+    "parse_cleanup_policy",
     "segments_to_delete",
     "write_atomically",
 ]

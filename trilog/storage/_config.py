@@ -2,7 +2,8 @@
 
 The broker builds one from its typed configuration (``BrokerConfig.log_config``: the one
 parser of the ``log.*`` properties) and may override it per topic with Kafka's topic-level
-names (``LogConfig.with_topic_overrides``).
+names (``LogConfig.with_topic_overrides``).  ``parse_cleanup_policy`` reads Kafka's
+``cleanup.policy`` text ("delete", "compact", "compact,delete").
 """
 
 from __future__ import annotations
@@ -16,6 +17,34 @@ NEVER = 2**63 - 1
 
 _HOUR_MS = 3600 * 1000
 _DAY_MS = 24 * _HOUR_MS
+
+#: ``cleanup.policy`` values: delete old segments by time and size, or keep the latest
+#: record of every key (the log cleaner).
+DELETE = "delete"
+COMPACT = "compact"
+CLEANUP_POLICIES = frozenset({DELETE, COMPACT})
+#: ``message.timestamp.type`` values.
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
+
+
+def parse_cleanup_policy(text: str) -> frozenset[str]:
+    """Kafka's ``cleanup.policy`` list ("delete", "compact", "compact,delete", any order and
+    spacing) as a frozenset; ``ValueError`` for an empty list or an unknown policy."""
+    policies = frozenset(part.strip().lower() for part in str(text).split(",") if part.strip())
+    _check_cleanup_policy(policies)
+    return policies
+
+
+def _check_cleanup_policy(policies: frozenset[str]) -> None:
+    if not isinstance(policies, frozenset):
+        raise TypeError(f"cleanup_policy must be a frozenset, not {policies!r}")
+    if not policies or not policies <= CLEANUP_POLICIES:
+        raise ValueError(
+            f"cleanup_policy must be a non-empty set of 'delete' and 'compact', not "
+            f"{sorted(policies)}"
+        )
 
 
 def _int(value: Any, name: str) -> int:
@@ -55,6 +84,22 @@ class LogConfig:
     retention_bytes              log.retention.bytes                 delete oldest segments
                                                                      above this size (-1: no)
     max_message_bytes            message.max.bytes                   largest batch accepted
+    cleanup_policy               log.cleanup.policy                  frozenset of "delete" (the
+                                                                     two retention rules apply)
+                                                                     and "compact" (the log
+                                                                     cleaner keeps the latest
+                                                                     record of each key)
+    min_cleanable_dirty_ratio    log.cleaner.min.cleanable.ratio     clean a compacted log once
+                                                                     its dirty share (bytes not
+                                                                     yet cleaned) exceeds this
+    delete_retention_ms          log.cleaner.delete.retention.ms     how long a tombstone (null
+                                                                     value) stays once cleaned
+    min_compaction_lag_ms        log.cleaner.min.compaction.lag.ms   records younger than this
+                                                                     are never cleaned
+    message_timestamp_type       log.message.timestamp.type          "CreateTime" (the
+                                                                     producer's) or
+                                                                     "LogAppendTime" (the log
+                                                                     stamps each batch)
     ===========================  ==================================  =========================
     """
 
@@ -67,6 +112,11 @@ class LogConfig:
     retention_ms: int = 7 * _DAY_MS
     retention_bytes: int = -1
     max_message_bytes: int = 1024**2 + 12  # Kafka's 1048588: 1 MiB plus the log overhead
+    cleanup_policy: frozenset[str] = frozenset({DELETE})
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = _DAY_MS
+    min_compaction_lag_ms: int = 0
+    message_timestamp_type: str = CREATE_TIME
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 14:
@@ -85,6 +135,33 @@ class LogConfig:
             raise ValueError("retention_ms must be -1 (forever) or non-negative")
         if self.max_message_bytes < 0:
             raise ValueError("max_message_bytes cannot be negative")
+        _check_cleanup_policy(self.cleanup_policy)
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ValueError("min_cleanable_dirty_ratio must be between 0 and 1")
+        if self.delete_retention_ms < 0:
+            raise ValueError("delete_retention_ms cannot be negative")
+        if self.min_compaction_lag_ms < 0:
+            raise ValueError("min_compaction_lag_ms cannot be negative")
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(
+                f"message_timestamp_type must be one of {TIMESTAMP_TYPES}, not "
+                f"{self.message_timestamp_type!r}"
+            )
+
+    @property
+    def compact(self) -> bool:
+        """The log cleaner compacts this log (``cleanup.policy`` includes compact)."""
+        return COMPACT in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention by time and size applies (``cleanup.policy`` includes delete)."""
+        return DELETE in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        """The log stamps each appended batch with its append time."""
+        return self.message_timestamp_type == LOG_APPEND_TIME
 
     def replace(self, **changes: Any) -> LogConfig:
         return dataclasses.replace(self, **changes)

@@ -511,14 +511,15 @@ class Log:
     # -- retention and truncation ---------------------------------------------------------
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[int]:
-        """Apply ``retention_ms`` and ``retention_bytes``; return the deleted base offsets.
+        """Apply ``retention_ms`` and ``retention_bytes`` (when ``cleanup_policy`` includes
+        delete); return the deleted base offsets.
 
         Whole segments only, oldest first, never the active one.  Readers holding slices
         of a deleted segment keep reading (their descriptors outlive the unlink).
         """
         now = now_ms if now_ms is not None else _time.now_ms()
         config = self.config
-        if config.retention_ms < 0 and config.retention_bytes < 0:
+        if not config.delete or (config.retention_ms < 0 and config.retention_bytes < 0):
             return []
         with self._lock:
             if self._closed:
