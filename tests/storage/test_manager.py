@@ -45,6 +45,7 @@ def test_public_names():
             "FetchSlice",
             "LATEST_TIMESTAMP",
             "LOG_APPEND_TIME",
+            "LOG_START_OFFSET_CHECKPOINT_FILE",
             "Log",
             "LogAppendInfo",
             "LogConfig",

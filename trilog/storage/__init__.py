@@ -27,6 +27,7 @@ from trilog.storage._index import OffsetIndex, TimeIndex
 from trilog.storage._log import Log, LogAppendInfo, TimestampOffset
 from trilog.storage._manager import (
     CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     LogManager,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "LOG_APPEND_TIME",
+    "LOG_START_OFFSET_CHECKPOINT_FILE",
     "RECOVERY_POINT_CHECKPOINT_FILE",
     "BatchHeader",
     "FetchSlice",

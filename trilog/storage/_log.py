@@ -24,6 +24,7 @@ from trilog import _time
 from trilog.errors import (
     CorruptMessageError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     RecordListTooLargeError,
     TrilogError,
 )
@@ -101,15 +102,20 @@ class Log:
     """The log of one partition: ``<dir>/<20-digit base offset>.log|.index|.timeindex``.
 
     Invariants: segments are ordered by base offset and hold increasing offsets; only the
-    last (active) segment grows; ``log_start_offset`` is the first segment's base offset;
-    ``log_end_offset`` is one past the last appended offset; ``recovery_point`` <= LEO and
-    everything below it has been fsynced; a reader never sees part of an append nor bytes
-    at or past the log end offset of its call.
+    last (active) segment grows; the first segment's base offset <= ``log_start_offset`` <=
+    ``log_end_offset`` (DeleteRecords may move the log start into a segment: what lies
+    below it is never read again); ``log_end_offset`` is one past the last appended offset;
+    ``recovery_point`` <= LEO and everything below it has been fsynced; a reader never sees
+    part of an append nor bytes at or past the log end offset of its call.
 
     Thread-safe.  Appends, rolls, truncation, retention and close serialise on one lock
     (held for the write system call, never for an fsync); ``flush`` serialises with other
     flushes and takes the append lock only to snapshot and to publish the recovery point;
-    ``read`` and the offset lookups take no lock at all (copy-on-write segment list).
+    ``read`` and the offset lookups take no lock at all (copy-on-write segment list).  The
+    changes that delete segment files (retention, ``delete_records_before``, truncation,
+    the log cleaner's ``replace_segments``) and ``close`` also serialise on a second lock,
+    taken before the others and never by an append, so that a segment swap and a deletion
+    never interleave on disk.
     """
 
     def __init__(
@@ -121,6 +127,7 @@ class Log:
         needs_recovery: bool = True,
         topic: str | None = None,
         partition: int | None = None,
+        log_start_offset: int = 0,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
         if topic is None or partition is None:
@@ -133,6 +140,7 @@ class Log:
         self.config = config or LogConfig()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
+        self._delete_lock = threading.Lock()  # before _flush_lock and _lock (see above)
         self._closed = False
         os.makedirs(self.directory, exist_ok=True)
         self._unflushed_messages = 0
@@ -144,9 +152,16 @@ class Log:
         self._segments: tuple[LogSegment, ...] = segments
         self._active = segments[-1]
         self._log_end_offset = self._active.next_offset
+        self._log_start_offset = max(log_start_offset, segments[0].base_offset)
         self._recovery_point = max(
             min(loaded.recovery_point, self._log_end_offset), segments[0].base_offset
         )
+        if self._log_start_offset > self._log_end_offset:
+            # Segments were lost below a checkpointed log start (Kafka deletes them all).
+            logger.warning("%s: log end offset %d is below the log start offset %d; "
+                           "restarting the log there", self.directory, self._log_end_offset,
+                           self._log_start_offset)
+            self._restart_at(self._log_start_offset)
         self._publish()
 
     def _publish(self) -> None:
@@ -155,7 +170,7 @@ class Log:
         self._snapshot = _Snapshot(
             segments,
             tuple(s.base_offset for s in segments),
-            segments[0].base_offset,
+            self._log_start_offset,
             self._log_end_offset,
             self._active.size,
         )
@@ -401,12 +416,14 @@ class Log:
                 os.close(fd)
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """ListOffsets v1+: the first record whose timestamp is >= ``timestamp``.
+        """ListOffsets v1+: the first record at or above the log start offset whose
+        timestamp is >= ``timestamp``.
 
         ``EARLIEST_TIMESTAMP`` (-2) and ``LATEST_TIMESTAMP`` (-1) give the log start and end
-        offsets with timestamp -1.  The batch is found from headers (time index binary
-        search, offset index, header walk); only that one batch's records are decoded to
-        pick the exact record.  ``None`` when no batch is that recent.
+        offsets with timestamp -1.  The first candidate batch is found from headers (time
+        index binary search, offset index, header walk); only the records of batches whose
+        max timestamp reaches ``timestamp`` are decoded (usually one).  ``None`` when no
+        record is that recent.
         """
         segments, _bases, log_start, leo, active_size = self._snapshot
         if timestamp == EARLIEST_TIMESTAMP:
@@ -417,19 +434,18 @@ class Log:
         for i, segment in enumerate(segments):
             if segment.max_timestamp < timestamp:
                 continue
+            if i < last and segments[i + 1].base_offset <= log_start:
+                continue  # wholly below the log start offset
             fd = segment.dup_fd()
             if fd is None:
                 continue
             try:
                 max_position = active_size if i == last else segment.size
-                found = segment.find_by_timestamp(fd, timestamp, max_position)
-                if found is None:
-                    continue
-                position, size, base = found
-                data = os.pread(fd, size, position)
+                found = _search_segment(segment, fd, timestamp, log_start, max_position)
             finally:
                 os.close(fd)
-            return _first_record_at_or_after(data, timestamp, base)
+            if found is not None:
+                return found
         return None
 
     def offsets_before(
@@ -508,30 +524,34 @@ class Log:
             return True
         return False
 
-    # -- retention and truncation ---------------------------------------------------------
+    # -- retention, deleting records, truncation ------------------------------------------
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[int]:
         """Apply ``retention_ms`` and ``retention_bytes`` (when ``cleanup_policy`` includes
-        delete); return the deleted base offsets.
+        delete), and delete the segments wholly below the log start offset (always, as
+        Kafka's ``deleteLogStartOffsetBreachedSegments``); return the deleted base offsets.
 
         Whole segments only, oldest first, never the active one.  Readers holding slices
         of a deleted segment keep reading (their descriptors outlive the unlink).
         """
         now = now_ms if now_ms is not None else _time.now_ms()
         config = self.config
-        if not config.delete or (config.retention_ms < 0 and config.retention_bytes < 0):
-            return []
-        with self._lock:
-            if self._closed:
-                return []
-            segments = self._segments
-            inactive = [(s.size, s.largest_timestamp) for s in segments[:-1]]
-            n = segments_to_delete(
-                inactive, self._active.size, now, config.retention_ms, config.retention_bytes
-            )
-            dead = self._drop_oldest(n)
-        for segment in dead:
-            segment.delete()
+        by_retention = config.delete and (config.retention_ms >= 0 or config.retention_bytes >= 0)
+        with self._delete_lock:
+            with self._lock:
+                if self._closed:
+                    return []
+                segments = self._segments
+                n = self._below_log_start(segments, self._log_start_offset)
+                if by_retention:
+                    inactive = [(s.size, s.largest_timestamp) for s in segments[:-1]]
+                    n = max(n, segments_to_delete(
+                        inactive, self._active.size, now, config.retention_ms,
+                        config.retention_bytes,
+                    ))
+                dead = self._drop_oldest(n)
+            for segment in dead:
+                segment.delete()
         deleted = [s.base_offset for s in dead]
         if not deleted:
             return []
@@ -543,60 +563,123 @@ class Log:
         )
         return deleted
 
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords (Kafka's ``maybeIncrementLogStartOffset``): make ``offset`` the log
+        start offset, and delete at once the segments that lie wholly below it.
+
+        ``offset`` -1 means the high watermark (as in Kafka's DeleteRecords request).  An
+        offset at or below the log start offset changes nothing.  Afterwards reads below
+        the new log start offset raise ``OffsetOutOfRangeError``, ``offset_for_timestamp``
+        (ListOffsets EARLIEST) answers it, and records below it inside the first segment
+        remain on disk but are never served.  The caller persists the new log start offset
+        (``LogManager.delete_records_before`` writes ``log-start-offset-checkpoint``).
+
+        Returns the log start offset after the call (Kafka's low watermark).  Raises
+        ``OffsetOutOfRangeError`` (carrying the log start and end offsets) for an offset
+        above the high watermark or below -1, ``PolicyViolationError`` when the log's
+        ``cleanup_policy`` does not include delete (Kafka refuses DeleteRecords on a
+        compact-only topic), and ``TrilogError`` when the log is closed.
+        """
+        if not self.config.delete:
+            raise PolicyViolationError(
+                f"records of {self.topic}-{self.partition} cannot be deleted: its "
+                f"cleanup.policy is {','.join(sorted(self.config.cleanup_policy))}"
+            )
+        with self._delete_lock:
+            with self._lock:
+                self._check_open()
+                hw = self._log_end_offset  # no replication yet: the high watermark is the LEO
+                target = hw if offset == -1 else offset
+                if target < 0 or target > hw:
+                    raise OffsetOutOfRangeError(
+                        f"cannot delete records before offset {offset} of "
+                        f"{self.topic}-{self.partition}: the high watermark is {hw}",
+                        log_start_offset=self._log_start_offset,
+                        log_end_offset=hw,
+                    )
+                if target <= self._log_start_offset:
+                    return self._log_start_offset
+                self._log_start_offset = target
+                dead = self._drop_oldest(self._below_log_start(self._segments, target))
+                self._publish()
+            for segment in dead:
+                segment.delete()
+        logger.info("%s: log start offset moved to %d (DeleteRecords); %d segments deleted",
+                    self.directory, target, len(dead))
+        return target
+
+    @staticmethod
+    def _below_log_start(segments: tuple[LogSegment, ...], log_start: int) -> int:
+        """How many of the oldest segments hold only offsets below ``log_start`` (the next
+        segment starts at or below it; never the active one)."""
+        n = 0
+        while n < len(segments) - 1 and segments[n + 1].base_offset <= log_start:
+            n += 1
+        return n
+
     def delete_segments_before(self, offset: int) -> list[int]:
         """Delete the oldest segments while every offset they hold is below ``offset`` (never
         the active one); return their base offsets.  For a log that rewrites its own live
         data further on, as the group coordinator does with a snapshot of the latest offsets
         (Kafka's ``deleteOldSegments`` with a start-offset predicate)."""
-        with self._lock:
-            if self._closed:
-                return []
-            segments = self._segments
-            n = 0
-            while n < len(segments) - 1 and segments[n + 1].base_offset <= offset:
-                n += 1
-            dead = self._drop_oldest(n)
-        for segment in dead:
-            segment.delete()
+        with self._delete_lock:
+            with self._lock:
+                if self._closed:
+                    return []
+                dead = self._drop_oldest(self._below_log_start(self._segments, offset))
+            for segment in dead:
+                segment.delete()
         return [s.base_offset for s in dead]
 
     def _drop_oldest(self, n: int) -> tuple[LogSegment, ...]:
         """Under the lock: take the ``n`` oldest segments out of the published list (the
-        caller deletes their files after releasing the lock; readers holding slices of them
-        keep reading through their own descriptors)."""
+        caller deletes their files after releasing the lock, still holding the delete lock;
+        readers holding slices of them keep reading through their own descriptors)."""
         if not n:
             return ()
         dead, self._segments = self._segments[:n], self._segments[n:]
-        self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
+        first_base = self._segments[0].base_offset
+        self._recovery_point = max(self._recovery_point, first_base)
+        self._log_start_offset = max(self._log_start_offset, first_base)
         self._dir_dirty = True
         self._publish()
         return dead
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch holding offsets >= ``offset`` (whole batches: the log end offset
-        becomes the end of the last batch kept).  Below the log start offset the log is
-        emptied and restarts at ``offset``.  Readers' open slices keep their bytes only up
-        to the new end."""
-        with self._flush_lock, self._lock:
+        becomes the end of the last batch kept).  Below the first segment the log is
+        emptied and restarts at ``offset``; the log start offset becomes at most
+        ``offset``.  Readers' open slices keep their bytes only up to the new end."""
+        with self._delete_lock, self._flush_lock, self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
                 return
-            segments = list(self._segments)
-            if offset <= segments[0].base_offset:
-                for segment in segments:
-                    segment.delete()
-                segments = [LogSegment.create(self.directory, offset, self.config)]
+            if offset <= self._segments[0].base_offset:
+                self._restart_at(offset)
             else:
+                segments = list(self._segments)
                 while segments[-1].base_offset >= offset:
                     segments.pop().delete()
                 segments[-1].truncate_to(offset)
-            self._segments = tuple(segments)
-            self._active = segments[-1]
-            self._log_end_offset = self._active.next_offset
+                self._segments = tuple(segments)
+                self._active = segments[-1]
+                self._log_end_offset = self._active.next_offset
+                self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
             self._roll_flush_offset = min(self._roll_flush_offset, self._log_end_offset)
             self._dir_dirty = True
             self._publish()
+
+    def _restart_at(self, offset: int) -> None:
+        """Under the locks (or while opening): delete every segment and start an empty log
+        at ``offset`` (log start and end offsets both ``offset``)."""
+        for segment in self._segments:
+            segment.delete()
+        self._segments = (LogSegment.create(self.directory, offset, self.config),)
+        self._active = self._segments[0]
+        self._log_end_offset = self._log_start_offset = offset
+        self._recovery_point = min(self._recovery_point, offset)
+        self._dir_dirty = True
 
     # -- closing -------------------------------------------------------------------------
 
@@ -605,7 +688,7 @@ class Log:
 
         Every file is closed even when the flush fails (a full or failing disk); the first
         such error is raised afterwards, so the caller knows this log needs recovery."""
-        with self._flush_lock, self._lock:
+        with self._delete_lock, self._flush_lock, self._lock:
             if self._closed:
                 return
             self._active.time_index.maybe_append(
@@ -616,7 +699,7 @@ class Log:
             self.flush()
         except OSError as exc:
             error = exc
-        with self._flush_lock, self._lock:
+        with self._delete_lock, self._flush_lock, self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -645,12 +728,22 @@ class Log:
         remove_dir_durably(self.directory)
 
 
-def _first_record_at_or_after(data: bytes, timestamp: int, base_offset: int) -> TimestampOffset:
-    batch = RecordBatch(data, 0)
-    try:
-        for record in batch:
-            if record.timestamp >= timestamp:
-                return TimestampOffset(record.timestamp, record.offset)
-    except CorruptMessageError:
-        pass
-    return TimestampOffset(batch.max_timestamp, base_offset)
+def _search_segment(
+    segment: LogSegment, fd: int, timestamp: int, min_offset: int, max_position: int
+) -> TimestampOffset | None:
+    """The first record of ``segment`` at or above ``min_offset`` whose timestamp is >=
+    ``timestamp`` (Kafka's ``LogSegment.findOffsetByTimestamp``), or None."""
+    found = segment.find_by_timestamp(fd, timestamp, max_position)
+    if found is None:
+        return None
+    for position, size, header in walk_batches(fd, found[0], max_position):
+        if header.max_timestamp < timestamp or header.last_offset < min_offset:
+            continue
+        batch = RecordBatch(os.pread(fd, size, position), 0)
+        try:
+            for record in batch:
+                if record.timestamp >= timestamp and record.offset >= min_offset:
+                    return TimestampOffset(record.timestamp, record.offset)
+        except CorruptMessageError:
+            return TimestampOffset(header.max_timestamp, max(header.base_offset, min_offset))
+    return None

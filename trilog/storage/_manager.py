@@ -1,7 +1,9 @@
 """``LogManager``: every partition log of a broker, across its ``log.dirs``.
 
-Each log dir holds ``<topic>-<partition>/`` directories, a ``recovery-point-offset-checkpoint``
-and, between a clean shutdown and the next start, the ``.kafka_cleanshutdown`` marker.  While
+Each log dir holds ``<topic>-<partition>/`` directories, a ``recovery-point-offset-checkpoint``,
+a ``log-start-offset-checkpoint`` (the logs whose start offset DeleteRecords moved past their
+first segment's base offset) and, between a clean shutdown and the next start, the
+``.kafka_cleanshutdown`` marker.  While
 a topic's partitions are being created, a ``.creating-*`` marker in the first log dir lists
 them: a start that finds one removes those partitions (their creation never completed).
 """
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from trilog import _time
 from trilog._topic import validate_topic_name
-from trilog.errors import TrilogError
+from trilog.errors import TrilogError, UnknownTopicOrPartitionError
 from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._config import LogConfig
 from trilog.storage._files import fsync_dir, remove, write_atomically
@@ -26,6 +28,7 @@ from trilog.storage._log import Log, parse_partition_dir_name
 logger = logging.getLogger("trilog.storage")
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 CREATING_PREFIX = ".creating-"
@@ -109,6 +112,9 @@ class LogManager:
         recovery_points = OffsetCheckpoint(
             os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE)
         ).read()
+        log_starts = OffsetCheckpoint(
+            os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE)
+        ).read()
         names = sorted(os.listdir(log_dir))
         if not clean and any(os.path.isdir(os.path.join(log_dir, n)) for n in names):
             logger.warning("%s: no clean-shutdown marker; recovering its logs", log_dir)
@@ -142,6 +148,7 @@ class LogManager:
                 needs_recovery=not clean,
                 topic=topic,
                 partition=partition,
+                log_start_offset=log_starts.get(key, 0),
             )
             self._log_dir_of[key] = log_dir
         if clean:
@@ -335,7 +342,8 @@ class LogManager:
         return deleted
 
     def checkpoint_recovery_points(self) -> None:
-        """Write each log dir's ``recovery-point-offset-checkpoint``."""
+        """Write each log dir's ``recovery-point-offset-checkpoint`` and
+        ``log-start-offset-checkpoint`` (the broker's checkpoint timer calls this)."""
         with self._checkpoint_lock:
             with self._lock:
                 by_dir: dict[str, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
@@ -348,8 +356,59 @@ class LogManager:
                     OffsetCheckpoint(path).write(offsets)
                 except OSError as exc:  # the others are still written; the old file stays
                     failure = failure or exc
+            try:
+                self._checkpoint_log_starts(self.log_dirs)
+            except OSError as exc:
+                failure = failure or exc
             if failure is not None:
                 raise failure
+
+    def _checkpoint_log_starts(self, log_dirs: Iterable[str]) -> None:
+        """Under the checkpoint lock: write ``log-start-offset-checkpoint`` of ``log_dirs``
+        with the logs whose start offset lies past their first segment's base offset
+        (Kafka writes only those: the others' start is their first segment)."""
+        with self._lock:
+            by_dir: dict[str, dict[tuple[str, int], int]] = {d: {} for d in log_dirs}
+            for key, log in self._logs.items():
+                log_dir = self._log_dir_of[key]
+                start = log.log_start_offset
+                if log_dir in by_dir and start > log.segments[0].base_offset:
+                    by_dir[log_dir][key] = start
+        failure: OSError | None = None
+        for log_dir, offsets in by_dir.items():
+            try:
+                OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE)).write(
+                    offsets)
+            except OSError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def delete_records_before(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords for one partition: ``Log.delete_records_before(offset)``, then the
+        log dir's ``log-start-offset-checkpoint`` is written before returning, so that an
+        answered request survives a crash.
+
+        ``offset`` -1 means the high watermark.  Returns the partition's log start offset
+        afterwards (the low watermark of Kafka's response).  Raises
+        ``UnknownTopicOrPartitionError`` when this broker has no such log,
+        ``OffsetOutOfRangeError`` for an offset above the high watermark (or below -1),
+        ``PolicyViolationError`` when the topic's cleanup.policy does not include delete,
+        ``TrilogError`` when the log manager or the log is closed, and ``OSError`` when the
+        checkpoint cannot be written (the log start offset has moved in memory, and segments
+        wholly below it may be gone; a retry writes the checkpoint again).  Blocking: call it
+        from a worker thread.
+        """
+        self._check_open()
+        log = self._logs.get((topic, partition))
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no log here")
+        low_watermark = log.delete_records_before(offset)
+        with self._checkpoint_lock:
+            log_dir = self._log_dir_of.get((topic, partition))
+            if log_dir is not None:
+                self._checkpoint_log_starts([log_dir])
+        return low_watermark
 
     def shutdown(self) -> None:
         """Flush and close every log, checkpoint, write the clean-shutdown markers, and
