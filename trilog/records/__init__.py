@@ -66,6 +66,7 @@ from trilog.records._v2 import (
     iter_batches,
     patch_base_offset,
     read_batch_header,
+    stamp_log_append_time,
 )
 
 __all__ = [
@@ -112,5 +113,6 @@ __all__ = [
     "legacy_to_v2",
     "patch_base_offset",
     "read_batch_header",
+    "stamp_log_append_time",
     "v2_to_legacy",
 ]

@@ -561,6 +561,24 @@ def patch_base_offset(buffer: bytearray | memoryview, position: int, base_offset
     _OFFSET.pack_into(buffer, position, base_offset)
 
 
+_ATTRIBUTES_FIELD = struct.Struct(">h")
+_MAX_TIMESTAMP_OFFSET = 35
+
+
+def stamp_log_append_time(buffer: bytearray | memoryview, position: int, size: int,
+                          timestamp: int) -> None:
+    """Mark the batch at ``buffer[position : position + size]`` as stamped by the log at
+    ``timestamp`` (Kafka's ``DefaultRecordBatch.setMaxTimestamp(LOG_APPEND_TIME, now)``):
+    the timestamp-type attribute bit set, ``max_timestamp`` the append time, the CRC-32C
+    recomputed; ``first_timestamp`` and the records are left as the producer wrote them
+    (a reader takes every record's timestamp from ``max_timestamp``).  In place."""
+    (attributes,) = _ATTRIBUTES_FIELD.unpack_from(buffer, position + ATTRIBUTES_OFFSET)
+    _ATTRIBUTES_FIELD.pack_into(buffer, position + ATTRIBUTES_OFFSET,
+                                attributes | TIMESTAMP_TYPE_MASK)
+    _OFFSET.pack_into(buffer, position + _MAX_TIMESTAMP_OFFSET, timestamp)
+    _CRC_FIELD.pack_into(buffer, position + CRC_OFFSET, batch_crc(buffer, position, size))
+
+
 def encode_record(
     offset_delta: int,
     timestamp_delta: int,

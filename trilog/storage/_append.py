@@ -22,6 +22,7 @@ from trilog.records import (
     LOG_OVERHEAD,
     batch_crc,
     check_batch_header_fields,
+    stamp_log_append_time,
 )
 
 if TYPE_CHECKING:
@@ -199,6 +200,28 @@ def assign_offsets(mv: memoryview, batches: Batches, first_offset: int) -> Write
             if max_ts > best_ts:
                 best_ts, best_offset = max_ts, offset - 1
     return data, infos, first_offset, offset - 1, offset - first_offset, best_ts, best_offset
+
+
+def assign_offsets_stamped(
+    mv: memoryview, batches: Batches, first_offset: int, now_ms: int
+) -> WritePlan:
+    """``assign_offsets`` for a log with ``message.timestamp.type=LogAppendTime``: each
+    batch also stamped with ``now_ms`` (``stamp_log_append_time``: the attribute bit, the
+    max timestamp, a new CRC-32C), in one copy of the buffer.  The caller has checked the
+    producer's CRCs first: a new CRC must never bless corrupt bytes."""
+    data = bytearray(mv)
+    pack_into = _OFFSET.pack_into
+    infos = []
+    offset = first_offset
+    for pos, size, _base, delta, _max_ts, _crc in batches:
+        pack_into(data, pos, offset)
+        stamp_log_append_time(data, pos, size, now_ms)
+        offset += delta + 1
+        infos.append((size, offset - 1, now_ms))
+    # Every batch has the same max timestamp: the first batch reaches it (the time index's
+    # rule, as for CreateTime).
+    best_offset = infos[0][1]
+    return data, infos, first_offset, offset - 1, offset - first_offset, now_ms, best_offset
 
 
 def keep_offsets(mv: memoryview, batches: Batches) -> WritePlan:

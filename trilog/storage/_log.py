@@ -35,6 +35,7 @@ from trilog.storage._append import (
     OverlappedCrcCheck,
     WritePlan,
     assign_offsets,
+    assign_offsets_stamped,
     check_batches,
     keep_offsets,
 )
@@ -68,6 +69,7 @@ class LogAppendInfo(NamedTuple):
     batch_count: int
     size_in_bytes: int
     log_start_offset: int
+    log_append_time: int  # the time the log stamped the batches with, or -1 (CreateTime)
 
 
 class TimestampOffset(NamedTuple):
@@ -237,12 +239,20 @@ class Log:
         ``assign_offsets=False`` (replication, tests) the batches keep their offsets, which
         must increase from the log end offset.  Flushes when ``flush_interval_messages``
         messages are unflushed.
+
+        With ``message_timestamp_type`` LogAppendTime, batches whose offsets the log assigns
+        are stamped with the append time (``now_ms``; Kafka's rule: the attribute bit, the
+        max timestamp and the CRC change, nothing else), and ``log_append_time`` of the
+        answer says when; batches with kept offsets (replication) are stored as they come.
         """
         mv = memoryview(buffer)
         if mv.itemsize != 1 or mv.ndim != 1:
             mv = mv.cast("B")
         config = self.config
-        small = len(mv) < OVERLAP_CRC_BYTES  # else the CRCs are checked beside the write
+        stamp = assign_offsets and config.log_append_time
+        # Else the CRCs are checked beside the write; a stamped batch gets a new CRC, so its
+        # own is checked before.
+        small = stamp or len(mv) < OVERLAP_CRC_BYTES
         batches = check_batches(mv, config.max_message_bytes, assign_offsets, small)
         if len(mv) > config.segment_bytes:
             raise RecordListTooLargeError(
@@ -253,7 +263,7 @@ class Log:
         try:
             with self._lock:
                 plan, log_start, flush_now = self._append_locked(
-                    mv, batches, assign_offsets, now, crc_check
+                    mv, batches, assign_offsets, now, crc_check, stamp
                 )
         finally:
             if crc_check is not None:
@@ -264,7 +274,7 @@ class Log:
         info: LogAppendInfo = _new_tuple(  # without LogAppendInfo's Python-level __new__
             LogAppendInfo,
             (first, last, last + 1, max_ts, offset_of_max_ts, records, len(batches), len(mv),
-             log_start),
+             log_start, now if stamp else -1),
         )
         return info
 
@@ -275,13 +285,17 @@ class Log:
         assign: bool,
         now: int,
         crc_check: OverlappedCrcCheck | None,
+        stamp: bool = False,
     ) -> tuple[WritePlan, int, bool]:
         """Under the lock: offsets, roll, write, publish.  Return the plan written, the log
         start offset, and whether ``flush_interval_messages`` asks for a flush now."""
         if self._closed:
             raise TrilogError(f"append to closed log {self.directory}")
         leo = self._log_end_offset
-        plan = assign_offsets(mv, batches, leo) if assign else keep_offsets(mv, batches)
+        if stamp:
+            plan = assign_offsets_stamped(mv, batches, leo, now)
+        else:
+            plan = assign_offsets(mv, batches, leo) if assign else keep_offsets(mv, batches)
         data, infos, first, last, records, _max_ts, _offset_of_max_ts = plan
         if first < leo:
             raise CorruptMessageError(f"append at offset {first} below the log end offset {leo}")
