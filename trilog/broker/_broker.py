@@ -21,12 +21,14 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Mapping
 
 import trio
 
 from trilog._concurrency import unwrap_exception_group
+from trilog._time import now_ms
 from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
 from trilog.broker._config import BrokerConfig
 from trilog.broker._coordinator import GroupCoordinator, client_address
@@ -38,6 +40,7 @@ from trilog.broker._limits import (
     RateLimitedLog,
     raise_fd_limit,
 )
+from trilog.broker._metrics import FLUSH_BUCKETS_S, BrokerSource, Buckets, serve_metrics
 from trilog.broker._network import ConnectionLimits, Network, ResponseParts
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.broker._zkcluster import open_zookeeper_cluster
@@ -91,6 +94,10 @@ class Broker:
         )
         self._shutdown_requested = trio.Event()
         self.stopped = trio.Event()
+        #: the flush timer's fsync times (``trilog_log_flush_seconds``)
+        self.flush_times = Buckets(FLUSH_BUCKETS_S)
+        #: where ``/metrics`` is served (``metrics.port``; None: not served)
+        self.metrics_port: int | None = None
 
     @property
     def broker_id(self) -> int:
@@ -135,6 +142,10 @@ class Broker:
             nursery.start_soon(_flush_scheduler, self)
             nursery.start_soon(_retention_checker, self)
             nursery.start_soon(self.coordinator.run, self._shutdown_requested)
+            if config["metrics.port"] is not None:
+                self.metrics_port = await nursery.start(
+                    serve_metrics, BrokerSource(self), config["metrics.host"],
+                    config["metrics.port"])
             log.info("broker %d listening on %s:%d, data in %s", config.broker_id, self.host,
                      self.port, ", ".join(config.log_dirs))
             task_status.started(self)
@@ -243,8 +254,8 @@ async def _flush_scheduler(broker: Broker) -> None:
     on_error = _timer_fault("flush")
     while True:
         await trio.sleep(interval)
-        await trio.to_thread.run_sync(broker.logs.flush_due_logs, None, on_error,
-                                      limiter=broker.limiter)
+        await trio.to_thread.run_sync(_flush_due_logs, broker.logs, on_error,
+                                      broker.flush_times, limiter=broker.limiter)
         if trio.current_time() >= next_checkpoint:
             next_checkpoint = trio.current_time() + checkpoint_s
             try:
@@ -253,6 +264,20 @@ async def _flush_scheduler(broker: Broker) -> None:
             except OSError as exc:
                 _timer_faults.error("checkpoint", "writing the recovery-point checkpoints "
                                     "failed (the previous ones stay): %s", exc)
+
+
+def _flush_due_logs(logs: LogManager, on_error: Callable[[Log, OSError], None],
+                    times: Buckets) -> None:
+    """``LogManager.flush_due_logs``, timing each partition's flush for the metrics."""
+    now = now_ms()
+    for lg in logs.logs():
+        try:
+            if lg.flush_due(now):
+                started = time.perf_counter()
+                if lg.maybe_flush(now):
+                    times.observe(time.perf_counter() - started)
+        except OSError as exc:
+            on_error(lg, exc)
 
 
 async def _retention_checker(broker: Broker) -> None:

@@ -159,6 +159,11 @@ PROPERTIES: tuple[Property, ...] = (
              "How long to wait for ZooKeeper at start before giving up.", low=100),
     Property("shutdown.timeout.ms", _int, 5000,
              "On SIGINT/SIGTERM, how long in-flight requests get before connections are cut.", low=0),
+    Property("metrics.port", _int, None,
+             "Serve Prometheus metrics at http://metrics.host:metrics.port/metrics (see "
+             "operations.md). Unset: no metrics server; 0 picks a free port.", low=0),
+    Property("metrics.host", _str, "127.0.0.1",
+             "The address of the metrics server (0.0.0.0: every interface)."),
 )
 
 PROPERTIES_BY_NAME: dict[str, Property] = {p.name: p for p in PROPERTIES}

@@ -514,6 +514,22 @@ class GroupCoordinator:
         }
 
 
+    def group_sizes(self) -> dict[str, tuple[str, int]]:
+        """``{group: (state, members)}`` of the groups with members or a state here (for the
+        metrics; groups known only by committed offsets are in ``committed_offsets``)."""
+        return {gid: (g.state.value, len(g.members)) for gid, g in self.groups.items()}
+
+    def committed_offsets(self) -> list[tuple[str, str, int, int]]:
+        """``(group, topic, partition, offset)`` of every committed offset this broker serves
+        (read at scrape time by the metrics)."""
+        out = []
+        for gid in self.offsets.groups():
+            for (topic, partition), committed in self.offsets.fetch(self.partition_of(gid),
+                                                                    gid).items():
+                out.append((gid, topic, partition, committed.offset))
+        return out
+
+
 def _client_host() -> str:
     """Kafka reports a member's host as ``/<ip>``."""
     address = client_address.get()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable
 
 import trio
@@ -32,6 +33,7 @@ from trilog._topic import validate_topic_name
 from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker._config import BrokerConfig
 from trilog.broker._limits import RateLimitedLog
+from trilog.broker._metrics import RequestMetrics, api_name, error_counts, error_name
 from trilog.broker._producer_state import ProducerStateTable
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.errors import (
@@ -128,19 +130,46 @@ class RequestHandler:
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self.supported: dict[int, tuple[int, int]] = {
             k: v for k, v in API_VERSIONS.items() if k in self._handlers}
+        self.metrics = RequestMetrics()
 
     def register(self, api_key: int, handler: Callable[[Any, Any], Any]) -> None:
         """Serve another API (the group coordinator adds its own)."""
         self._handlers[api_key] = handler
         self.supported[api_key] = API_VERSIONS[ApiKey(api_key)]
 
-    async def handle(self, frame: memoryview, peer: str):
+    async def handle(self, frame: memoryview, peer: str) -> list[Any] | None:
+        """The response's parts (None: no response is due); counted in ``metrics`` and, at
+        DEBUG, logged on ``trilog.broker.requests`` (one line per request)."""
+        started = time.perf_counter()
+        try:
+            header, parts, errors = await self._respond(frame, peer)
+        except ProtocolError as exc:  # the connection closes: no answer
+            api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+            self.metrics.request_refused(api_key)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s refused peer=%s request_bytes=%d: %s", api_name(api_key), peer,
+                          len(frame) + 4, exc)
+            raise
+        seconds = time.perf_counter() - started
+        sent = _parts_size(parts)
+        self.metrics.request_done(header.api_key, header.api_version, seconds, len(frame) + 4,
+                                  sent, errors)
+        if log.isEnabledFor(logging.DEBUG):
+            _log_request(header.api_key, header.api_version, header.client_id, peer,
+                         len(frame) + 4, sent, seconds, errors)
+        return parts
+
+    async def _respond(self, frame: memoryview, peer: str
+                       ) -> tuple[Any, list[Any] | None, dict[int, int]]:
+        """``(header, response parts or None, error counts)`` of a request frame."""
         try:
             header, request = decode_request(frame, max_length=self._max_request)
         except UnsupportedVersionError:
             header = peek_request_header(frame)
             if header.api_key == ApiKey.API_VERSIONS:
-                return [encode_api_versions_fallback(header.correlation_id, self.supported)]
+                return (header, [encode_api_versions_fallback(header.correlation_id,
+                                                              self.supported)],
+                        {UnsupportedVersionError.code: 1})
             raise RemoteProtocolError(
                 f"{_api_name(header.api_key)} v{header.api_version} is not supported"
             ) from None
@@ -155,8 +184,9 @@ class RequestHandler:
             log.warning("%s from %s failed: %s", _api_name(header.api_key), peer, exc)
             raise RemoteProtocolError(f"request failed: {exc}") from exc
         if response is None:
-            return None
-        return encode_response_parts(response, header.api_version, header.correlation_id)
+            return header, None, {}
+        return (header, encode_response_parts(response, header.api_version,
+                                              header.correlation_id), error_counts(response))
 
     # -- ApiVersions -------------------------------------------------------------------------
 
@@ -261,6 +291,7 @@ class RequestHandler:
                 results[key] = outcome
                 if outcome[0] == 0:
                     self.purgatory.data_appended(key, outcome[3])
+                    self.metrics.produced(key[0], outcome[3], outcome[4])
         if acks == 0:
             return None
         R = ProduceResponse
@@ -307,14 +338,15 @@ class RequestHandler:
                 with self._partition_lock(tp):
                     duplicate_of = self.producers.check(tp, records)
                     if duplicate_of is not None:
-                        out[tp] = (0, duplicate_of, lg.log_start_offset, 0)
+                        out[tp] = (0, duplicate_of, lg.log_start_offset, 0, 0)
                         continue
                     info = lg.append(records)
                     self.producers.record(tp, records, info.first_offset)
-                out[tp] = (0, info.first_offset, info.log_start_offset, info.size_in_bytes)
+                out[tp] = (0, info.first_offset, info.log_start_offset, info.size_in_bytes,
+                           info.record_count)
             except Exception as exc:
                 out[(topic, partition)] = (_partition_error(exc, "append", topic, partition),
-                                           -1, -1, 0)
+                                           -1, -1, 0, 0)
         return out
 
     # -- Fetch -------------------------------------------------------------------------------
@@ -401,6 +433,8 @@ class RequestHandler:
                     records = slc.data
                 else:
                     records = slc
+                if slc.length:
+                    self.metrics.fetched(topic, slc.length)
             elif marks is not None:
                 hw, ls = marks
             by_topic.setdefault(topic, []).append(
@@ -516,6 +550,7 @@ class RequestHandler:
                     raise TopicAuthorizationFailedError(f"{name} is internal")
                 await self.cluster.delete_topic(name)
                 self.producers.forget_topic(name)
+                self.metrics.forget_topic(name)
                 results.append(R.DeletableTopicResult(name=name, error_code=0))
             except ApiError as exc:
                 results.append(R.DeletableTopicResult(name=name, error_code=_code(exc)))
@@ -602,6 +637,29 @@ class _Converted:
 
     def close(self) -> None:
         pass
+
+
+def _parts_size(parts: list[Any] | None) -> int:
+    if not parts:
+        return 0
+    return sum(len(p) if isinstance(p, (bytes, bytearray, memoryview)) else p.length
+               for p in parts)
+
+
+def _log_request(api_key: int, version: int, client_id: str | None, peer: str,
+                 request_bytes: int, response_bytes: int, seconds: float,
+                 errors: dict[int, int]) -> None:
+    """The request log's line (DEBUG on ``trilog.broker.requests``); its fields also ride on
+    the record (``extra``) for a structured formatter."""
+    error_text = ",".join(f"{error_name(code)}:{n}" for code, n in sorted(errors.items()))
+    api = api_name(api_key)
+    log.debug("%s v%d client_id=%s peer=%s request_bytes=%d response_bytes=%d time_ms=%.3f "
+              "errors=%s", api, version, client_id, peer, request_bytes, response_bytes,
+              seconds * 1000, error_text or "none",
+              extra={"api": api, "api_version": version, "client_id": client_id, "peer": peer,
+                     "request_bytes": request_bytes, "response_bytes": response_bytes,
+                     "time_ms": seconds * 1000, "errors": {error_name(c): n
+                                                           for c, n in errors.items()}})
 
 
 def _close_slices(results) -> None:
