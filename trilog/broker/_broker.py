@@ -31,6 +31,8 @@ from trilog._concurrency import unwrap_exception_group
 from trilog._time import now_ms
 from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
 from trilog.broker._config import BrokerConfig
+from trilog.broker._config_apis import ConfigApis
+from trilog.broker._config_store import TopicConfigs, standalone_store
 from trilog.broker._coordinator import GroupCoordinator, client_address
 from trilog.broker._handlers import RequestHandler
 from trilog.broker._limits import (
@@ -212,7 +214,10 @@ async def open_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManage
         return
     cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config.log_dirs,
                                                config.broker_id, None)
-    yield StandaloneCluster(broker, logs, cluster_id, config["num.partitions"], limiter)
+    topic_configs = TopicConfigs(config, logs, standalone_store(config.log_dirs), limiter)
+    await topic_configs.load_all()
+    yield StandaloneCluster(broker, logs, cluster_id, config["num.partitions"], limiter,
+                            topic_configs)
 
 
 def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:

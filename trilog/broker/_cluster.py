@@ -17,12 +17,15 @@ import base64
 import logging
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
 from trilog._topic import validate_topic_name
 from trilog.broker._limits import PartitionBudget
+from trilog.broker._topic_configs import validate_overrides
 from trilog.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
@@ -33,6 +36,9 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
 )
 from trilog.storage import LogManager, write_atomically
+
+if TYPE_CHECKING:
+    from trilog.broker._config_store import TopicConfigs
 
 log = logging.getLogger("trilog.broker")
 
@@ -79,6 +85,51 @@ def check_new_topic(name: str, num_partitions: int, replication_factor: int,
         raise InvalidReplicationFactorError("no live brokers")
 
 
+def plan_new_partitions(name: str, current: dict[int, list[int]], count: int,
+                        assignment: list[list[int]] | None,
+                        live: list[int]) -> dict[int, list[int]]:
+    """Validate a CreatePartitions entry growing ``name`` from its ``current`` assignment to
+    ``count`` partitions; return the new partitions' replicas: ``assignment`` (one replica
+    list per new partition, in order) or, without one, spread over the ``live`` brokers
+    where the topic's round-robin left off.  Raise the ``ApiError`` Kafka answers with."""
+    if name in INTERNAL_TOPICS:
+        # The coordinator places groups by the partition count: growing it orphans offsets.
+        raise InvalidRequestError(f"cannot add partitions to the internal topic {name}")
+    old = len(current)
+    if count < old:
+        raise InvalidPartitionsError(
+            f"Topic currently has {old} partitions, which is higher than the requested {count}.")
+    if count == old:
+        raise InvalidPartitionsError(f"Topic already has {old} partitions.")
+    factor = len(current[min(current)]) if current else 1
+    if assignment is None:
+        ordered = sorted(live)
+        if factor > len(ordered):
+            raise InvalidReplicationFactorError(
+                f"replication factor {factor} is larger than the {len(ordered)} live brokers")
+        first = current.get(0, [ordered[0]])[0]
+        start = ordered.index(first) if first in ordered else 0
+        return {p: [ordered[(start + p + i) % len(ordered)] for i in range(factor)]
+                for p in range(old, count)}
+    unknown = {b for replicas in assignment for b in replicas} - set(live)
+    if unknown:
+        raise InvalidReplicaAssignmentError(
+            f"Unknown broker(s) in replica assignment: {', '.join(map(str, sorted(unknown)))}.")
+    if len(assignment) != count - old:
+        raise InvalidReplicaAssignmentError(
+            f"Increasing the number of partitions by {count - old} but {len(assignment)} "
+            "assignments provided.")
+    for replicas in assignment:
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(
+                f"Duplicate brokers not allowed in replica assignment: {replicas}")
+        if len(replicas) != factor:
+            raise InvalidReplicaAssignmentError(
+                f"Inconsistent replication factor: the topic's partitions have {factor} "
+                f"replicas, the assignment {replicas} has {len(replicas)}")
+    return {old + i: list(replicas) for i, replicas in enumerate(assignment)}
+
+
 class Cluster:
     """The interface the handlers use; see the module docstring."""
 
@@ -86,6 +137,9 @@ class Cluster:
     cluster_id: str
     #: What new partitions may be created here (None: no limit; tests of the views).
     partition_budget: PartitionBudget | None = None
+    #: The topics' configurations (overrides over the broker's defaults), kept where this
+    #: kind of cluster keeps them.
+    topic_configs: TopicConfigs
 
     def brokers(self) -> list[BrokerInfo]:
         raise NotImplementedError
@@ -110,7 +164,17 @@ class Cluster:
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int = -1,
                            assignment: dict[int, list[int]] | None = None,
-                           validate_only: bool = False) -> None:
+                           validate_only: bool = False,
+                           configs: Mapping[str, str | None] | None = None) -> None:
+        """Create a topic with its config overrides (``INVALID_CONFIG`` for a bad one)."""
+        raise NotImplementedError
+
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None = None,
+                                validate_only: bool = False) -> None:
+        """Grow topic ``name`` to ``count`` partitions (``assignment``: the new partitions'
+        replicas, in order); raise the ``ApiError`` Kafka answers with
+        (``plan_new_partitions``, ``UNKNOWN_TOPIC_OR_PARTITION``, the partition budget)."""
         raise NotImplementedError
 
     async def delete_topic(self, name: str) -> None:
@@ -121,9 +185,11 @@ class StandaloneCluster(Cluster):
     """One broker and its log dirs.  Runs in the trio thread; logs are created in threads."""
 
     def __init__(self, broker: BrokerInfo, log_manager: LogManager, cluster_id: str,
-                 default_partitions: int, limiter: trio.CapacityLimiter) -> None:
+                 default_partitions: int, limiter: trio.CapacityLimiter,
+                 topic_configs: TopicConfigs) -> None:
         self.broker = broker
         self.cluster_id = cluster_id
+        self.topic_configs = topic_configs
         self._logs = log_manager
         self._default_partitions = default_partitions
         self._limiter = limiter
@@ -139,7 +205,7 @@ class StandaloneCluster(Cluster):
         return self._topics
 
     async def create_topic(self, name, num_partitions, replication_factor=-1, assignment=None,
-                           validate_only=False) -> None:
+                           validate_only=False, configs=None) -> None:
         check_new_topic(name, num_partitions, replication_factor, 1, assignment)
         if assignment:
             for replicas in assignment.values():
@@ -155,16 +221,41 @@ class StandaloneCluster(Cluster):
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             if self.partition_budget is not None:
                 self.partition_budget.check(name, num_partitions, num_partitions)
+            overrides = validate_overrides(configs or {})
             if validate_only:
                 return
+            await self.topic_configs.set(name, overrides)  # before the logs: they use it
             try:
                 await trio.to_thread.run_sync(self._logs.create_logs, name,
                                               range(num_partitions), limiter=self._limiter)
             except OSError as exc:  # nothing of the topic is left (create_logs)
                 log.error("cannot create topic %s: %s", name, exc)
+                await self.topic_configs.forget(name)
                 raise KafkaStorageError(f"cannot create topic {name!r}: {exc}") from None
             self._topics[name] = {p: self.broker.node_id for p in range(num_partitions)}
         log.info("created topic %s with %d partitions", name, num_partitions)
+
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None = None,
+                                validate_only: bool = False) -> None:
+        me = self.broker.node_id
+        async with self._lock:
+            parts = self._topics.get(name)
+            if parts is None:
+                raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+            new = plan_new_partitions(name, {p: [me] for p in parts}, count, assignment, [me])
+            if self.partition_budget is not None:
+                self.partition_budget.check(name, count, len(new))
+            if validate_only:
+                return
+            try:
+                await trio.to_thread.run_sync(self._logs.create_logs, name, sorted(new),
+                                              limiter=self._limiter)
+            except OSError as exc:  # none of the new partitions is left (create_logs)
+                log.error("cannot add partitions to %s: %s", name, exc)
+                raise KafkaStorageError(f"cannot add partitions to {name!r}: {exc}") from None
+            self._topics[name] = {**parts, **{p: me for p in new}}
+        log.info("topic %s grew from %d to %d partitions", name, len(parts), count)
 
     async def delete_topic(self, name: str) -> None:
         async with self._lock:
@@ -173,6 +264,7 @@ class StandaloneCluster(Cluster):
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             await trio.to_thread.run_sync(self._delete_logs, name, list(parts),
                                           limiter=self._limiter)
+            await self.topic_configs.forget(name)
         log.info("deleted topic %s", name)
 
     def _delete_logs(self, name: str, partitions: list[int]) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from trilog.errors import TrilogError
 from trilog.storage import LogConfig
-from trilog.storage._config import NEVER
+from trilog.storage._config import NEVER, TIMESTAMP_TYPES, parse_cleanup_policy
 
 
 class ConfigError(TrilogError):
@@ -37,6 +37,23 @@ def _int(text: str) -> int:
 
 
 def _str(text: str) -> str:
+    return text.strip()
+
+
+def _float(text: str) -> float:
+    return float(text.strip())
+
+
+def _ratio(text: str) -> float:
+    value = _float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("expected a ratio between 0 and 1")
+    return value
+
+
+def _timestamp_type(text: str) -> str:
+    if text.strip() not in TIMESTAMP_TYPES:
+        raise ValueError(f"expected one of {', '.join(TIMESTAMP_TYPES)}")
     return text.strip()
 
 
@@ -79,6 +96,12 @@ PROPERTIES: tuple[Property, ...] = (
     Property("log.dir", _list, None, "A single log directory (used when log.dirs is not set)."),
     Property("num.partitions", _int, 1, "Partitions of an auto-created topic.", low=1),
     Property("default.replication.factor", _int, 1, "Replicas of an auto-created topic (1: no replication yet).", low=1),
+    Property("min.insync.replicas", _int, 1,
+             "Default of the topic setting min.insync.replicas: in-sync replicas an acks=all "
+             "produce needs (stored now; used once replication exists).", low=1),
+    Property("unclean.leader.election.enable", _bool, False,
+             "Default of the topic setting: may a replica outside the ISR become leader, "
+             "losing records (stored now; used once replication exists)."),
     Property("auto.create.topics.enable", _bool, True,
              "Create a topic when a client asks for metadata of, or produces to, an unknown topic."),
     Property("delete.topic.enable", _bool, True, "Allow DeleteTopics."),
@@ -130,6 +153,21 @@ PROPERTIES: tuple[Property, ...] = (
     Property("log.retention.minutes", _int, None, "Like log.retention.hours, in minutes (wins over hours)."),
     Property("log.retention.ms", _int, None, "Like log.retention.hours, in ms (wins over minutes and hours; -1: forever)."),
     Property("log.retention.bytes", _int, -1, "Delete oldest segments while a partition is larger than this (-1: no limit)."),
+    Property("log.cleanup.policy", parse_cleanup_policy, frozenset({"delete"}),
+             "Default cleanup.policy of a topic: delete (retention), compact (keep the latest "
+             "record of each key), or compact,delete."),
+    Property("log.cleaner.min.cleanable.ratio", _ratio, 0.5,
+             "Default min.cleanable.dirty.ratio: clean a compacted log once this share of it "
+             "is not clean yet."),
+    Property("log.cleaner.delete.retention.ms", _int, 86_400_000,
+             "Default delete.retention.ms: how long a compacted topic keeps a tombstone.",
+             low=0),
+    Property("log.cleaner.min.compaction.lag.ms", _int, 0,
+             "Default min.compaction.lag.ms: records younger than this are not compacted.",
+             low=0),
+    Property("log.message.timestamp.type", _timestamp_type, "CreateTime",
+             "Default message.timestamp.type: CreateTime (the producer's timestamps) or "
+             "LogAppendTime (the broker stamps each batch)."),
     Property("log.retention.check.interval.ms", _int, 300_000,
              "How often the retention task looks for segments to delete.", low=1),
     Property("offsets.topic.num.partitions", _int, 50,
@@ -245,6 +283,8 @@ class BrokerConfig:
     """A validated broker configuration.  ``values`` holds every property by Kafka name."""
 
     values: dict[str, Any] = field(default_factory=dict)
+    #: the properties set by the file or an override (the rest have their defaults)
+    explicit: frozenset[str] = frozenset()
 
     @classmethod
     def from_sources(
@@ -254,13 +294,16 @@ class BrokerConfig:
     ) -> "BrokerConfig":
         """Defaults, then the file, then ``overrides`` (``key=value`` strings or a mapping)."""
         values = {p.name: p.default for p in PROPERTIES}
+        explicit: set[str] = set()
         if properties_file is not None:
             try:
                 with open(properties_file, encoding="utf-8") as f:
                     text = f.read()
             except OSError as exc:
                 raise ConfigError(f"cannot read {properties_file}: {exc.strerror}") from None
-            values.update(_coerce(parse_properties(text, str(properties_file)), str(properties_file)))
+            from_file = _coerce(parse_properties(text, str(properties_file)), str(properties_file))
+            values.update(from_file)
+            explicit.update(from_file)
         if isinstance(overrides, Mapping):
             raw = {str(k): str(v) for k, v in overrides.items()}
         else:
@@ -271,14 +314,15 @@ class BrokerConfig:
                     raise ConfigError(f"override {item!r} is not key=value")
                 raw[key.strip()] = value
         values.update(_coerce(raw, "override"))
-        config = cls(values)
+        explicit.update(raw)
+        config = cls(values, frozenset(explicit))
         config._check()
         return config
 
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any] | None = None) -> "BrokerConfig":
         """For Python callers and tests: ``{"log.dirs": "/tmp/x", "port": 0}``."""
-        return cls.from_sources(overrides={k: _to_text(v) for k, v in (mapping or {}).items()})
+        return cls.from_sources(overrides={k: property_text(v) for k, v in (mapping or {}).items()})
 
     def __getitem__(self, name: str) -> Any:
         try:
@@ -349,6 +393,11 @@ class BrokerConfig:
             retention_ms=self.log_retention_ms,
             retention_bytes=v["log.retention.bytes"],
             max_message_bytes=v["message.max.bytes"],
+            cleanup_policy=v["log.cleanup.policy"],
+            min_cleanable_dirty_ratio=v["log.cleaner.min.cleanable.ratio"],
+            delete_retention_ms=v["log.cleaner.delete.retention.ms"],
+            min_compaction_lag_ms=v["log.cleaner.min.compaction.lag.ms"],
+            message_timestamp_type=v["log.message.timestamp.type"],
         )
 
     @property
@@ -356,11 +405,14 @@ class BrokerConfig:
         return self.values["zookeeper.connect"] or None
 
 
-def _to_text(value: Any) -> str:
+def property_text(value: Any) -> str:
+    """A typed property value written back as Java properties text."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
         return ",".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, frozenset):
+        return ",".join(sorted(value))
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return str(value)
@@ -371,7 +423,7 @@ def properties_help() -> str:
     width = max(len(p.name) for p in PROPERTIES)
     lines = []
     for p in PROPERTIES:
-        default = "unset" if p.default is None else (_to_text(p.default) or "empty")
+        default = "unset" if p.default is None else (property_text(p.default) or "empty")
         lines.append(f"  {p.name:<{width}}  {p.doc} (default: {default})")
     return "\n".join(lines)
 
@@ -380,7 +432,7 @@ def properties_markdown() -> str:
     """The property table as Markdown, for ``docs/broker-config.md``."""
     rows = ["| property | default | meaning |", "| --- | --- | --- |"]
     for p in PROPERTIES:
-        default = "unset" if p.default is None else (f"`{_to_text(p.default)}`"
-                                                     if _to_text(p.default) else "empty")
+        default = "unset" if p.default is None else (f"`{property_text(p.default)}`"
+                                                     if property_text(p.default) else "empty")
         rows.append(f"| `{p.name}` | {default} | {p.doc} |")
     return "\n".join(rows)

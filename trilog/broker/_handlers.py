@@ -532,6 +532,7 @@ class RequestHandler:
                 await self.cluster.create_topic(
                     t.name, t.num_partitions, t.replication_factor, assignment or None,
                     validate_only=getattr(request, "validate_only", False),
+                    configs={c.name: c.value for c in t.configs},
                 )
                 results.append(R.CreatableTopicResult(name=t.name, error_code=0))
             except ApiError as exc:

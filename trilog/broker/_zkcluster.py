@@ -17,14 +17,24 @@ stays, and the watch loops retry when ZooKeeper is back.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from contextlib import aclosing, asynccontextmanager
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 import trio
 
-from trilog.broker._cluster import BrokerInfo, Cluster, check_new_topic, load_or_create_meta, new_cluster_id
+from trilog.broker._cluster import (
+    BrokerInfo,
+    Cluster,
+    check_new_topic,
+    load_or_create_meta,
+    new_cluster_id,
+    plan_new_partitions,
+)
+from trilog.broker._config_store import TopicConfigs, ZooKeeperConfigStore
+from trilog.broker._topic_configs import validate_overrides
 from trilog.errors import (
     InvalidReplicaAssignmentError,
     RemoteProtocolError,
@@ -71,10 +81,12 @@ class BrokerIdInUseError(TrilogError):
 
 class ZooKeeperCluster(Cluster):
     def __init__(self, zk: ZooKeeper, broker: BrokerInfo, cluster_id: str, logs,
-                 default_partitions: int, limiter: trio.CapacityLimiter) -> None:
+                 default_partitions: int, limiter: trio.CapacityLimiter,
+                 topic_configs: TopicConfigs) -> None:
         self.zk = zk
         self.broker = broker
         self.cluster_id = cluster_id
+        self.topic_configs = topic_configs
         self._logs = logs
         self._default_partitions = default_partitions
         self._limiter = limiter
@@ -83,6 +95,12 @@ class ZooKeeperCluster(Cluster):
         self._topics_view: dict[str, dict[int, int]] = {}
         self._served: set[tuple[str, int]] = set()  # partitions whose state node we wrote
         self.changed = trio.Event()  # replaced on every cache change; tests and waits use it
+        # Kafka's partition-modification watch: each topic's assignment is followed, so
+        # partitions added by CreatePartitions are served (``_apply_assignment_changes``).
+        self._topics_lock = trio.Lock()  # one cache update at a time
+        self._followed: dict[str, Callable[[], None]] = {}
+        self._changed_assignments: dict[str, dict[int, list[int]]] = {}
+        self._assignment_changed = trio.Event()
 
     # -- the cached view -------------------------------------------------------------------
 
@@ -127,6 +145,7 @@ class ZooKeeperCluster(Cluster):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch, BROKER_IDS, self._refresh_brokers)
             nursery.start_soon(self._watch, BROKER_TOPICS, self._refresh_topics)
+            nursery.start_soon(self._apply_assignment_changes)
             nursery.start_soon(self._session_keeper)
 
     async def _watch(self, path: str, refresh) -> None:
@@ -184,6 +203,49 @@ class ZooKeeperCluster(Cluster):
         self._rebuild_view()
 
     async def _refresh_topics(self, children: list[str]) -> None:
+        async with self._topics_lock:
+            await self._refresh_topics_locked(children)
+            await self._follow_assignments()
+
+    async def _follow_assignments(self) -> None:
+        """Follow the assignment of every known topic, and no longer the ones gone."""
+        for topic in set(self._followed) - set(self._assignments):
+            self._followed.pop(topic)()
+        for topic in sorted(set(self._assignments) - set(self._followed)):
+            try:
+                self._followed[topic] = await self.zk.follow_data(
+                    topic_path(topic), functools.partial(self._assignment_data, topic))
+            except ZooKeeperError as exc:  # the next change of the topic list tries again
+                log.warning("cannot watch the assignment of %s: %s", topic, exc)
+
+    def _assignment_data(self, topic: str, data: bytes | None) -> None:
+        if data is None:
+            return  # the topic is being deleted: the children watch drops it
+        try:
+            self._changed_assignments[topic] = decode_topic_assignment(topic, data)
+        except RemoteProtocolError as exc:
+            log.warning("ignoring the new assignment of %s: %s", topic, exc)
+            return
+        self._assignment_changed.set()
+
+    async def _apply_assignment_changes(self) -> None:
+        """Serve the partitions a changed assignment gives this broker, then show them."""
+        while True:
+            await self._assignment_changed.wait()
+            self._assignment_changed = trio.Event()
+            async with self._topics_lock:
+                changes, self._changed_assignments = self._changed_assignments, {}
+                changed = {t: a for t, a in changes.items()
+                           if t in self._assignments and a != self._assignments[t]}
+                if not changed:
+                    continue
+                await self._serve_assigned(changed)
+                self._assignments = {**self._assignments, **changed}
+                self._rebuild_view()
+                for topic, assignment in changed.items():
+                    log.info("topic %s now has %d partitions", topic, len(assignment))
+
+    async def _refresh_topics_locked(self, children: list[str]) -> None:
         assignments = {}
         for topic in children:
             known = self._assignments.get(topic)
@@ -217,6 +279,8 @@ class ZooKeeperCluster(Cluster):
             by_topic.setdefault(topic, []).append(partition)
         for topic, partitions in sorted(by_topic.items()):
             try:
+                # As Kafka's broker, read the topic's config before creating its logs.
+                await self.topic_configs.refresh(topic)
                 await trio.to_thread.run_sync(self._logs.create_logs, topic, partitions,
                                               limiter=self._limiter)
             except (OSError, TrilogError) as exc:
@@ -242,6 +306,7 @@ class ZooKeeperCluster(Cluster):
         if local:
             await trio.to_thread.run_sync(self._delete_logs, topic, local, limiter=self._limiter)
             log.info("topic %s was deleted; removed its %d local partitions", topic, len(local))
+        await self.topic_configs.forget(topic, stored=False)
 
     def _delete_logs(self, topic: str, partitions: list[int]) -> None:
         for p in partitions:
@@ -250,7 +315,7 @@ class ZooKeeperCluster(Cluster):
     # -- admin -----------------------------------------------------------------------------
 
     async def create_topic(self, name, num_partitions, replication_factor=-1, assignment=None,
-                           validate_only=False) -> None:
+                           validate_only=False, configs=None) -> None:
         live = sorted(self._brokers)
         check_new_topic(name, num_partitions, replication_factor, len(live), assignment)
         if assignment:
@@ -265,8 +330,11 @@ class ZooKeeperCluster(Cluster):
         if self.partition_budget is not None:
             here = sum(1 for r in assignment.values() if r and r[0] == self.broker.node_id)
             self.partition_budget.check(name, len(assignment), here)
+        overrides = validate_overrides(configs or {})
         if validate_only:
             return
+        # The config first (Kafka's order), so every broker creating a log finds it.
+        await self.topic_configs.set(name, overrides)
         try:
             await self.zk.create(topic_path(name), encode_topic_assignment(assignment),
                                  makepath=True)
@@ -284,9 +352,40 @@ class ZooKeeperCluster(Cluster):
             while name not in self._assignments:
                 await self.changed.wait()
 
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None = None,
+                                validate_only: bool = False) -> None:
+        try:
+            current = decode_topic_assignment(name, await self.zk.get(topic_path(name)))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.") from None
+        except ZooKeeperError as exc:
+            raise RequestTimedOutError(f"cannot read {name!r}: {exc}") from None
+        new = plan_new_partitions(name, current, count, assignment, sorted(self._brokers))
+        if self.partition_budget is not None:
+            here = sum(1 for r in new.values() if r and r[0] == self.broker.node_id)
+            self.partition_budget.check(name, count, here)
+        if validate_only:
+            return
+        try:
+            await self.zk.set(topic_path(name), encode_topic_assignment({**current, **new}))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.") from None
+        except ZooKeeperError as exc:
+            raise RequestTimedOutError(f"cannot add partitions to {name!r}: {exc}") from None
+        log.info("topic %s grows from %d to %d partitions: %s", name, len(current), count, new)
+        # Answer once the new partitions are served and this broker's cache shows them.
+        with trio.move_on_after(CREATE_WAIT_S):
+            for partition in sorted(new):
+                while not await self.zk.exists(partition_state_path(name, partition)):
+                    await trio.sleep(0.02)
+            while len(self._assignments.get(name, ())) < count:
+                await self.changed.wait()
+
     async def delete_topic(self, name: str) -> None:
         try:
             await self.zk.delete(topic_path(name), recursive=True)
+            await self.topic_configs.forget(name)
         except NoNodeError:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
         except ZooKeeperError as exc:
@@ -324,11 +423,14 @@ async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs:
         cluster_id = await _cluster_id(zk)
         await trio.to_thread.run_sync(load_or_create_meta, config.log_dirs, config.broker_id,
                                       cluster_id)
+        topic_configs = TopicConfigs(config, logs, ZooKeeperConfigStore(zk), limiter)
+        await topic_configs.load_all()
         cluster = ZooKeeperCluster(zk, broker, cluster_id, logs, config["num.partitions"],
-                                   limiter)
+                                   limiter, topic_configs)
         await cluster.register()
         await cluster.load()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cluster.run)
+            nursery.start_soon(topic_configs.follow_changes)
             yield cluster
             nursery.cancel_scope.cancel()

@@ -183,6 +183,34 @@ class ZooKeeper:
         )
         return value
 
+    async def follow_data(self, path: str,
+                          deliver: Callable[[bytes | None], None]) -> Callable[[], None]:
+        """Call ``deliver(data)`` in the trio thread with ``path``'s data now and after every
+        change (``None`` while the node is missing); returns ``stop``, after which nothing is
+        delivered (kazoo drops the watch at its next event).  For many nodes followed by
+        one task: each delivery is a plain call, with no task or ``AsyncValue`` per node."""
+        stopped = False
+
+        def relay(data: bytes | None) -> None:
+            if not stopped:
+                deliver(data)
+
+        def on_data(data: bytes | None, _stat: object) -> bool:  # in a kazoo thread
+            if stopped or self._closed:
+                return False
+            try:
+                self._token.run_sync_soon(relay, data)
+            except trio.RunFinishedError:
+                return False
+            return True
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+
+        await self._call(DataWatch, self._client, path, on_data)
+        return stop
+
     # -- session ---------------------------------------------------------------------------
 
     def _on_state(self, state: str) -> None:
