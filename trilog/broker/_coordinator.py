@@ -45,10 +45,13 @@ from trilog.errors import (
     ApiError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InvalidGroupIdError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     OffsetMetadataTooLargeError,
     TopicAlreadyExistsError,
@@ -56,6 +59,7 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
 )
 from trilog.protocol import (
+    CONSUMER_PROTOCOL_TYPE,
     ApiKey,
     DescribeGroupsResponse,
     FindCoordinatorResponse,
@@ -503,6 +507,62 @@ class GroupCoordinator:
         return R(throttle_time_ms=0, error_code=code,
                  groups=[R.ListedGroup(group_id=g, protocol_type=t)
                          for g, t in sorted(listed.items())])
+
+    # -- DeleteGroups / OffsetDelete (served by ``_admin_apis.py``) ------------------------------
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
+        """Kafka's ``handleDeleteGroups``: each group's error code.  An empty group (no
+        members) is removed with its committed offsets (tombstones in the offsets topic);
+        a group with members is NON_EMPTY_GROUP; one unknown here GROUP_ID_NOT_FOUND."""
+        await trio.lowlevel.checkpoint()
+        codes: dict[str, int] = {}
+        for gid in group_ids:
+            code = self._group_error(gid)
+            group = self.groups.get(gid)
+            p = self.partition_of(gid)
+            if code:
+                pass
+            elif group is not None and group.state is not GroupState.EMPTY:
+                code = NonEmptyGroupError.code
+            elif group is None and not self.offsets.has_offsets(p, gid):
+                code = GroupIdNotFoundError.code
+            else:
+                # Out of the table before the await: a JoinGroup meanwhile makes a new group.
+                if self.groups.pop(gid, None) is not None:
+                    log.info("deleted group %s", gid)
+                code = await self.offsets.delete(p, gid)
+            codes[gid] = code
+        return codes
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[int, dict[tuple[str, int], int]]:
+        """Kafka's ``handleDeleteOffsets``: ``(group error, {partition: error})``.  An empty
+        group loses the offsets of ``partitions``; a consumer group with members only those
+        of topics it does not subscribe to (GROUP_SUBSCRIBED_TO_TOPIC for the others); any
+        other group with members is NON_EMPTY_GROUP."""
+        await trio.lowlevel.checkpoint()
+        code = self._group_error(group_id)
+        if code:
+            return code, {}
+        group = self.groups.get(group_id)
+        p = self.partition_of(group_id)
+        codes: dict[tuple[str, int], int] = {}
+        eligible = partitions
+        if group is None or group.state is GroupState.EMPTY:
+            if group is None and not self.offsets.has_offsets(p, group_id):
+                return GroupIdNotFoundError.code, {}
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            subscribed = group.subscribed_topics()
+            eligible = [tp for tp in partitions
+                        if subscribed is not None and tp[0] not in subscribed]
+            codes = {tp: GroupSubscribedToTopicError.code for tp in partitions
+                     if tp not in eligible}
+        else:
+            return NonEmptyGroupError.code, {}
+        if eligible:
+            stored = await self.offsets.delete(p, group_id, eligible)
+            codes.update((tp, stored) for tp in eligible)
+        return NO_ERROR, codes
 
     # -- for tests and statistics() ----------------------------------------------------------------
 

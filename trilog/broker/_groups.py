@@ -43,8 +43,10 @@ from trilog.errors import (
     InconsistentGroupProtocolError,
     NotCoordinatorError,
     RebalanceInProgressError,
+    RemoteProtocolError,
     UnknownMemberIdError,
 )
+from trilog.protocol import CONSUMER_PROTOCOL_TYPE, decode_subscription
 
 
 class GroupState(enum.Enum):
@@ -165,6 +167,20 @@ class Group:
 
     def rebalance_timeout_s(self) -> float:
         return max((m.rebalance_timeout_s for m in self.members.values()), default=0.0)
+
+    def subscribed_topics(self) -> set[str] | None:
+        """The topics the members of a consumer group subscribe to, None when unknown (no
+        protocol chosen yet, another protocol type, a subscription that does not parse):
+        Kafka's ``subscribedTopics``, which OffsetDelete consults."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            try:
+                topics.update(decode_subscription(m.metadata(self.protocol)).topics)
+            except RemoteProtocolError:
+                return None
+        return topics
 
     def supports(self, protocols: list[tuple[str, bytes]]) -> bool:
         if not self.members:

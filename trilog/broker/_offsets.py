@@ -318,6 +318,32 @@ class OffsetManager:
             await self._maybe_compact(part)
             return len(expired)
 
+    async def delete(self, partition: int, group: str,
+                     partitions: Iterable[TopicPartition] | None = None) -> int:
+        """Delete ``group``'s committed offsets of ``partitions`` (all of them when None):
+        tombstones appended, then the cache forgets them.  Returns the error code
+        (DeleteGroups, OffsetDelete); offsets not committed need nothing and are no error."""
+        part = self.partitions.get(partition)
+        if part is None or not part.loaded:
+            await trio.lowlevel.checkpoint()
+            return NotCoordinatorError.code
+        async with part.lock:
+            if self.partitions.get(partition) is not part:
+                return NotCoordinatorError.code
+            offsets = part.offsets.get(group, {})
+            doomed = list(offsets) if partitions is None else [
+                tp for tp in dict.fromkeys(partitions) if tp in offsets]
+            if not doomed:
+                return NO_ERROR
+            entries = [(encode_offset_key(group, t, p), None) for t, p in doomed]
+            code = await self._append(partition, build_batches(entries, _time.now_ms()))
+            if code != NO_ERROR:
+                return code
+            for tp in doomed:
+                _forget(part.offsets, group, tp)
+        log.info("deleted %d committed offsets of group %s", len(doomed), group)
+        return NO_ERROR
+
     async def _append(self, partition: int, batches: list[bytes]) -> int:
         lg = self.logs.get_log(OFFSETS_TOPIC, partition)
         if lg is None:
