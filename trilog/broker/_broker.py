@@ -29,6 +29,7 @@ import trio
 
 from trilog._concurrency import unwrap_exception_group
 from trilog._time import now_ms
+from trilog.broker._admin_apis import AdminApis
 from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
 from trilog.broker._config import BrokerConfig
 from trilog.broker._config_apis import ConfigApis
@@ -71,6 +72,7 @@ class Broker:
         self.handler = RequestHandler(config, cluster, logs, self.purgatory, limiter)
         self.coordinator = GroupCoordinator(config, cluster, logs, limiter)
         self.coordinator.register(self.handler)
+        AdminApis(cluster, logs, self.coordinator, limiter).register(self.handler)
         self.network = Network(
             self._handle,
             listeners,
