@@ -15,6 +15,10 @@ create nothing, like the seed's ``SimpleConsumer.fetch``.  Following a partition
 its Metadata request creates the topic when the broker auto-creates topics
 (``allow_auto_create_topics``, Kafka's ``allow.auto.create.topics``), and it asks again,
 backing off, until the partition has a leader.  An illegal topic name raises at once.
+
+``statistics()`` gives plain counters of the fetches (records and bytes fetched, latency,
+lag per partition from the high watermarks the answers carry); ``FetchStatistics`` keeps
+them for the group consumer too.
 """
 
 from __future__ import annotations
@@ -86,8 +90,9 @@ _new_tuple = tuple.__new__
 class FetchedRecords:
     """The records one fetch returned for one partition, decoded when iterated.
 
-    ``next_offset`` is where the following fetch should start (from batch headers, without
-    decoding); ``high_watermark`` is the partition's end when the broker answered.
+    ``next_offset`` is where the following fetch should start and ``record_count`` how many
+    records from ``offset`` on it holds (both from batch headers, without decoding);
+    ``high_watermark`` is the partition's end when the broker answered.
     """
 
     __slots__ = (
@@ -100,6 +105,7 @@ class FetchedRecords:
         "next_offset",
         "offset",
         "partition",
+        "record_count",
         "topic",
     )
 
@@ -117,9 +123,17 @@ class FetchedRecords:
         self._value_deserializer = value_deserializer
         self._cached: list[ConsumerRecord] | None = None
         next_offset = offset
+        count = 0
         for batch in MemoryRecords(self._data).batches():
-            next_offset = max(next_offset, batch.next_offset)
+            end = batch.next_offset
+            if end > offset:
+                if type(batch) is RecordBatch and batch.base_offset >= offset:
+                    count += batch.record_count  # exact, also for a compacted batch
+                else:  # a legacy message set, or the part of a batch from the asked offset
+                    count += end - max(batch.base_offset, offset)
+            next_offset = max(next_offset, end)
         self.next_offset = next_offset
+        self.record_count = count
 
     @property
     def size_in_bytes(self) -> int:
@@ -170,6 +184,53 @@ class FetchedRecords:
                 f"next_offset={self.next_offset}, bytes={len(self._data)})")
 
 
+class FetchStatistics:
+    """A consumer's fetch counters (plain numbers; the trio thread).  ``fetch_from_node``
+    adds each answered Fetch request; ``as_dict`` gives the ``statistics()`` vocabulary."""
+
+    __slots__ = ("bytes", "fetches", "lag", "latency_max", "latency_sum", "records")
+
+    def __init__(self) -> None:
+        self.fetches = 0
+        self.records = 0
+        self.bytes = 0
+        self.latency_sum = 0.0
+        self.latency_max = 0.0
+        #: (topic, partition) -> high watermark less the next offset, as of its last fetch
+        self.lag: dict[tuple[str, int], int] = {}
+
+    def fetched(self, seconds: float, results: Iterable[FetchedRecords | ApiError]) -> None:
+        self.fetches += 1
+        self.latency_sum += seconds
+        self.latency_max = max(self.latency_max, seconds)
+        for result in results:
+            if isinstance(result, FetchedRecords):
+                self.records += result.record_count
+                self.bytes += result.size_in_bytes
+                if result.high_watermark >= 0:
+                    self.lag[(result.topic, result.partition)] = max(
+                        result.high_watermark - result.next_offset, 0)
+
+    def as_dict(self, partitions: Iterable[tuple[str, int]] | None = None) -> dict[str, Any]:
+        """The counters; ``lag`` is ``{topic: {partition: lag}}`` (of ``partitions`` only,
+        when given)."""
+        lags = self.lag if partitions is None else {
+            tp: self.lag[tp] for tp in partitions if tp in self.lag}
+        by_topic: dict[str, dict[int, int]] = {}
+        for (topic, partition), n in sorted(lags.items()):
+            by_topic.setdefault(topic, {})[partition] = n
+        return {
+            "records_consumed": self.records,
+            "bytes_consumed": self.bytes,
+            "fetches": self.fetches,
+            "fetch_latency_avg_ms": 1000 * self.latency_sum / self.fetches if self.fetches
+            else 0.0,
+            "fetch_latency_max_ms": 1000 * self.latency_max,
+            "lag": by_topic,
+            "lag_max": max(lags.values(), default=0),
+        }
+
+
 class SimpleConsumer:
     """See the module docstring.  Create with ``open_simple_consumer``."""
 
@@ -185,6 +246,16 @@ class SimpleConsumer:
         self.allow_auto_create_topics = allow_auto_create_topics
         self._kd = key_deserializer
         self._vd = value_deserializer
+        self._stats = FetchStatistics()
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters since the consumer opened (see docs/client.md, "Statistics"):
+        ``records_consumed`` and ``bytes_consumed`` (what fetches returned from the offsets
+        asked, counted from batch headers when each fetch returns), ``fetches`` (Fetch
+        requests answered), ``fetch_latency_avg_ms``/``fetch_latency_max_ms`` (a long poll's
+        wait included), ``lag`` (``{topic: {partition: high watermark - next offset}}`` as of
+        each partition's last fetch) and ``lag_max``."""
+        return self._stats.as_dict()
 
     async def partitions_for(self, topic: str) -> tuple[int, ...]:
         return await self._client.partitions_for(topic)
@@ -223,7 +294,8 @@ class SimpleConsumer:
                     got = await fetch_from_node(
                         self._client, node, [requests[i] for i in indexes],
                         max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                        key_deserializer=self._kd, value_deserializer=self._vd)
+                        key_deserializer=self._kd, value_deserializer=self._vd,
+                        statistics=self._stats)
                 except (NetworkError, RequestTimedOutError, ProtocolError):
                     retry.extend(indexes)
                     return
@@ -345,11 +417,13 @@ async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWant
                           max_wait_ms: int, min_bytes: int,
                           key_deserializer: Deserializer | None = None,
                           value_deserializer: Deserializer | None = None,
+                          statistics: FetchStatistics | None = None,
                           ) -> list[FetchedRecords | ApiError]:
     """One Fetch request to ``node`` for each ``(topic, partition, offset, max_bytes)`` of
     ``wanted``, no retries: in order, each partition's records or its error.  Raises
     ``NetworkError``, ``RequestTimedOutError`` or ``ProtocolError`` when the request itself
-    fails.  ``multifetch`` and the group consumer's fetchers are built on it."""
+    fails.  ``multifetch`` and the group consumer's fetchers are built on it; an answered
+    request is counted in ``statistics``."""
     R = FetchRequest
     by_topic: dict[str, list[Any]] = {}
     for topic, partition, offset, max_bytes in wanted:
@@ -361,7 +435,9 @@ async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWant
                 isolation_level=0,
                 topics=[R.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()])
     conn = await client.connection(node)
+    started = trio.current_time()
     response = await conn.request(request, timeout_s=client.request_timeout_s + max_wait_ms / 1000)
+    seconds = trio.current_time() - started
     answers = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
     out: list[FetchedRecords | ApiError] = []
     for topic, partition, offset, _max in wanted:
@@ -381,6 +457,8 @@ async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWant
         else:
             out.append(FetchedRecords(topic, partition, offset, p.records, p.high_watermark,
                                       p.log_start_offset, key_deserializer, value_deserializer))
+    if statistics is not None:
+        statistics.fetched(seconds, out)
     return out
 
 

@@ -24,6 +24,7 @@ from trilog.client._client import Client
 from trilog.client._consumer import (
     ConsumerRecord,
     FetchedRecords,
+    FetchStatistics,
     fetch_from_node,
     list_offsets,
 )
@@ -84,6 +85,7 @@ class GroupConsumerConnector(Generic[Streams]):
     the streams.  ``poll_expired`` is the stream whose application held a record too long
     (broker coordination's ``max_poll_interval_ms``): the member is out of its group until
     that stream is asked for its next record.  ``rebalances`` counts completed ones.
+    ``statistics()`` gives the member's counters.
     """
 
     def __init__(self, config: GroupConfig, client: Client) -> None:
@@ -110,6 +112,15 @@ class GroupConsumerConnector(Generic[Streams]):
         self.rebalances = 0
         self._rebalanced = trio.Event()
         self.poll_expired: MessageStream | None = None
+        self._fetch_stats = FetchStatistics()
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters since the consumer opened (see docs/consumer.md, "Statistics"): the
+        simple consumer's (``records_consumed``, ``bytes_consumed``, ``fetches``,
+        ``fetch_latency_avg_ms``/``_max_ms``, ``lag`` and ``lag_max``, here of the partitions
+        owned now), ``rebalances`` completed and ``assigned_partitions``."""
+        return {**self._fetch_stats.as_dict(self.owned), "rebalances": self.rebalances,
+                "assigned_partitions": len(self.owned)}
 
     def _new_stream(self, name: str) -> MessageStream:
         send, receive = trio.open_memory_channel[Chunk](self.config.queued_max_chunks)
@@ -260,7 +271,8 @@ class GroupConsumerConnector(Generic[Streams]):
             wanted = [(t, p, self._positions[(t, p)], max_bytes) for t, p in tps]
             try:
                 results = await fetch_from_node(self._client, node, wanted,
-                                                max_wait_ms=max_wait_ms, min_bytes=1)
+                                                max_wait_ms=max_wait_ms, min_bytes=1,
+                                                statistics=self._fetch_stats)
             except (NetworkError, RequestTimedOutError, ProtocolError) as exc:
                 log.debug("fetch from broker %d failed: %s", node.node_id, exc)
                 regroup.set()

@@ -22,6 +22,8 @@ broker.  Each batch is compressed as a whole and gets one CRC.
   per-partition sequence numbers stamped at sealing, one batch per partition in flight; a
   batch that fails for good leaves a gap, closed by a new producer id (``_renew_producer_id``).
 - Close: leaving the ``async with`` normally flushes first; cancellation stops at once.
+- ``statistics()``: plain counters since the producer opened (records and bytes sent, batch
+  size, request latency, buffer available, errors, retries), for an application's metrics.
 """
 
 from __future__ import annotations
@@ -205,6 +207,23 @@ def _metadata(batch: _Batch, index: int) -> RecordMetadata:
     return RecordMetadata(batch.topic, batch.partition, offset, timestamp)
 
 
+class _Statistics:
+    """The producer's counters (plain numbers, kept where the work happens)."""
+
+    __slots__ = ("batches_sent", "bytes_sent", "latency_max", "latency_sum", "record_errors",
+                 "records_sent", "requests", "retries")
+
+    def __init__(self) -> None:
+        self.records_sent = 0
+        self.bytes_sent = 0
+        self.batches_sent = 0
+        self.retries = 0
+        self.record_errors = 0
+        self.requests = 0  # answered Produce requests (their latency is known)
+        self.latency_sum = 0.0
+        self.latency_max = 0.0
+
+
 class Producer:
     """See the module docstring.  Create with ``open_producer``; use from its trio run."""
 
@@ -269,6 +288,31 @@ class Producer:
         self._producer_id, self._producer_epoch = -1, -1
         self._next_sequence: dict[tuple[str, int], int] = {}
         self._sequence_gap = False
+        self._stats = _Statistics()
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters since the producer opened, in the vocabulary of Kafka's producer metrics
+        and of the broker's (see docs/client.md, "Statistics"): ``records_sent`` (records
+        in batches sent for the first time), ``bytes_sent`` and ``batches_sent`` (every
+        attempt), ``batch_size_avg`` (bytes), ``requests`` (Produce requests answered),
+        ``request_latency_avg_ms``/``request_latency_max_ms`` (send to answer),
+        ``buffer_total_bytes``/``buffer_available_bytes`` (``buffer_memory``),
+        ``record_errors`` (records whose delivery failed), ``retries`` (batches sent again).
+        """
+        s = self._stats
+        return {
+            "records_sent": s.records_sent,
+            "bytes_sent": s.bytes_sent,
+            "batches_sent": s.batches_sent,
+            "batch_size_avg": s.bytes_sent / s.batches_sent if s.batches_sent else 0.0,
+            "requests": s.requests,
+            "request_latency_avg_ms": 1000 * s.latency_sum / s.requests if s.requests else 0.0,
+            "request_latency_max_ms": 1000 * s.latency_max,
+            "buffer_total_bytes": self._buffer_memory,
+            "buffer_available_bytes": self._buffer_memory - self._buffer_used,
+            "record_errors": s.record_errors,
+            "retries": s.retries,
+        }
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -497,6 +541,8 @@ class Producer:
         batch.base_offset = base_offset
         batch.error = error
         batch.log_append_time = log_append_time
+        if error is not None and batch.halves is None:
+            self._stats.record_errors += len(batch.builder)
         self._finish(batch)
 
     def _finish(self, batch: _Batch) -> None:
@@ -661,6 +707,7 @@ class Producer:
                         self._complete(batch, error=self._timeout_error(batch, batch.error))
                     self._finish_request(slots, batches)
                     continue
+                sent_at = trio.current_time()
                 pending = await conn.send_request(request, expect_response=self._acks != 0)
             except (NetworkError, RequestTimedOutError) as exc:
                 self._finish_request(slots, batches, error=exc)
@@ -670,27 +717,40 @@ class Producer:
                     self._complete(batch)
                 self._finish_request(slots, batches)
                 continue
-            nursery.start_soon(self._await_response, conn, pending, slots, batches)
+            nursery.start_soon(self._await_response, conn, pending, slots, batches, sent_at)
 
     def _produce_request(self, batches: list[_Batch]) -> Message:
         by_topic: dict[str, list[Any]] = {}
+        stats = self._stats
         for batch in batches:
             by_topic.setdefault(batch.topic, []).append(
                 ProduceRequest.TopicProduceData.PartitionProduceData(
                     index=batch.partition, records=batch.data))
             batch.attempts += 1
+            stats.batches_sent += 1
+            stats.bytes_sent += len(batch.sealed_data())
+            if batch.attempts > 1:
+                stats.retries += 1
+            elif batch.parent is None:  # a split batch's halves carry records counted once
+                stats.records_sent += len(batch.builder)
         return ProduceRequest(
             acks=self._acks, timeout_ms=int(self._request_timeout_s * 1000),
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
                         for t, p in by_topic.items()])
 
     async def _await_response(self, conn: BrokerConnection, pending: PendingResponse,
-                              slots: trio.Semaphore, batches: list[_Batch]) -> None:
+                              slots: trio.Semaphore, batches: list[_Batch],
+                              sent_at: float) -> None:
         try:
             response = await conn.wait_response(pending, self._request_timeout_s + 5)
         except (NetworkError, RequestTimedOutError) as exc:
             self._finish_request(slots, batches, error=exc)
             return
+        latency = trio.current_time() - sent_at
+        stats = self._stats
+        stats.requests += 1
+        stats.latency_sum += latency
+        stats.latency_max = max(stats.latency_max, latency)
         results = {(t.name, p.index): p for t in response.responses
                    for p in t.partition_responses}
         stale = False

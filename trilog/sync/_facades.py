@@ -13,7 +13,7 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Iterator, Self, Sequence, Unpack
 
@@ -51,6 +51,12 @@ class _Facade:
     @property
     def closed(self) -> bool:
         return self._portal.closed
+
+    def _statistics(self, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``read()`` in the loop thread; once closed nothing changes them: read here."""
+        if self.closed:
+            return read()
+        return self._portal.run_sync(read)
 
     def __enter__(self) -> Self:
         return self
@@ -285,6 +291,10 @@ class Producer(_Facade):
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         return self._portal.run(self._producer.partitions_for, topic)
 
+    def statistics(self) -> dict[str, Any]:
+        """``trilog.Producer.statistics()`` (the last counters once closed)."""
+        return self._statistics(self._producer.statistics)
+
 
 class SimpleConsumer(_Facade):
     """``trilog.open_simple_consumer`` for threads."""
@@ -297,6 +307,10 @@ class SimpleConsumer(_Facade):
 
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         return self._portal.run(self._consumer.partitions_for, topic)
+
+    def statistics(self) -> dict[str, Any]:
+        """``trilog.SimpleConsumer.statistics()`` (the last counters once closed)."""
+        return self._statistics(self._consumer.statistics)
 
     def list_topics(self) -> list[str]:
         return self._portal.run(self._consumer.list_topics)
@@ -385,6 +399,10 @@ class Consumer(_Facade):
 
     def commit_offsets(self) -> None:
         self._portal.run(self._connector.commit_offsets)
+
+    def statistics(self) -> dict[str, Any]:
+        """The group consumer's ``statistics()`` (the last counters once closed)."""
+        return self._statistics(self._connector.statistics)
 
     @property
     def owned(self) -> dict:
