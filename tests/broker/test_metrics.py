@@ -28,8 +28,12 @@ from trilog.broker._metrics import (
     error_counts,
     registry_for,
 )
-from trilog.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
-from trilog.protocol import ApiKey, ProduceResponse
+from trilog.errors import (
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
+from trilog.protocol import ApiKey, ApiVersionsResponse, MetadataResponse, ProduceResponse
 from trilog.zk._server import free_port
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -200,6 +204,17 @@ def test_error_counts_walks_every_partition():
     ], throttle_time_ms=0)
     assert error_counts(response) == {NotLeaderOrFollowerError.code: 2,
                                       UnknownTopicOrPartitionError.code: 1}
+    M = MetadataResponse
+    T = M.MetadataResponseTopic
+    metadata = M(brokers=[], topics=[
+        T(name="a", error_code=LeaderNotAvailableError.code, partitions=[
+            T.MetadataResponsePartition(partition_index=0,
+                                        error_code=LeaderNotAvailableError.code),
+            T.MetadataResponsePartition(partition_index=1, error_code=0)]),
+        T(name="b", error_code=0, partitions=[]),
+    ])
+    assert error_counts(metadata) == {LeaderNotAvailableError.code: 2}
+    assert error_counts(ApiVersionsResponse(error_code=35)) == {35: 1}
 
 
 def test_buckets_are_cumulative():

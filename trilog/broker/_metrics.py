@@ -35,7 +35,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from trilog.errors import ERROR_CODES, TrilogError
-from trilog.protocol import ApiKey, StructValue
+from trilog.protocol import ApiKey, Array, Struct, StructValue
 
 if TYPE_CHECKING:
     from trilog.broker._broker import Broker
@@ -208,23 +208,64 @@ class RequestMetrics:
 
 def error_counts(response: StructValue) -> dict[int, int]:
     """The non-zero ``error_code`` fields anywhere in a response, counted (Kafka's
-    ``AbstractResponse.errorCounts``): a walk over its structs, no encoding."""
+    ``AbstractResponse.errorCounts``): a walk over the structs that can hold one, planned
+    once per struct class from its schema, so a Fetch answer of many partitions costs one
+    attribute read per partition."""
     counts: dict[int, int] = {}
-    stack: list[StructValue] = [response]
-    while stack:
-        value = stack.pop()
-        names: tuple[str, ...] = type(value).__slots__  # the struct's fields
-        for name in names:
-            field = getattr(value, name)
-            if name == "error_code":
-                if field:
-                    counts[field] = counts.get(field, 0) + 1
-            elif type(field) is list:
-                if field and isinstance(field[0], StructValue):
-                    stack.extend(field)
-            elif isinstance(field, StructValue):
-                stack.append(field)
+    _count_errors(response, counts)
     return counts
+
+
+def _count_errors(value: StructValue, counts: dict[int, int]) -> None:
+    has_code, structs, arrays = _plan(type(value))
+    if has_code:
+        code = value.error_code
+        if code:
+            counts[code] = counts.get(code, 0) + 1
+    for name in structs:
+        child = getattr(value, name)
+        if child is not None:
+            _count_errors(child, counts)
+    for name in arrays:
+        items = getattr(value, name)
+        if not items:
+            continue
+        item_code, item_structs, item_arrays = _plan(type(items[0]))
+        if item_structs or item_arrays:
+            for item in items:
+                _count_errors(item, counts)
+        elif item_code:  # leaves (a partition's answer): only their codes to read
+            for item in items:
+                code = item.error_code
+                if code:
+                    counts[code] = counts.get(code, 0) + 1
+
+
+#: struct class -> (has an error_code, struct fields, array-of-struct fields), where an
+#: error code may be found below
+_PLANS: dict[type, tuple[bool, tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _plan(cls: type[StructValue]) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = _make_plan(cls._struct)
+    return plan
+
+
+def _make_plan(struct: Struct) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+    structs: list[str] = []
+    arrays: list[str] = []
+    for field in struct.fields:
+        inner = field.type.item if isinstance(field.type, Array) else field.type
+        if isinstance(inner, Struct) and _may_hold_errors(inner):
+            (arrays if isinstance(field.type, Array) else structs).append(field.name)
+    return "error_code" in struct.field_names, tuple(structs), tuple(arrays)
+
+
+def _may_hold_errors(struct: Struct) -> bool:
+    has_code, structs, arrays = _plan(struct.cls)
+    return has_code or bool(structs) or bool(arrays)
 
 
 def _camel(name: str) -> str:
