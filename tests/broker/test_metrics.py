@@ -240,11 +240,12 @@ async def test_requests_are_counted_and_logged_at_debug(tmp_path, caplog):
         assert response.responses[0].partition_responses[0].error_code == \
             UnknownTopicOrPartitionError.code
         metrics = broker.handler.metrics
-        assert metrics.requests[(ApiKey.PRODUCE, 7)] == 2
-        assert metrics.errors[(ApiKey.PRODUCE, UnknownTopicOrPartitionError.code)] == 1
+        produce = metrics.apis[ApiKey.PRODUCE]
+        assert produce.versions == {7: 2}
+        assert produce.errors == {UnknownTopicOrPartitionError.code: 1}
         assert metrics.topics["logged"].records_in == 1
         assert metrics.topics["logged"].bytes_in > 100
-        assert metrics.seconds[ApiKey.PRODUCE].count == 2
+        assert produce.seconds.count == 2
     lines = [r for r in caplog.records if r.name == "trilog.broker.requests"
              and r.levelno == logging.DEBUG]
     produced = [r.getMessage() for r in lines if r.getMessage().startswith("Produce v7 ")]

@@ -641,10 +641,8 @@ class _Converted:
 
 
 def _parts_size(parts: list[Any] | None) -> int:
-    if not parts:
-        return 0
-    return sum(len(p) if isinstance(p, (bytes, bytearray, memoryview)) else p.length
-               for p in parts)
+    # bytes and the FetchSlices sent with sendfile alike have a len()
+    return sum(map(len, parts)) if parts else 0
 
 
 def _log_request(api_key: int, version: int, client_id: str | None, peer: str,

@@ -152,8 +152,21 @@ class TopicCounters:
         self.bytes_out = 0
 
 
+class ApiCounters:
+    """One API's counters: requests per version, their times, bytes, and error codes."""
+
+    __slots__ = ("errors", "request_bytes", "response_bytes", "seconds", "versions")
+
+    def __init__(self) -> None:
+        self.versions: dict[int, int] = {}  # version -> requests
+        self.seconds = Buckets(REQUEST_BUCKETS_S)
+        self.request_bytes = 0
+        self.response_bytes = 0
+        self.errors: dict[int, int] = {}  # error code -> count
+
+
 class RequestMetrics:
-    """What the request handler counts: per API and version, per error, per topic.
+    """What the request handler counts: per API (and version, and error), per topic.
 
     Runs in the trio thread.  Keys are bounded: API keys and versions are those the broker
     serves (a refused request's unknown key counts as -1), error codes are Kafka's, topics
@@ -161,27 +174,24 @@ class RequestMetrics:
     """
 
     def __init__(self) -> None:
-        self.requests: dict[tuple[int, int], int] = {}  # (api key, version) -> requests
-        self.seconds: dict[int, Buckets] = {}  # api key -> request times
-        self.errors: dict[tuple[int, int], int] = {}  # (api key, error code) -> count
+        self.apis: dict[int, ApiCounters] = {}  # api key -> its counters
         self.refused: dict[int, int] = {}  # api key (-1: unknown) -> requests
-        self.request_bytes: dict[int, int] = {}
-        self.response_bytes: dict[int, int] = {}
         self.topics: dict[str, TopicCounters] = {}
 
     def request_done(self, api_key: int, version: int, seconds: float, request_bytes: int,
                      response_bytes: int, errors: Mapping[int, int]) -> None:
-        key = (api_key, version)
-        self.requests[key] = self.requests.get(key, 0) + 1
-        buckets = self.seconds.get(api_key)
-        if buckets is None:
-            buckets = self.seconds[api_key] = Buckets(REQUEST_BUCKETS_S)
-        buckets.observe(seconds)
-        self.request_bytes[api_key] = self.request_bytes.get(api_key, 0) + request_bytes
-        self.response_bytes[api_key] = self.response_bytes.get(api_key, 0) + response_bytes
-        for code, n in errors.items():
-            error_key = (api_key, code)
-            self.errors[error_key] = self.errors.get(error_key, 0) + n
+        api = self.apis.get(api_key)
+        if api is None:
+            api = self.apis[api_key] = ApiCounters()
+        versions = api.versions
+        versions[version] = versions.get(version, 0) + 1
+        api.seconds.observe(seconds)
+        api.request_bytes += request_bytes
+        api.response_bytes += response_bytes
+        if errors:
+            counts = api.errors
+            for code, n in errors.items():
+                counts[code] = counts.get(code, 0) + n
 
     def request_refused(self, api_key: int) -> None:
         if api_key not in _API_NAMES:
@@ -402,30 +412,31 @@ class BrokerCollector:
         yield from (bytes_in, records_in, bytes_out)
 
     def _requests(self, requests: RequestMetrics) -> Iterator[Metric]:
+        apis = sorted(requests.apis.items())
         total = CounterMetricFamily("trilog_requests", _doc("trilog_requests_total"),
                                     labels=["api", "version"])
-        for (key, version), n in sorted(requests.requests.items()):
-            total.add_metric([api_name(key), str(version)], n)
-        yield total
-        yield _histogram("trilog_request_seconds",
-                         [((api_name(k),), b) for k, b in sorted(requests.seconds.items())],
-                         labels=["api"])
         errors = CounterMetricFamily("trilog_request_errors", _doc("trilog_request_errors_total"),
                                      labels=["api", "error"])
-        for (key, code), n in sorted(requests.errors.items()):
-            errors.add_metric([api_name(key), error_name(code)], n)
+        sizes = {name: CounterMetricFamily(name, _doc(name + "_total"), labels=["api"])
+                 for name in ("trilog_request_bytes", "trilog_response_bytes")}
+        for key, api in apis:
+            name = api_name(key)
+            for version, n in sorted(api.versions.items()):
+                total.add_metric([name, str(version)], n)
+            for code, n in sorted(api.errors.items()):
+                errors.add_metric([name, error_name(code)], n)
+            sizes["trilog_request_bytes"].add_metric([name], api.request_bytes)
+            sizes["trilog_response_bytes"].add_metric([name], api.response_bytes)
+        yield total
+        yield _histogram("trilog_request_seconds",
+                         [((api_name(key),), api.seconds) for key, api in apis], labels=["api"])
         yield errors
         refused = CounterMetricFamily("trilog_requests_refused",
                                       _doc("trilog_requests_refused_total"), labels=["api"])
         for key, n in sorted(requests.refused.items()):
             refused.add_metric([api_name(key)], n)
         yield refused
-        for name, values in (("trilog_request_bytes", requests.request_bytes),
-                             ("trilog_response_bytes", requests.response_bytes)):
-            family = CounterMetricFamily(name, _doc(name + "_total"), labels=["api"])
-            for key, n in sorted(values.items()):
-                family.add_metric([api_name(key)], n)
-            yield family
+        yield from sizes.values()
 
     def _network(self, stats: Mapping[str, int]) -> Iterator[Metric]:
         for name, key in (("trilog_request_queue_bytes", "queued_request_bytes"),
