@@ -36,6 +36,7 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
 )
 from trilog.storage import LogManager, write_atomically
+from trilog.zk import assign_new_partitions
 
 if TYPE_CHECKING:
     from trilog.broker._config_store import TopicConfigs
@@ -89,45 +90,12 @@ def plan_new_partitions(name: str, current: dict[int, list[int]], count: int,
                         assignment: list[list[int]] | None,
                         live: list[int]) -> dict[int, list[int]]:
     """Validate a CreatePartitions entry growing ``name`` from its ``current`` assignment to
-    ``count`` partitions; return the new partitions' replicas: ``assignment`` (one replica
-    list per new partition, in order) or, without one, spread over the ``live`` brokers
-    where the topic's round-robin left off.  Raise the ``ApiError`` Kafka answers with."""
+    ``count`` partitions; return the new partitions' replicas (``trilog.zk.
+    assign_new_partitions``).  Raise the ``ApiError`` Kafka answers with."""
     if name in INTERNAL_TOPICS:
         # The coordinator places groups by the partition count: growing it orphans offsets.
         raise InvalidRequestError(f"cannot add partitions to the internal topic {name}")
-    old = len(current)
-    if count < old:
-        raise InvalidPartitionsError(
-            f"Topic currently has {old} partitions, which is higher than the requested {count}.")
-    if count == old:
-        raise InvalidPartitionsError(f"Topic already has {old} partitions.")
-    factor = len(current[min(current)]) if current else 1
-    if assignment is None:
-        ordered = sorted(live)
-        if factor > len(ordered):
-            raise InvalidReplicationFactorError(
-                f"replication factor {factor} is larger than the {len(ordered)} live brokers")
-        first = current.get(0, [ordered[0]])[0]
-        start = ordered.index(first) if first in ordered else 0
-        return {p: [ordered[(start + p + i) % len(ordered)] for i in range(factor)]
-                for p in range(old, count)}
-    unknown = {b for replicas in assignment for b in replicas} - set(live)
-    if unknown:
-        raise InvalidReplicaAssignmentError(
-            f"Unknown broker(s) in replica assignment: {', '.join(map(str, sorted(unknown)))}.")
-    if len(assignment) != count - old:
-        raise InvalidReplicaAssignmentError(
-            f"Increasing the number of partitions by {count - old} but {len(assignment)} "
-            "assignments provided.")
-    for replicas in assignment:
-        if len(set(replicas)) != len(replicas):
-            raise InvalidReplicaAssignmentError(
-                f"Duplicate brokers not allowed in replica assignment: {replicas}")
-        if len(replicas) != factor:
-            raise InvalidReplicaAssignmentError(
-                f"Inconsistent replication factor: the topic's partitions have {factor} "
-                f"replicas, the assignment {replicas} has {len(replicas)}")
-    return {old + i: list(replicas) for i, replicas in enumerate(assignment)}
+    return assign_new_partitions(current, count, assignment, live)
 
 
 class Cluster:

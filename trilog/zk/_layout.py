@@ -25,7 +25,12 @@ import json
 from dataclasses import dataclass
 
 from trilog._time import now_ms
-from trilog.errors import RemoteProtocolError
+from trilog.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    RemoteProtocolError,
+)
 
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
@@ -206,3 +211,48 @@ def assign_replicas(num_partitions: int, brokers: list[int], start: int = 0) -> 
         raise ValueError("no live brokers to assign partitions to")
     ordered = sorted(brokers)
     return {p: [ordered[(start + p) % len(ordered)]] for p in range(num_partitions)}
+
+
+def assign_new_partitions(current: dict[int, list[int]], count: int,
+                          assignment: list[list[int]] | None,
+                          live: list[int]) -> dict[int, list[int]]:
+    """The replicas of the partitions that grow a topic from its ``current`` assignment to
+    ``count`` partitions (Kafka's CreatePartitions): ``assignment`` (one replica list per new
+    partition, in order) or, without one, spread over the ``live`` brokers where the
+    topic's round robin (``assign_replicas``) left off, with the topic's replication factor.
+    Raises the ``ApiError`` Kafka answers with: ``InvalidPartitionsError`` (never shrink,
+    not the same count), ``InvalidReplicaAssignmentError``, ``InvalidReplicationFactorError``.
+    """
+    old = len(current)
+    if count < old:
+        raise InvalidPartitionsError(
+            f"Topic currently has {old} partitions, which is higher than the requested {count}.")
+    if count == old:
+        raise InvalidPartitionsError(f"Topic already has {old} partitions.")
+    factor = len(current[min(current)]) if current else 1
+    if assignment is None:
+        ordered = sorted(live)
+        if factor > len(ordered):
+            raise InvalidReplicationFactorError(
+                f"replication factor {factor} is larger than the {len(ordered)} live brokers")
+        first = current.get(0, [ordered[0]])[0]
+        start = ordered.index(first) if first in ordered else 0
+        return {p: [ordered[(start + p + i) % len(ordered)] for i in range(factor)]
+                for p in range(old, count)}
+    unknown = {b for replicas in assignment for b in replicas} - set(live)
+    if unknown:
+        raise InvalidReplicaAssignmentError(
+            f"Unknown broker(s) in replica assignment: {', '.join(map(str, sorted(unknown)))}.")
+    if len(assignment) != count - old:
+        raise InvalidReplicaAssignmentError(
+            f"Increasing the number of partitions by {count - old} but {len(assignment)} "
+            "assignments provided.")
+    for replicas in assignment:
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(
+                f"Duplicate brokers not allowed in replica assignment: {replicas}")
+        if len(replicas) != factor:
+            raise InvalidReplicaAssignmentError(
+                f"Inconsistent replication factor: the topic's partitions have {factor} "
+                f"replicas, the assignment {replicas} has {len(replicas)}")
+    return {old + i: list(replicas) for i, replicas in enumerate(assignment)}
