@@ -22,7 +22,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from prometheus_client.core import (
@@ -94,9 +94,31 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("trilog_log_start_offset", "gauge", "topic, partition", "The partition's first offset."),
     ("trilog_log_end_offset", "gauge", "topic, partition",
      "The offset the partition's next record gets (its high watermark: no replication yet)."),
-    ("trilog_log_cleaner_*", "gauge", "",
-     "The log cleaner's progress: one gauge per number in its statistics() (absent until the "
-     "cleaner runs in the broker)."),
+    ("trilog_log_cleaner_passes_total", "counter", "",
+     "Log cleaner passes done (a pass cleans the dirty part of one compacted log)."),
+    ("trilog_log_cleaner_incomplete_passes_total", "counter", "",
+     "Passes stopped early because the log changed meanwhile (the rest is cleaned later)."),
+    ("trilog_log_cleaner_failed_passes_total", "counter", "",
+     "Passes that failed; their log is skipped until a restart."),
+    ("trilog_log_cleaner_bytes_read_total", "counter", "",
+     "Bytes the cleaner read (the key map's scan included)."),
+    ("trilog_log_cleaner_bytes_written_total", "counter", "", "Bytes of cleaned segments written."),
+    ("trilog_log_cleaner_records_read_total", "counter", "", "Records the cleaner read."),
+    ("trilog_log_cleaner_records_removed_total", "counter", "",
+     "Records dropped: superseded by a later record of their key, or expired tombstones."),
+    ("trilog_log_cleaner_tombstones_removed_total", "counter", "",
+     "Tombstones dropped after delete.retention.ms."),
+    ("trilog_log_cleaner_segments_replaced_total", "counter", "",
+     "Segments swapped for cleaned ones."),
+    ("trilog_log_cleaner_last_pass_seconds", "gauge", "", "How long the last pass took."),
+    ("trilog_log_cleaner_last_buffer_utilization", "gauge", "",
+     "How full the key map (log.cleaner.dedupe.buffer.size) was in the last pass (0..1)."),
+    ("trilog_log_cleaner_in_progress", "gauge", "", "Logs being cleaned now."),
+    ("trilog_log_cleaner_uncleanable", "gauge", "",
+     "Logs the cleaner skips after a failure (until a restart)."),
+    ("trilog_log_cleaner_dirty_ratio", "gauge", "topic, partition",
+     "Each compacted log's dirty bytes over its cleanable bytes (cleaned when above "
+     "min.cleanable.dirty.ratio)."),
     ("trilog_groups", "gauge", "state",
      "Consumer groups this broker coordinates, by state (groups known only by their committed "
      "offsets count as Empty)."),
@@ -340,7 +362,7 @@ class MetricsSource(Protocol):
         """``(group, topic, partition, committed offset)`` of the groups coordinated here."""
         ...
 
-    def cleaner(self) -> Mapping[str, float] | None:
+    def cleaner(self) -> Mapping[str, Any] | None:
         """The log cleaner's ``statistics()``, or None when no cleaner runs."""
         ...
 
@@ -370,9 +392,10 @@ class BrokerSource:
     def committed_offsets(self) -> Iterable[tuple[str, str, int, int]]:
         return self._broker.coordinator.committed_offsets()
 
-    def cleaner(self) -> Mapping[str, float] | None:
-        # The log cleaner (issue 12, ``_cleaner.py``) reports plain counters through its
-        # ``statistics()``; a broker without one has no cleaner metrics.
+    def cleaner(self) -> Mapping[str, Any] | None:
+        # The hook for the log cleaner: the broker's ``cleaner`` (``_cleaner.py``), whose
+        # ``statistics()`` gives plain counters (trilog/storage/_log_cleaner.py's
+        # vocabulary, see ``_cleaner`` below); a broker without one has no cleaner metrics.
         cleaner = getattr(self._broker, "cleaner", None)
         return None if cleaner is None else cleaner.statistics()
 
@@ -514,13 +537,44 @@ def _histogram(name: str, series: Iterable[tuple[tuple[str, ...], Buckets]],
     return family
 
 
-def _cleaner(stats: Mapping[str, float]) -> Iterator[Metric]:
+#: The log cleaner's ``statistics()`` numbers that only grow: served as counters.
+_CLEANER_COUNTERS = frozenset({"passes", "incomplete_passes", "failed_passes", "bytes_read",
+                               "bytes_written", "records_read", "records_removed",
+                               "tombstones_removed", "segments_replaced"})
+
+
+def _cleaner(stats: Mapping[str, Any]) -> Iterator[Metric]:
+    """The cleaner's ``statistics()`` as metrics: its growing numbers as counters, other
+    numbers as gauges (``*_ms`` in seconds), collections as their size, and
+    ``{(topic, partition): number}`` mappings as gauges by topic and partition.  A key this
+    list does not know still shows, by the same rules (``_doc`` names it)."""
     for key, value in sorted(stats.items()):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-                math.isfinite(value):
-            name = "trilog_log_cleaner_" + "".join(c if c.isalnum() else "_" for c in key)
-            yield GaugeMetricFamily(name, f"The log cleaner's {key} (its statistics()).",
-                                    value=value)
+        name = "trilog_log_cleaner_" + "".join(c if c.isalnum() else "_" for c in key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            if not math.isfinite(value):
+                continue
+            if key in _CLEANER_COUNTERS:
+                yield CounterMetricFamily(name, _cleaner_doc(name + "_total", key), value=value)
+            elif name.endswith("_ms"):
+                name = name.removesuffix("_ms") + "_seconds"
+                yield GaugeMetricFamily(name, _cleaner_doc(name, key), value=value / 1000)
+            else:
+                yield GaugeMetricFamily(name, _cleaner_doc(name, key), value=value)
+        elif isinstance(value, Mapping):
+            family = GaugeMetricFamily(name, _cleaner_doc(name, key),
+                                       labels=["topic", "partition"])
+            for tp, number in sorted(value.items()):
+                if isinstance(tp, tuple) and len(tp) == 2 and isinstance(number, (int, float)):
+                    family.add_metric([str(tp[0]), str(tp[1])], number)
+            yield family
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            yield GaugeMetricFamily(name, _cleaner_doc(name, key), value=len(value))
+
+
+def _cleaner_doc(name: str, key: str) -> str:
+    return _DOCS.get(name, f"The log cleaner's {key} (its statistics()).")
 
 
 def registry_for(source: MetricsSource) -> CollectorRegistry:
