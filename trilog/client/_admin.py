@@ -1,15 +1,17 @@
 """Topic administration, through a broker (Kafka's admin APIs) or straight in ZooKeeper.
 
 ``async with open_admin(bootstrap_servers="h:9092")`` talks to the first broker of the list
-that answers; ``open_admin(zookeeper="h:2181/chroot")`` reads and writes the seeds' layout
-(``/brokers/topics/<topic>`` assignments over ``/brokers/ids``) directly, as Kafka's
-``kafka-topics.sh --zookeeper`` did.  Both give the same ``Admin`` interface.
+that answers (and, for what only a partition's leader or each broker can do, DeleteRecords
+and DescribeLogDirs, to those brokers too); ``open_admin(zookeeper="h:2181/chroot")`` reads
+and writes the seeds' layout (``/brokers/topics/<topic>`` assignments over
+``/brokers/ids``) directly, as Kafka's ``kafka-topics.sh --zookeeper`` did.  Both give the
+same ``Admin`` interface; the ZooKeeper one cannot touch records or log dirs.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,17 +19,24 @@ from typing import TYPE_CHECKING, Any
 from trilog._topic import validate_topic_name
 from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
 from trilog.client._connection import BrokerConnection, open_connection
+from trilog.client._retry import REQUEST_RETRY
 from trilog.errors import (
     InvalidPartitionsError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
     NetworkError,
+    RequestTimedOutError,
     TopicAlreadyExistsError,
     TrilogError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
 from trilog.protocol import (
+    CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeLogDirsRequest,
     MetadataRequest,
 )
 
@@ -51,6 +60,39 @@ class TopicInfo:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class DeletedRecords:
+    """One partition's DeleteRecords: its log start offset now (Kafka's low watermark), or
+    Kafka's error name (``low_watermark`` is then -1)."""
+
+    topic: str
+    partition: int
+    low_watermark: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class LogDirPartition:
+    topic: str
+    partition: int
+    size: int  # bytes of its segments
+    offset_lag: int  # 0 until replication
+    is_future: bool = False
+
+
+@dataclass(frozen=True)
+class LogDirInfo:
+    """One log dir of one broker and the partitions it holds (those asked about)."""
+
+    broker: int
+    path: str
+    partitions: tuple[LogDirPartition, ...] = ()
+    error: str | None = None
+
+
+TopicPartition = tuple[str, int]
+
+
 class Admin:
     async def brokers(self) -> list[BrokerAddress]:
         raise NotImplementedError
@@ -68,10 +110,48 @@ class Admin:
     async def delete_topic(self, name: str) -> None:
         raise NotImplementedError
 
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None = None, *,
+                                validate_only: bool = False) -> None:
+        """Grow topic ``name`` to ``count`` partitions (never fewer); ``assignment``: one
+        replica list per new partition, in order (default: spread over the brokers)."""
+        raise NotImplementedError
+
+    async def delete_records(self, offsets: Mapping[TopicPartition, int]
+                             ) -> list[DeletedRecords]:
+        """Delete the records below each partition's offset (-1: all of them, up to the high
+        watermark), through each partition's leader; one ``DeletedRecords`` per partition,
+        sorted.  Needs brokers (``open_admin(bootstrap_servers=...)``)."""
+        raise _needs_brokers("delete_records")
+
+    async def describe_log_dirs(self, topics: Iterable[str] | None = None
+                                ) -> list[LogDirInfo]:
+        """Every broker's log dirs with the partitions of ``topics`` (all when None) and their
+        sizes.  Needs brokers (``open_admin(bootstrap_servers=...)``)."""
+        raise _needs_brokers("describe_log_dirs")
+
+
+def _needs_brokers(what: str) -> TrilogError:
+    return TrilogError(f"{what} is done by the brokers: open the admin with bootstrap_servers")
+
 
 class _BrokerAdmin(Admin):
-    def __init__(self, conn: BrokerConnection) -> None:
+    def __init__(self, conn: BrokerConnection, stack: AsyncExitStack | None = None) -> None:
         self.conn = conn
+        self._stack = stack  # where connections to the other brokers live (closed on exit)
+        self._conns: dict[tuple[str, int], BrokerConnection] = {(conn.host, conn.port): conn}
+
+    async def _connection(self, node: BrokerAddress) -> BrokerConnection:
+        """A connection to ``node``, opened on first use and kept until the admin closes."""
+        key = (node.host, node.port)
+        conn = self._conns.get(key)
+        if conn is None or conn.closed:
+            if self._stack is None:
+                raise NetworkError(f"no connection to broker {node.node_id}")
+            conn = self._conns[key] = await self._stack.enter_async_context(open_connection(
+                node.host, node.port, client_id=self.conn.client_id,
+                request_timeout_s=self.conn.request_timeout_s))
+        return conn
 
     async def _metadata(self, names: list[str] | None) -> Any:
         topics = None if names is None else [MetadataRequest.MetadataRequestTopic(name=n)
@@ -111,6 +191,105 @@ class _BrokerAdmin(Admin):
                                                                timeout_ms=30_000))
         for result in response.responses:
             _raise_for(result.error_code, f"cannot delete topic {name!r}")
+
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None = None, *,
+                                validate_only: bool = False) -> None:
+        R = CreatePartitionsRequest
+        T = R.CreatePartitionsTopic
+        assignments = None if assignment is None else [
+            T.CreatePartitionsAssignment(broker_ids=list(replicas)) for replicas in assignment]
+        response = await self.conn.request(R(
+            topics=[T(name=name, count=count, assignments=assignments)], timeout_ms=30_000,
+            validate_only=validate_only))
+        for result in response.results:
+            _raise_for(result.error_code, f"cannot add partitions to topic {name!r}",
+                       result.error_message)
+
+    async def delete_records(self, offsets: Mapping[TopicPartition, int]
+                             ) -> list[DeletedRecords]:
+        wanted = dict(offsets)
+        out: dict[TopicPartition, DeletedRecords] = {}
+        tries = REQUEST_RETRY.attempts()
+        async for _ in tries:
+            retry = await self._delete_records_once(wanted, out, last=tries.last)
+            if not retry:
+                break
+            wanted = {tp: wanted[tp] for tp in retry}
+        return [out[tp] for tp in sorted(out)]
+
+    async def _delete_records_once(self, wanted: dict[TopicPartition, int],
+                                   out: dict[TopicPartition, DeletedRecords], *,
+                                   last: bool) -> list[TopicPartition]:
+        """One DeleteRecords per leader; returns the partitions worth another try (a leader
+        moving or unreachable), or, on the ``last`` try, reports them as failed."""
+        meta = await self._metadata(sorted({t for t, _ in wanted}))
+        nodes = {b.node_id: BrokerAddress(b.node_id, b.host, b.port) for b in meta.brokers}
+        leaders = {(t.name, p.partition_index): p.leader_id
+                   for t in meta.topics for p in t.partitions}
+        retry: list[TopicPartition] = []
+
+        def failed(tp: TopicPartition, error: str) -> None:
+            if last:
+                out[tp] = DeletedRecords(tp[0], tp[1], -1, error)
+            else:
+                retry.append(tp)
+
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in wanted:
+            leader = leaders.get(tp)
+            if leader is None:
+                out[tp] = DeletedRecords(tp[0], tp[1], -1, UnknownTopicOrPartitionError.name)
+            elif leader not in nodes:
+                failed(tp, LeaderNotAvailableError.name)
+            else:
+                by_leader.setdefault(leader, []).append(tp)
+        R = DeleteRecordsRequest
+        for leader, tps in by_leader.items():
+            topics: dict[str, list[Any]] = {}
+            for t, p in tps:
+                topics.setdefault(t, []).append(R.DeleteRecordsTopic.DeleteRecordsPartition(
+                    partition_index=p, offset=wanted[(t, p)]))
+            try:
+                conn = await self._connection(nodes[leader])
+                response = await conn.request(R(topics=[
+                    R.DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+                    timeout_ms=30_000))
+            except (NetworkError, RequestTimedOutError) as exc:
+                for tp in tps:
+                    failed(tp, exc.name)
+                continue
+            for t in response.topics:
+                for x in t.partitions:
+                    tp, code = (t.name, x.partition_index), x.error_code
+                    if code and error_for_code(code).retriable:
+                        failed(tp, error_for_code(code).name)
+                    else:
+                        out[tp] = DeletedRecords(t.name, x.partition_index, x.low_watermark,
+                                                 error_for_code(code).name if code else None)
+        return retry
+
+    async def describe_log_dirs(self, topics: Iterable[str] | None = None
+                                ) -> list[LogDirInfo]:
+        R = DescribeLogDirsRequest
+        meta = await self._metadata(None if topics is None else sorted(set(topics)))
+        wanted = None if topics is None else [
+            R.DescribableLogDirTopic(topic=t.name,
+                                     partitions=[p.partition_index for p in t.partitions])
+            for t in meta.topics if not t.error_code]
+        out = []
+        for b in sorted(meta.brokers, key=lambda b: b.node_id):
+            conn = await self._connection(BrokerAddress(b.node_id, b.host, b.port))
+            response = await conn.request(R(topics=wanted))
+            for d in response.results:
+                parts = tuple(sorted(
+                    (LogDirPartition(t.name, x.partition_index, x.partition_size, x.offset_lag,
+                                     x.is_future_key) for t in d.topics for x in t.partitions),
+                    key=lambda x: (x.topic, x.partition)))
+                out.append(LogDirInfo(b.node_id, d.log_dir, parts,
+                                      error_for_code(d.error_code).name if d.error_code
+                                      else None))
+        return out
 
 
 def _raise_for(code: int, what: str, detail: str | None = None) -> None:
@@ -192,6 +371,29 @@ class _ZooKeeperAdmin(Admin):
         except NoNodeError:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
 
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[list[int]] | None = None, *,
+                                validate_only: bool = False) -> None:
+        from trilog.zk import (
+            NoNodeError,
+            assign_new_partitions,
+            decode_topic_assignment,
+            encode_topic_assignment,
+            topic_path,
+        )
+
+        if name.startswith("__"):
+            raise InvalidRequestError(f"cannot add partitions to the internal topic {name}")
+        try:
+            current = decode_topic_assignment(name, await self.zk.get(topic_path(name)))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+        live = [b.node_id for b in await self.brokers()]
+        new = assign_new_partitions(current, count, assignment, live)
+        if not validate_only:
+            # The brokers follow the assignment znode and create what they are given.
+            await self.zk.set(topic_path(name), encode_topic_assignment({**current, **new}))
+
 
 @asynccontextmanager
 async def open_admin(bootstrap_servers: str | list[str] | None = None, *,
@@ -218,4 +420,4 @@ async def open_admin(bootstrap_servers: str | list[str] | None = None, *,
                 errors.append(str(exc))
         if conn is None:
             raise NetworkError("no bootstrap server answered: " + "; ".join(errors))
-        yield _BrokerAdmin(conn)
+        yield _BrokerAdmin(conn, stack)

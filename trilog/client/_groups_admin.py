@@ -1,4 +1,5 @@
-"""Consumer-group administration: list groups, describe their offsets and lag, reset offsets.
+"""Consumer-group administration: list groups, describe their offsets and lag, reset
+offsets, delete groups and committed offsets.
 
 Two kinds of groups, two backends behind one ``GroupAdmin`` interface:
 
@@ -15,15 +16,21 @@ Two kinds of groups, two backends behind one ``GroupAdmin`` interface:
 Log start/end offsets and offsets by time come from ListOffsets to each partition's leader.
 A reset is planned first (``ResetPlan``) and written only with ``execute=True``; a group
 with live members is refused (``NonEmptyGroupError``), as Kafka refuses it: its consumers
-would overwrite the new offsets with their next commit.
+would overwrite the new offsets with their next commit.  For the same reason only a group
+without live members can be deleted (DeleteGroups; ``/consumers/<group>`` removed), and
+committed offsets of a topic its live members consume cannot be (OffsetDelete:
+``GROUP_SUBSCRIBED_TO_TOPIC``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import json
+import re
 
 import trio
 
@@ -40,6 +47,7 @@ from trilog.client._offsets import (
 from trilog.client._retry import REQUEST_RETRY
 from trilog.errors import (
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     NetworkError,
     NonEmptyGroupError,
@@ -52,9 +60,11 @@ from trilog.errors import (
 )
 from trilog.protocol import (
     CONSUMER_PROTOCOL_TYPE,
+    DeleteGroupsRequest,
     DescribeGroupsRequest,
     ListGroupsRequest,
     ListOffsetsRequest,
+    OffsetDeleteRequest,
     decode_assignment,
 )
 
@@ -217,6 +227,22 @@ class GroupAdmin:
                 raise _not_inactive(group_id, state, members)
             await self._commit(group_id, {(r.topic, r.partition): r.new_offset for r in resets})
         return ResetPlan(group_id, state, members, resets, executed=execute)
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, str | None]:
+        """Delete each group that has no live members, with its committed offsets:
+        ``{group: None}`` when deleted, else Kafka's error name (``"NON_EMPTY_GROUP"``,
+        ``"GROUP_ID_NOT_FOUND"``, ...), as Kafka answers DeleteGroups per group."""
+        raise NotImplementedError
+
+    async def delete_offsets(self, group_id: str, topic: str,
+                             partitions: Iterable[int] | None = None) -> dict[int, str | None]:
+        """Delete the group's committed offsets of ``topic`` (all its partitions, or
+        ``partitions``): ``{partition: None}`` when gone (or never committed), else Kafka's
+        error name: ``"GROUP_SUBSCRIBED_TO_TOPIC"`` while live members consume the topic,
+        ``"UNKNOWN_TOPIC_OR_PARTITION"``.  ``GroupIdNotFoundError`` if the group does not
+        exist; ``NonEmptyGroupError`` for a group with members whose subscriptions are
+        unknown (not a consumer group)."""
+        raise NotImplementedError
 
     # -- what each backend provides ----------------------------------------------------------
 
@@ -387,6 +413,32 @@ class _BrokerGroupAdmin(GroupAdmin):
         described = await self._describe(group_id)
         return described.group_state, len(described.members)
 
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for gid in group_ids:
+            response = await self._store(gid).coordinator.request(
+                DeleteGroupsRequest(groups_names=[gid]),
+                _retriable(lambda r: r.results[0].error_code))
+            code = response.results[0].error_code
+            out[gid] = error_for_code(code).name if code else None
+        return out
+
+    async def delete_offsets(self, group_id: str, topic: str,
+                             partitions: Iterable[int] | None = None) -> dict[int, str | None]:
+        wanted = (sorted(await self._partitions_of(topic)) if partitions is None
+                  else sorted(set(partitions)))
+        R = OffsetDeleteRequest
+        T = R.OffsetDeleteRequestTopic
+        response = await self._store(group_id).coordinator.request(
+            R(group_id=group_id, topics=[T(name=topic, partitions=[
+                T.OffsetDeleteRequestPartition(partition_index=p) for p in wanted])]),
+            _retriable(lambda r: r.error_code))
+        if response.error_code:
+            err = error_for_code(response.error_code)
+            raise type(err)(f"cannot delete the offsets of group {group_id!r}: {err}")
+        return {x.partition_index: error_for_code(x.error_code).name if x.error_code else None
+                for t in response.topics for x in t.partitions}
+
     async def _committed(self, group_id: str, tps: list[TopicPartition]
                          ) -> dict[TopicPartition, int]:
         return await self._store(group_id).fetch(tps)
@@ -483,6 +535,78 @@ class _ZooKeeperGroupAdmin(GroupAdmin):
 
     async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         await ZooKeeperOffsetStore(self._zk, group_id).commit(offsets)
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, str | None]:
+        from trilog.zk import CONSUMERS, NoNodeError
+
+        out: dict[str, str | None] = {}
+        for gid in group_ids:
+            if not gid or not await self._zk.exists(f"{CONSUMERS}/{gid}"):
+                out[gid] = GroupIdNotFoundError.name
+            elif await self._members(gid):
+                out[gid] = NonEmptyGroupError.name
+            else:
+                try:
+                    await self._zk.delete(f"{CONSUMERS}/{gid}", recursive=True)
+                    out[gid] = None
+                except NoNodeError:
+                    out[gid] = GroupIdNotFoundError.name
+        return out
+
+    async def delete_offsets(self, group_id: str, topic: str,
+                             partitions: Iterable[int] | None = None) -> dict[int, str | None]:
+        from trilog.zk import CONSUMERS, NoNodeError, consumer_offset_path
+
+        if not await self._zk.exists(f"{CONSUMERS}/{group_id}"):
+            raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+        if partitions is None:
+            wanted = sorted(int(c) for c in await self._children(
+                consumer_offset_path(group_id, topic)) if c.isdigit())
+        else:
+            wanted = sorted(set(partitions))
+        if await self._subscribed(group_id, topic):
+            return {p: GroupSubscribedToTopicError.name for p in wanted}
+        for p in wanted:
+            try:
+                await self._zk.delete(consumer_offset_path(group_id, topic, p))
+            except NoNodeError:
+                pass  # never committed: nothing to delete
+        return {p: None for p in wanted}
+
+    async def _subscribed(self, group_id: str, topic: str) -> bool:
+        """Whether a live member consumes ``topic`` (a registration that does not parse
+        counts as one that does, as Kafka counts an unknown subscription)."""
+        from trilog.zk import NoNodeError, consumer_ids_path
+
+        for member in await self._members(group_id):
+            try:
+                reg = json.loads(await self._zk.get(f"{consumer_ids_path(group_id)}/{member}"))
+                patterns = [str(k) for k in reg["subscription"]]
+                kind = reg.get("pattern", "static")
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return True
+            try:
+                hit = any(re.fullmatch(p, topic) for p in patterns)
+            except re.error:
+                return True
+            if kind == "static":
+                matched = topic in patterns
+            else:  # a filter never matches internal topics
+                matched = not topic.startswith("__") and hit == (kind == "white_list")
+            if matched:
+                return True
+        return False
+
+
+def _retriable(code_of: Callable[[Any], int]) -> Callable[[Any], int]:
+    """An error-code reader for ``Coordinator.request`` that lets only retriable codes
+    through (the coordinator moving or loading): the others are the answer."""
+    def code(response: Any) -> int:
+        found = code_of(response)
+        return found if found and error_for_code(found).retriable else 0
+    return code
 
 
 def _is_active(state: str, members: int) -> bool:
