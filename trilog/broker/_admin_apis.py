@@ -116,6 +116,9 @@ class AdminApis:
                                                "timeout_ms <= 0 does not wait for them")
             except ApiError as exc:
                 code, message = exc.code, str(exc) or None
+            except Exception as exc:  # answered all the same, as Kafka's broker does
+                log.exception("CreatePartitions of %s failed", t.name)
+                code, message = UnknownServerError.code, f"{type(exc).__name__}: {exc}"
             results.append(R.CreatePartitionsTopicResult(name=t.name, error_code=code,
                                                          error_message=message))
         await trio.lowlevel.checkpoint()
