@@ -546,3 +546,37 @@ def test_describe_cluster_falls_back_to_metadata(broker, admin):
     cadmin = _confluent_admin(broker.bootstrap)
     result = cadmin.describe_cluster(request_timeout=15).result(timeout=TIMEOUT_S)
     assert [node.id for node in result.nodes] == [broker.broker_id]
+
+
+# -- Odd requests are answered, never a closed connection ------------------------------------
+
+
+def _odd_requests():
+    CP, DR, OD = p.CreatePartitionsRequest, p.DeleteRecordsRequest, p.OffsetDeleteRequest
+    return [
+        (CP, _create_partitions_request([("", -5, None), ("odd", -1, [[]]),
+                                         ("odd", 2**31 - 1, None), ("bad name!", 3, [[-1]])])),
+        (CP, CP(topics=[], timeout_ms=-1, validate_only=True)),
+        (DR, _delete_records_request([("odd", -1, 5), ("odd", 2**31 - 1, 2**63 - 1),
+                                      ("", 0, -1), ("odd", 0, -(2**63))])),
+        (DR, DR(topics=[], timeout_ms=0)),
+        (p.DeleteGroupsRequest, p.DeleteGroupsRequest(groups_names=["", "x" * 300, "odd"])),
+        (p.DeleteGroupsRequest, p.DeleteGroupsRequest(groups_names=[])),
+        (OD, OD(group_id="", topics=[])),
+        (OD, OD(group_id="odd", topics=[OD.OffsetDeleteRequestTopic(name="", partitions=[
+            OD.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition(partition_index=-1)])])),
+        (p.DescribeLogDirsRequest, p.DescribeLogDirsRequest(topics=[
+            p.DescribeLogDirsRequest.DescribableLogDirTopic(topic="", partitions=[-1, 2**31 - 1]),
+            p.DescribeLogDirsRequest.DescribableLogDirTopic(topic="odd", partitions=[])])),
+    ]
+
+
+def test_odd_requests_are_answered(broker):
+    with connect(broker.bootstrap) as sock:
+        create_topic(sock, "odd", 1)
+        for cls, request in _odd_requests():
+            for version in range(cls.MIN_VERSION, cls.MAX_VERSION + 1):
+                response = roundtrip(sock, request, version)  # asserts an answer
+                assert response is not None
+        # The connection still serves.
+        assert roundtrip(sock, metadata_request(["odd"], False), 1).topics[0].error_code == 0
