@@ -73,6 +73,7 @@ class Broker:
         self.coordinator = GroupCoordinator(config, cluster, logs, limiter)
         self.coordinator.register(self.handler)
         AdminApis(cluster, logs, self.coordinator, limiter).register(self.handler)
+        ConfigApis(config, cluster).register(self.handler)
         self.network = Network(
             self._handle,
             listeners,

@@ -573,7 +573,6 @@ class GroupCoordinator:
             "offsets_partitions": len(self.offsets.owned()),
         }
 
-
     def group_sizes(self) -> dict[str, tuple[str, int]]:
         """``{group: (state, members)}`` of the groups with members or a state here (for the
         metrics; groups known only by committed offsets are in ``committed_offsets``)."""
