@@ -66,6 +66,7 @@ from trilog.records._v2 import (
     iter_batches,
     patch_base_offset,
     read_batch_header,
+    rebuild_batch,
     stamp_log_append_time,
 )
 
@@ -113,6 +114,7 @@ __all__ = [
     "legacy_to_v2",
     "patch_base_offset",
     "read_batch_header",
+    "rebuild_batch",
     "stamp_log_append_time",
     "v2_to_legacy",
 ]

@@ -798,6 +798,56 @@ class RecordBatchBuilder(_Writer):
         return bytes(buf)
 
 
+_LAST_OFFSET_DELTA_OFFSET = 23
+
+
+def rebuild_batch(batch: RecordBatch, records: Iterable[Record]) -> bytes:
+    """A batch like ``batch`` holding only ``records`` (some of its own, in order): what
+    the log cleaner writes for a batch it thinned (Kafka's ``MemoryRecords.filterTo``).
+
+    The batch keeps its base offset, its last offset (so that the producer's last sequence
+    number survives), its producer id, epoch and base sequence, its partition leader epoch,
+    its timestamp type and transactional flag, and its codec (the records are compressed
+    again with it); each record keeps its offset, timestamp, key, value and headers.  With
+    no records left it is Kafka's empty batch: a bare header, uncompressed, both timestamps
+    the old max timestamp.  Control batches are not rebuilt (the caller keeps them whole).
+    """
+    if batch.is_control_batch:
+        raise ValueError("control batches are kept whole, not rebuilt")
+    builder = RecordBatchBuilder(
+        compression_type=batch.compression_type,
+        base_offset=batch.base_offset,
+        timestamp_type=batch.timestamp_type,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        is_transactional=batch.is_transactional,
+    )
+    for record in records:
+        builder.append_with_offset(record.offset, record.timestamp, record.key, record.value,
+                                   record.headers)
+    if not len(builder):
+        return _empty_batch(batch)
+    buf = bytearray(builder.build())
+    struct.pack_into(">i", buf, _LAST_OFFSET_DELTA_OFFSET, batch.last_offset_delta)
+    _CRC_FIELD.pack_into(buf, CRC_OFFSET, batch_crc(buf, 0, len(buf)))
+    return bytes(buf)
+
+
+def _empty_batch(batch: RecordBatch) -> bytes:
+    """Kafka's ``DefaultRecordBatch.writeEmptyHeader`` for ``batch``: no records, no codec."""
+    attributes = batch.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
+    buf = bytearray(HEADER_SIZE)
+    HEADER.pack_into(
+        buf, 0, batch.base_offset, HEADER_SIZE - LOG_OVERHEAD, batch.partition_leader_epoch,
+        MAGIC, 0, attributes, batch.last_offset_delta, batch.max_timestamp,
+        batch.max_timestamp, batch.producer_id, batch.producer_epoch, batch.base_sequence, 0,
+    )
+    _CRC_FIELD.pack_into(buf, CRC_OFFSET, batch_crc(buf, 0, len(buf)))
+    return bytes(buf)
+
+
 def build_batch(
     records: Iterable[tuple[Any, ...]],
     *,

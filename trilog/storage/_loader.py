@@ -1,10 +1,21 @@
 """Opening a partition's log at start: its segment files, their indexes, and recovery.
 
-``load_segments`` lists ``<20-digit base offset>.log|.index|.timeindex`` in the directory
-(removing what an interrupted delete or write left), trusts the segments below the recovery
-point (loading their indexes, or rebuilding them when missing or corrupt), and re-validates
-every batch from the segment holding the recovery point on (``LogSegment.recover``).  The
-log is its longest valid prefix: after the first invalid batch nothing is kept.
+``load_segments`` first finishes or undoes what the log cleaner was doing (see below), lists
+``<20-digit base offset>.log|.index|.timeindex`` in the directory (removing what an
+interrupted delete or write left), trusts the segments below the recovery point (loading
+their indexes, or rebuilding them when missing or corrupt), and re-validates every batch
+from the segment holding the recovery point on (``LogSegment.recover``).  The log is its
+longest valid prefix: after the first invalid batch nothing is kept.
+
+The cleaner's swap (Kafka's protocol): a cleaned segment is written as
+``<base>.log.cleaned`` (with ``.index.cleaned``, ``.timeindex.cleaned``) and fsynced, then
+renamed to ``.swap`` names (the log file last) and the directory fsynced: **the commit
+point**.  Then the segments it replaces are unlinked and the ``.swap`` files take their
+final names.  So at start a ``.cleaned`` file is an uncommitted clean (removed: the old
+segments are all there), and a ``<base>.log.swap`` a committed one: every segment whose
+base offset lies in ``[base, the swap's next offset)`` is removed and the swap takes its
+final name (its indexes too, or they are rebuilt).  A cleaned segment always ends with the
+last batch of the last segment it replaces, so that range is exactly the replaced ones.
 """
 
 from __future__ import annotations
@@ -15,14 +26,17 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from trilog.storage._config import LogConfig
-from trilog.storage._files import remove
-from trilog.storage._segment import LogSegment
+from trilog.storage._files import fsync_dir, remove
+from trilog.storage._segment import LogSegment, segment_file_name, walk_batches
 
 logger = logging.getLogger("trilog.storage")
 
 _SUFFIXES = (".log", ".index", ".timeindex")
-#: Left by an interrupted delete, write, or (in Kafka) log cleaning.
+#: Left by an interrupted delete, write, or log cleaning (``.swap`` files that remain once
+#: ``_finish_swaps`` ran are index files of a swap that never reached its commit point).
 _LEFTOVERS = (".deleted", ".cleaned", ".swap", ".tmp")
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 
 
 class LoadedLog(NamedTuple):
@@ -40,6 +54,7 @@ def load_segments(
     files disagree.  After a recovery whose rebuilt indexes were all written, the recovery
     point is the new log end offset; otherwise it stays where it was.
     """
+    _finish_swaps(directory)
     bases = _segment_base_offsets(directory)
     segments: list[LogSegment] = []
     try:
@@ -62,6 +77,45 @@ def load_segments(
     for segment in segments[:-1]:
         segment.on_become_inactive()
     return LoadedLog(tuple(segments), recovery_point, created)
+
+
+def _finish_swaps(directory: str) -> None:
+    """Complete every committed swap of the log cleaner (``<base>.log.swap``): remove the
+    segments it replaces, then give it its final name."""
+    swaps = sorted(n for n in os.listdir(directory)
+                   if n.endswith(".log" + SWAP_SUFFIX) and n[:20].isdigit() and len(n) == 29)
+    if not swaps:
+        return
+    logs = [int(n[:20]) for n in os.listdir(directory)
+            if n.endswith(".log") and len(n) == 24 and n[:20].isdigit()]
+    for name in swaps:
+        base = int(name[:20])
+        path = os.path.join(directory, name)
+        end = _next_offset(path, base)
+        for old in logs:
+            if old == base or base <= old < end:
+                for suffix in _SUFFIXES:
+                    remove(os.path.join(directory, segment_file_name(old, suffix)))
+        for suffix in (".index", ".timeindex"):
+            swapped = os.path.join(directory, segment_file_name(base, suffix + SWAP_SUFFIX))
+            if os.path.exists(swapped):
+                os.replace(swapped, os.path.join(directory, segment_file_name(base, suffix)))
+        os.replace(path, os.path.join(directory, segment_file_name(base, ".log")))
+        logger.warning("%s: finished the interrupted swap of cleaned segment %d (replacing "
+                       "offsets %d..%d)", directory, base, base, end - 1)
+    fsync_dir(directory)
+
+
+def _next_offset(path: str, base_offset: int) -> int:
+    """One past the last offset of the valid batches of the log file ``path``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        end = base_offset
+        for _pos, _size, header in walk_batches(fd, 0, os.fstat(fd).st_size, chunk=1 << 20):
+            end = header.next_offset
+        return end
+    finally:
+        os.close(fd)
 
 
 def _segment_base_offsets(directory: str) -> list[int]:

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from trilog import _time
@@ -42,7 +42,7 @@ from trilog.storage._append import (
 from trilog.storage._config import LogConfig
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, remove_dir_durably
-from trilog.storage._loader import load_segments
+from trilog.storage._loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
 from trilog.storage._retention import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -695,6 +695,79 @@ class Log:
         self._recovery_point = min(self._recovery_point, offset)
         self._dir_dirty = True
 
+    # -- the log cleaner's swap -----------------------------------------------------------
+
+    def replace_segments(
+        self,
+        new: LogSegment,
+        old: tuple[LogSegment, ...],
+        on_step: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Swap ``new`` in for ``old`` (Kafka's ``replaceSegments``, for the log cleaner).
+
+        ``new`` is a segment written under ``.cleaned`` names (``LogSegment.create(...,
+        suffix=".cleaned")``), flushed, with ``old[0]``'s base offset and ending with the last
+        batch of ``old[-1]``; ``old`` a run of consecutive inactive segments of this log.  If
+        they no longer are (retention, DeleteRecords or truncation took some meanwhile, or
+        the log closed), ``new`` is deleted and False returned.  Otherwise: ``new`` is
+        renamed to ``.swap`` names and the directory fsynced (the commit point: from here a
+        crash completes the swap at the next start, see ``_loader``), ``old``'s files are
+        unlinked, ``new`` takes its final names, the new segment list is published, and
+        ``old``'s descriptors are closed.  Readers keep a consistent log throughout: until
+        the publication they read ``old`` through its descriptors, and a slice taken before
+        keeps its bytes.
+
+        ``on_step(name)`` is called before each step ("swap", "unlink", "rename",
+        "publish"): tests raise there to act out a crash.  A failure before the commit
+        point leaves the log as it was; after it, the log is closed (as Kafka takes a log
+        dir offline) and the next start completes the swap.
+        """
+        step = on_step or _no_step
+        with self._delete_lock:
+            with self._lock:
+                replaceable = not self._closed and self._holds_inactive_run(old)
+            if not replaceable:
+                new.delete()
+                return False
+            committed = False
+            try:
+                step("swap")
+                new.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+                fsync_dir(self.directory)
+                committed = True
+                step("unlink")
+                for segment in old:
+                    segment.unlink_files()
+                step("rename")
+                new.change_suffix(SWAP_SUFFIX, "")
+                fsync_dir(self.directory)
+                step("publish")
+                with self._lock:
+                    i = self._segments.index(old[0])
+                    self._segments = self._segments[:i] + (new,) + self._segments[i + len(old):]
+                    self._publish()
+            except BaseException:
+                if not committed:
+                    new.delete()
+                else:
+                    logger.error("%s: the swap of cleaned segment %d failed after its commit "
+                                 "point; closing the log (the next start completes the swap)",
+                                 self.directory, new.base_offset)
+                    new.close()
+                    self._close_handles()
+                raise
+            for segment in old:
+                segment.close()
+        return True
+
+    def _holds_inactive_run(self, run: tuple[LogSegment, ...]) -> bool:
+        """Under the lock: ``run`` is a non-empty run of consecutive inactive segments."""
+        segments = self._segments
+        if not run or run[0] not in segments:
+            return False
+        i = segments.index(run[0])
+        return segments[i : i + len(run)] == run and i + len(run) < len(segments)
+
     # -- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -737,9 +810,15 @@ class Log:
 
     def delete(self) -> None:
         """Close and remove the whole partition directory (renamed to ``*.deleted`` first,
-        so a crash halfway leaves a name the next start removes)."""
-        self._close_handles()
-        remove_dir_durably(self.directory)
+        so a crash halfway leaves a name the next start removes).  Waits for a swap of
+        the log cleaner in progress."""
+        with self._delete_lock:
+            self._close_handles()
+            remove_dir_durably(self.directory)
+
+
+def _no_step(_name: str) -> None:
+    pass
 
 
 def _search_segment(

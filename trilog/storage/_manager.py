@@ -24,6 +24,7 @@ from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._config import LogConfig
 from trilog.storage._files import fsync_dir, remove, write_atomically
 from trilog.storage._log import Log, parse_partition_dir_name
+from trilog.storage._log_cleaner import LogCleaner
 
 logger = logging.getLogger("trilog.storage")
 
@@ -84,6 +85,8 @@ class LogManager:
                 self._undo_interrupted_creations(log_dir)
             for log_dir in self.log_dirs:
                 self._load_dir(log_dir)
+            #: The log cleaner (``cleanup.policy=compact``): the broker runs its passes.
+            self.cleaner = LogCleaner(self)
         except BaseException:
             for log in self._logs.values():
                 log._close_handles()
@@ -201,6 +204,10 @@ class LogManager:
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
+    def log_dir_of(self, topic: str, partition: int) -> str | None:
+        """The log dir holding the partition's log, or None."""
+        return self._log_dir_of.get((topic, partition))
+
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         """The partition's log, created in the log dir with the fewest partitions if new.
 
@@ -281,10 +288,11 @@ class LogManager:
         stay readable until closed."""
         with self._lock:
             log = self._logs.pop((topic, partition), None)
-            self._log_dir_of.pop((topic, partition), None)
+            log_dir = self._log_dir_of.pop((topic, partition), None)
         if log is None:
             return False
         log.delete()
+        self.cleaner.forget(topic, partition, log_dir)
         logger.info("deleted log for %s-%d", topic, partition)
         return True
 

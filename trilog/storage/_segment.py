@@ -95,18 +95,19 @@ class LogSegment:
     """
 
     def __init__(
-        self, directory: str, base_offset: int, fd: int, size: int, config: LogConfig
+        self, directory: str, base_offset: int, fd: int, size: int, config: LogConfig,
+        suffix: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log" + suffix))
         self.offset_index = OffsetIndex(
-            os.path.join(directory, segment_file_name(base_offset, ".index")),
+            os.path.join(directory, segment_file_name(base_offset, ".index" + suffix)),
             base_offset,
             config.max_index_size,
         )
         self.time_index = TimeIndex(
-            os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
+            os.path.join(directory, segment_file_name(base_offset, ".timeindex" + suffix)),
             base_offset,
             config.max_index_size,
         )
@@ -134,11 +135,14 @@ class LogSegment:
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: str, base_offset: int, config: LogConfig) -> LogSegment:
-        """A new empty segment (any stale files of that name are replaced)."""
-        path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+    def create(
+        cls, directory: str, base_offset: int, config: LogConfig, suffix: str = ""
+    ) -> LogSegment:
+        """A new empty segment (any stale files of that name are replaced); with ``suffix``
+        its files are named ``<base>.log<suffix>`` etc. (the log cleaner's ``.cleaned``)."""
+        path = os.path.join(directory, segment_file_name(base_offset, ".log" + suffix))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        segment = cls(directory, base_offset, fd, 0, config)
+        segment = cls(directory, base_offset, fd, 0, config, suffix)
         try:
             segment.offset_index.reset()
             segment.time_index.reset()
@@ -469,9 +473,44 @@ class LogSegment:
             os.close(fd)
 
     def delete(self) -> None:
-        """Close and unlink all three files."""
+        """Close and unlink all three files (only close, if ``unlink_files`` already ran:
+        their names may belong to another segment by now)."""
+        with self._io_lock:
+            deleted, self._deleted = self._deleted, True
+            self.close()
+            if not deleted:
+                for path in self._paths():
+                    remove(path)
+
+    def unlink_files(self) -> None:
+        """Unlink all three files but keep the descriptor open, for the log cleaner's swap:
+        readers of the published segment list keep reading until the swap publishes the new
+        list; ``close`` comes after.  A flush of this segment does nothing from now on."""
         with self._io_lock:
             self._deleted = True
-            self.close()
-            for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            for path in self._paths():
                 remove(path)
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename the three files from ``<name><old>`` to ``<name><new>`` (Kafka's
+        ``changeFileSuffixes``): the indexes first, the log file last, so that the log's
+        name says how far a rename got."""
+        for index in (self.offset_index, self.time_index):
+            index.path = _renamed(index.path, old, new)
+        self.log_path = _renamed(self.log_path, old, new)
+
+    def set_last_modified(self, ms: int) -> None:
+        """Give the log file this modification time (a cleaned segment keeps its sources'
+        last one: it decides the cleaner's tombstone horizon and time-based retention)."""
+        os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    def _paths(self) -> tuple[str, str, str]:
+        return self.log_path, self.offset_index.path, self.time_index.path
+
+
+def _renamed(path: str, old: str, new: str) -> str:
+    if not path.endswith(old):
+        raise ValueError(f"{path} does not end with {old!r}")
+    target = path[: len(path) - len(old)] + new
+    os.rename(path, target)
+    return target
