@@ -7,10 +7,10 @@ the caller's (tests run brokers in-process this way).
 Start, in order: open the logs (recovering them if the last stop was not clean); bind the
 listener (its port is part of the broker's registration); ``open_cluster`` (standalone, or
 a ZooKeeper session with this broker registered and its watches running); then one nursery
-holds the broker's tasks: the network, the flush scheduler, the retention checker and the
-group coordinator.
+holds the broker's tasks: the network, the flush scheduler, the retention checker, the
+group coordinator and the log cleaner.
 
-Clean shutdown, in order: stop accepting; stop reading new requests; wake parked long polls
+Clean shutdown, in order: make a running log cleaning give up; stop accepting; stop reading new requests; wake parked long polls
 so queued requests answer now; wait (``shutdown.timeout.ms``) for connections to drain; cancel
 what is left; leave the cluster (closing the ZooKeeper session removes this broker's
 ephemeral registration); flush every log, checkpoint and write the clean-shutdown markers.
@@ -32,6 +32,7 @@ from trilog._time import now_ms
 from trilog.broker._admin_apis import AdminApis
 from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
 from trilog.broker._config import BrokerConfig
+from trilog.broker._cleaner import LogCleanerTask
 from trilog.broker._config_apis import ConfigApis
 from trilog.broker._config_store import TopicConfigs, standalone_store
 from trilog.broker._coordinator import GroupCoordinator, client_address
@@ -103,6 +104,13 @@ class Broker:
         self.flush_times = Buckets(FLUSH_BUCKETS_S)
         #: where ``/metrics`` is served (``metrics.port``; None: not served)
         self.metrics_port: int | None = None
+        #: the log cleaner (``log.cleaner.enable``; None: compacted topics are not cleaned)
+        self.cleaner = LogCleanerTask(
+            logs,
+            threads=config["log.cleaner.threads"],
+            dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"],
+            backoff_ms=config["log.cleaner.backoff.ms"],
+        ) if config["log.cleaner.enable"] else None
 
     @property
     def broker_id(self) -> int:
@@ -147,6 +155,8 @@ class Broker:
             nursery.start_soon(_flush_scheduler, self)
             nursery.start_soon(_retention_checker, self)
             nursery.start_soon(self.coordinator.run, self._shutdown_requested)
+            if self.cleaner is not None:
+                nursery.start_soon(self.cleaner.run)
             if config["metrics.port"] is not None:
                 self.metrics_port = await nursery.start(
                     serve_metrics, BrokerSource(self), config["metrics.host"],
@@ -155,6 +165,8 @@ class Broker:
                      self.port, ", ".join(config.log_dirs))
             task_status.started(self)
             await self._shutdown_requested.wait()
+            if self.cleaner is not None:
+                self.cleaner.stop()
             await self._drain(config["shutdown.timeout.ms"] / 1000)
             nursery.cancel_scope.cancel()
 

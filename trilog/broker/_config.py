@@ -165,6 +165,16 @@ PROPERTIES: tuple[Property, ...] = (
     Property("log.cleaner.min.compaction.lag.ms", _int, 0,
              "Default min.compaction.lag.ms: records younger than this are not compacted.",
              low=0),
+    Property("log.cleaner.enable", _bool, True,
+             "Run the log cleaner, which compacts the topics whose cleanup.policy has compact "
+             "(__consumer_offsets among them)."),
+    Property("log.cleaner.threads", _int, 1,
+             "Log cleaner threads: how many compacted logs are cleaned at once.", low=1),
+    Property("log.cleaner.dedupe.buffer.size", _int, 128 * _MB,
+             "Memory for the cleaners' key maps, shared by the threads (about 160 bytes a "
+             "key: the default maps some 800,000 keys a pass).", low=1024 * 1024),
+    Property("log.cleaner.backoff.ms", _int, 15_000,
+             "How long a cleaner thread sleeps when no log is dirty enough to clean.", low=0),
     Property("log.message.timestamp.type", _timestamp_type, "CreateTime",
              "Default message.timestamp.type: CreateTime (the producer's timestamps) or "
              "LogAppendTime (the broker stamps each batch)."),
@@ -174,8 +184,8 @@ PROPERTIES: tuple[Property, ...] = (
              "Partitions of __consumer_offsets (fixed once the topic exists): a group's coordinator "
              "leads partition abs(hash(group.id)) % this.", low=1),
     Property("offsets.topic.segment.bytes", _int, 100 * _MB,
-             "Segment size of __consumer_offsets; a partition is compacted (a snapshot of its "
-             "latest offsets written, older segments deleted) once it is larger.", low=1024),
+             "Segment size of __consumer_offsets, a compacted topic: the log cleaner compacts "
+             "the segments before the active one.", low=1024),
     Property("offsets.retention.minutes", _int, 10080,
              "Committed offsets of a group with no members are deleted this long after their "
              "commit.", low=1),

@@ -9,11 +9,10 @@ A group's offsets live in partition ``abs(java hashCode(group)) % partitions`` (
 its log start to its end, later records winning) before its groups are served; meanwhile
 their requests get COORDINATOR_LOAD_IN_PROGRESS.
 
-**Compaction** keeps only the latest record per key: once a partition's log is larger than
-``offsets.topic.segment.bytes`` and twice its last snapshot, a snapshot of the cache is
-appended to a fresh segment and every segment before it is deleted.  A crash at any point
-leaves a log that loads to the same cache (the old records are still there, or the
-snapshot repeats them).
+The topic is **compacted** (``cleanup.policy=compact``, as in Kafka): the broker's log
+cleaner keeps only the latest record per key in the segments before the active one, and
+drops tombstones after ``delete.retention.ms``.  The cleaner never changes what a load
+reads back: offsets keep their order, and every key's latest record stays.
 
 Appends to one partition are serialised by a trio lock (commits, tombstones, snapshots), so
 the cache and the log agree; the log work runs in worker threads.
@@ -60,8 +59,8 @@ _storage_faults = RateLimitedLog(log, 60.0)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
-#: Snapshot and tombstone batches are cut at this size (well under ``message.max.bytes``).
-SNAPSHOT_BATCH_BYTES = 256 * 1024
+#: Tombstone batches are cut at this size (well under ``message.max.bytes``).
+TOMBSTONE_BATCH_BYTES = 256 * 1024
 #: How much of the log one read takes while loading.
 LOAD_READ_BYTES = 1 << 20
 
@@ -91,7 +90,7 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 
 def build_batches(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int,
-                  max_bytes: int | None = SNAPSHOT_BATCH_BYTES) -> list[bytes]:
+                  max_bytes: int | None = TOMBSTONE_BATCH_BYTES) -> list[bytes]:
     """``(key, value or None)`` pairs as v2 batches of at most about ``max_bytes`` each
     (None: one batch)."""
     out = []
@@ -175,8 +174,6 @@ class OffsetsPartition:
     loaded: bool = False
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
     lock: trio.Lock = field(default_factory=trio.Lock)
-    snapshot_bytes: int = 0  # size of the last snapshot: compaction waits for twice that
-    compactions: int = 0
 
 
 class OffsetManager:
@@ -196,8 +193,10 @@ class OffsetManager:
 
     @staticmethod
     def topic_config(base: LogConfig, segment_bytes: int) -> LogConfig:
-        """The offsets topic's log settings: compacted by us, never deleted by time or size."""
-        return base.replace(segment_bytes=segment_bytes, retention_ms=-1, retention_bytes=-1)
+        """The offsets topic's log settings: compacted by the log cleaner, never deleted by
+        time or size."""
+        return base.replace(segment_bytes=segment_bytes, retention_ms=-1, retention_bytes=-1,
+                            cleanup_policy=frozenset({"compact"}))
 
     # -- ownership ----------------------------------------------------------------------------
 
@@ -227,7 +226,6 @@ class OffsetManager:
                 if lg is not None:
                     offsets = await trio.to_thread.run_sync(read_offsets, lg,
                                                             limiter=self.limiter)
-                    part.snapshot_bytes = lg.size_in_bytes // 2
                 else:
                     offsets = {}
             except Exception:
@@ -282,7 +280,6 @@ class OffsetManager:
             if code != NO_ERROR:
                 return code
             part.offsets.setdefault(group, {}).update(offsets)
-            await self._maybe_compact(part)
         return NO_ERROR
 
     async def expire(self, partition: int, now_ms: int,
@@ -315,7 +312,6 @@ class OffsetManager:
             for group, tp in expired:
                 _forget(part.offsets, group, tp)
             log.info("expired %d offsets in %s-%d", len(expired), OFFSETS_TOPIC, partition)
-            await self._maybe_compact(part)
             return len(expired)
 
     async def delete(self, partition: int, group: str,
@@ -368,39 +364,7 @@ class OffsetManager:
             return CoordinatorNotAvailableError.code
         return NO_ERROR
 
-    async def _maybe_compact(self, part: OffsetsPartition) -> None:
-        """Under ``part.lock``: snapshot and drop old segments if the log outgrew the cache."""
-        lg = self.logs.get_log(OFFSETS_TOPIC, part.index)
-        if lg is None:
-            return
-        size = lg.size_in_bytes
-        if size < self.segment_bytes or size < 2 * part.snapshot_bytes:
-            return
-        now = _time.now_ms()
-        entries = [(encode_offset_key(g, t, p), encode_offset_value(om))
-                   for g, offsets in part.offsets.items() for (t, p), om in offsets.items()]
-        batches = build_batches(entries, now)
-        try:
-            written, deleted = await trio.to_thread.run_sync(_snapshot, lg, batches,
-                                                             limiter=self.limiter)
-        except Exception:
-            log.exception("compaction of %s-%d failed", OFFSETS_TOPIC, part.index)
-            return
-        part.snapshot_bytes = written
-        part.compactions += 1
-        log.info("compacted %s-%d: %d offsets in %d bytes, %d old segments deleted (%d bytes "
-                 "before)", OFFSETS_TOPIC, part.index, len(entries), written, len(deleted), size)
-
 
 def _append_all(lg: Log, batches: list[bytes]) -> None:
     for batch in batches:
         lg.append(batch)
-
-
-def _snapshot(lg: Log, batches: list[bytes]) -> tuple[int, list[int]]:
-    """Blocking: a fresh segment, the snapshot in it, then everything before it deleted."""
-    start = lg.roll()
-    written = 0
-    for batch in batches:
-        written += lg.append(batch).size_in_bytes
-    return written, lg.delete_segments_before(start)
