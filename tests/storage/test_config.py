@@ -20,11 +20,6 @@ def test_defaults_are_kafkas():
     assert config.max_message_bytes == 1048588
 
 
-def test_topic_overrides():
-    config = LogConfig().with_topic_overrides({"retention.ms": "1000", "segment.bytes": 4096})
-    assert (config.retention_ms, config.segment_bytes) == (1000, 4096)
-
-
 def test_invalid_values():
     with pytest.raises(ValueError):
         LogConfig(segment_bytes=1)

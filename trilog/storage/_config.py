@@ -1,15 +1,14 @@
 """``LogConfig``: the per-log settings, with Kafka's names and meanings.
 
 The broker builds one from its typed configuration (``BrokerConfig.log_config``: the one
-parser of the ``log.*`` properties) and may override it per topic with Kafka's topic-level
-names (``LogConfig.with_topic_overrides``).  ``parse_cleanup_policy`` reads Kafka's
+parser of the ``log.*`` properties); per-topic overrides with Kafka's topic-level names are
+parsed and applied in ``trilog/broker/_topic_configs.py``.  ``parse_cleanup_policy`` reads Kafka's
 ``cleanup.policy`` text ("delete", "compact", "compact,delete").
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 #: Kafka's ``Long.MaxValue``: the default ``log.flush.interval.messages`` ("never by count").
@@ -45,19 +44,6 @@ def _check_cleanup_policy(policies: frozenset[str]) -> None:
             f"cleanup_policy must be a non-empty set of 'delete' and 'compact', not "
             f"{sorted(policies)}"
         )
-
-
-def _int(value: Any, name: str) -> int:
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, not {value!r}") from None
-
-
-def _optional_int(value: Any, name: str) -> int | None:
-    if value is None or str(value).strip().lower() in ("", "null", "none"):
-        return None
-    return _int(value, name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,28 +150,4 @@ class LogConfig:
         return self.message_timestamp_type == LOG_APPEND_TIME
 
     def replace(self, **changes: Any) -> LogConfig:
-        return dataclasses.replace(self, **changes)
-
-    def with_topic_overrides(self, props: Mapping[str, Any]) -> LogConfig:
-        """Apply Kafka's topic-level names (``segment.bytes``, ``retention.ms``, ...)."""
-        names = {
-            "segment.bytes": "segment_bytes",
-            "segment.ms": "segment_ms",
-            "index.interval.bytes": "index_interval_bytes",
-            "segment.index.bytes": "max_index_size",
-            "flush.messages": "flush_interval_messages",
-            "flush.ms": "flush_interval_ms",
-            "retention.ms": "retention_ms",
-            "retention.bytes": "retention_bytes",
-            "max.message.bytes": "max_message_bytes",
-        }
-        changes: dict[str, Any] = {}
-        for key, field in names.items():
-            if key in props:
-                if field == "flush_interval_ms":
-                    changes[field] = _optional_int(props[key], key)
-                else:
-                    changes[field] = _int(props[key], key)
-        if changes.get("retention_ms", 0) < -1:
-            changes["retention_ms"] = -1
         return dataclasses.replace(self, **changes)
