@@ -2,6 +2,7 @@ import trio
 import pytest
 
 from trilog.zk import (
+    BadVersionError,
     NodeExistsError,
     NoNodeError,
     ZooKeeperUnavailableError,
@@ -24,6 +25,17 @@ async def test_calls_and_errors(zookeeper):
         assert await zk.exists("/deep") and not await zk.exists("/nope")
         await zk.delete("/deep", recursive=True)
         assert not await zk.exists("/deep")
+
+
+async def test_conditional_writes_let_one_writer_win(zookeeper):
+    async with open_zookeeper(zookeeper) as zk:
+        await zk.create("/state", b"a")
+        data, version = await zk.get_versioned("/state")
+        assert data == b"a"
+        assert await zk.set("/state", b"b", version=version) == version + 1
+        with pytest.raises(BadVersionError):  # a second writer read the old version too
+            await zk.set("/state", b"c", version=version)
+        assert await zk.get_versioned("/state") == (b"b", version + 1)
 
 
 async def test_children_watch_delivers_latest(zookeeper):

@@ -2,10 +2,16 @@ import json
 
 import pytest
 
-from trilog.errors import RemoteProtocolError
+from trilog.errors import InvalidReplicationFactorError, RemoteProtocolError
 from trilog.zk import (
     BrokerRegistration,
+    PartitionState,
+    assign_new_partitions,
     assign_replicas,
+    decode_controller,
+    decode_controller_epoch,
+    encode_controller,
+    encode_controller_epoch,
     decode_cluster_id,
     decode_partition_state,
     decode_topic_assignment,
@@ -57,3 +63,50 @@ def test_assign_replicas_round_robin():
     assert assign_replicas(2, [7], start=1) == {0: [7], 1: [7]}
     with pytest.raises(ValueError):
         assign_replicas(1, [])
+
+
+def test_assign_replicas_follows_kafkas_layout():
+    # The table in Kafka's AdminUtils: 5 brokers, 10 partitions, 3 replicas, start 0, shift 0.
+    assignment = assign_replicas(10, [0, 1, 2, 3, 4], start=0, replication_factor=3, shift=0)
+    assert assignment == {
+        0: [0, 1, 2], 1: [1, 2, 3], 2: [2, 3, 4], 3: [3, 4, 0], 4: [4, 0, 1],
+        5: [0, 2, 3], 6: [1, 3, 4], 7: [2, 4, 0], 8: [3, 0, 1], 9: [4, 1, 2],
+    }
+    # Every broker leads two partitions and holds six replicas.
+    for broker in range(5):
+        assert sum(r[0] == broker for r in assignment.values()) == 2
+        assert sum(broker in r for r in assignment.values()) == 6
+    with pytest.raises(InvalidReplicationFactorError, match="larger than available"):
+        assign_replicas(1, [1, 2], replication_factor=3)
+
+
+def test_new_partitions_continue_the_assignment():
+    current = assign_replicas(3, [1, 2, 3], start=1, replication_factor=2)
+    grown = assign_new_partitions(current, 6, None, [1, 2, 3])
+    assert grown == {p: r for p, r in assign_replicas(6, [1, 2, 3], start=1,
+                                                      replication_factor=2).items() if p >= 3}
+
+
+def test_partition_state_round_trip_and_errors():
+    state = PartitionState(leader=2, leader_epoch=5, isr=(2, 3), controller_epoch=7)
+    raw = json.loads(state.encode())
+    assert raw == {"controller_epoch": 7, "leader": 2, "version": 1, "leader_epoch": 5,
+                   "isr": [2, 3]}
+    assert PartitionState.decode(state.encode()) == state
+    # The seeds' leader-written form (no controller yet) still reads.
+    assert PartitionState.decode(encode_partition_state(4)) == PartitionState(4, 0, (4,), 1)
+    for bad in (b"{}", b'{"leader": "x"}', b'{"leader": 1, "isr": [null]}', b"[]", b"nope"):
+        with pytest.raises(RemoteProtocolError):
+            PartitionState.decode(bad)
+
+
+def test_controller_nodes():
+    raw = json.loads(encode_controller(3))
+    assert raw["version"] == 1 and raw["brokerid"] == 3 and raw["timestamp"].isdigit()
+    assert decode_controller(encode_controller(3)) == 3
+    assert decode_controller(b"5") == 5  # Kafka 0.8's bare id
+    assert decode_controller_epoch(encode_controller_epoch(12)) == 12
+    with pytest.raises(RemoteProtocolError):
+        decode_controller(b'{"version": 1}')
+    with pytest.raises(RemoteProtocolError):
+        decode_controller_epoch(b"x")

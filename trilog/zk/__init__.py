@@ -8,6 +8,7 @@
 """
 
 from trilog.zk._client import (
+    BadVersionError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -17,6 +18,13 @@ from trilog.zk._client import (
     open_zookeeper,
 )
 from trilog.zk._layout import (
+    CONTROLLER,
+    CONTROLLER_EPOCH,
+    PartitionState,
+    decode_controller,
+    decode_controller_epoch,
+    encode_controller,
+    encode_controller_epoch,
     BROKER_IDS,
     BROKER_TOPICS,
     CLUSTER_ID,
@@ -73,6 +81,14 @@ __all__ = [
     "ZooKeeperServer",
     "ZooKeeperStartError",
     "ZooKeeperUnavailableError",
+    "BadVersionError",
+    "CONTROLLER",
+    "CONTROLLER_EPOCH",
+    "PartitionState",
+    "decode_controller",
+    "decode_controller_epoch",
+    "encode_controller",
+    "encode_controller_epoch",
     "assign_new_partitions",
     "assign_replicas",
     "broker_path",

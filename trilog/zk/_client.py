@@ -20,6 +20,7 @@ from typing import AsyncIterator, Callable
 import trio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    BadVersionError as _KazooBadVersion,
     ConnectionLoss,
     KazooException,
     NodeExistsError as _KazooNodeExists,
@@ -56,6 +57,10 @@ class NotEmptyError(ZooKeeperError):
     """The znode has children."""
 
 
+class BadVersionError(ZooKeeperError):
+    """A conditional write lost: the znode changed since the version it was read at."""
+
+
 def _translate(exc: BaseException) -> BaseException:
     if isinstance(exc, _KazooNoNode):
         return NoNodeError(str(exc) or "no such znode")
@@ -63,6 +68,8 @@ def _translate(exc: BaseException) -> BaseException:
         return NodeExistsError(str(exc) or "znode exists")
     if isinstance(exc, _KazooNotEmpty):
         return NotEmptyError(str(exc) or "znode has children")
+    if isinstance(exc, _KazooBadVersion):
+        return BadVersionError(str(exc) or "znode version changed")
     if isinstance(exc, (ConnectionLoss, SessionExpiredError, KazooTimeoutError)):
         return ZooKeeperUnavailableError(f"ZooKeeper unavailable: {type(exc).__name__}")
     if isinstance(exc, KazooException):
@@ -114,6 +121,11 @@ class ZooKeeper:
         data, _stat = await self._call(self._client.get, path)
         return data
 
+    async def get_versioned(self, path: str) -> tuple[bytes, int]:
+        """The node's data and its version (for ``set(..., version=)``)."""
+        data, stat = await self._call(self._client.get, path)
+        return data, stat.version
+
     async def get_children(self, path: str) -> list[str]:
         return await self._call(self._client.get_children, path)
 
@@ -126,8 +138,11 @@ class ZooKeeper:
         return await self._call(self._client.create, path, value, ephemeral=ephemeral,
                                 sequence=sequence, makepath=makepath)
 
-    async def set(self, path: str, value: bytes) -> None:
-        await self._call(self._client.set, path, value)
+    async def set(self, path: str, value: bytes, *, version: int = -1) -> int:
+        """Set the node's data; with ``version`` only if the node is still at that version
+        (``BadVersionError`` otherwise: another writer won).  Returns the new version."""
+        stat = await self._call(self._client.set, path, value, version=version)
+        return stat.version
 
     async def ensure_path(self, path: str) -> None:
         await self._call(self._client.ensure_path, path)

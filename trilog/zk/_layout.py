@@ -5,9 +5,12 @@
                                                    "listener_security_protocol_map":{..},
                                                    "jmx_port":-1,"timestamp":"<ms>"}
     /brokers/topics/<topic>                       {"version":1,"partitions":{"0":[<broker>],..}}
-    /brokers/topics/<topic>/partitions/<n>/state  ephemeral, written by the partition's leader:
-                                                  {"controller_epoch":..,"leader":..,"version":1,
+    /brokers/topics/<topic>/partitions/<n>/state  {"controller_epoch":..,"leader":..,"version":1,
                                                    "leader_epoch":..,"isr":[..]}
+                                                  written conditionally (its znode version), so
+                                                  that of two writers only one wins
+    /controller                        ephemeral  {"version":1,"brokerid":<id>,"timestamp":"<ms>"}
+    /controller_epoch                             <epoch as decimal text>
     /consumers/<group>/ids/<consumer id>  ephemeral  {"version":1,"subscription":{topic: streams},
                                                       "pattern":"static|white_list|black_list",
                                                       "timestamp":"<ms>"}
@@ -36,6 +39,8 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CLUSTER_ID = "/cluster/id"
 CONSUMERS = "/consumers"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 #: Kafka's name for a change notification (a sequential node: the name gets a 10-digit number).
@@ -175,16 +180,41 @@ def decode_topic_assignment(topic: str, data: bytes) -> dict[int, list[int]]:
         raise RemoteProtocolError(f"topic {topic} assignment is malformed") from None
 
 
-def encode_partition_state(leader: int, leader_epoch: int = 0, isr: list[int] | None = None) -> bytes:
-    return _dumps(
-        {
-            "controller_epoch": 1,
-            "leader": leader,
-            "version": 1,
-            "leader_epoch": leader_epoch,
-            "isr": isr if isr is not None else [leader],
-        }
-    )
+@dataclass(frozen=True)
+class PartitionState:
+    """A partition's leadership as ``.../partitions/<n>/state`` holds it (Kafka's
+    ``LeaderIsrAndControllerEpoch``): the leader (-1: none), its epoch (bumped on every
+    leader change), the in-sync replicas, and the epoch of the controller that wrote it."""
+
+    leader: int
+    leader_epoch: int = 0
+    isr: tuple[int, ...] = ()
+    controller_epoch: int = 0
+
+    def encode(self) -> bytes:
+        return _dumps({"controller_epoch": self.controller_epoch, "leader": self.leader,
+                       "version": 1, "leader_epoch": self.leader_epoch,
+                       "isr": list(self.isr)})
+
+    @classmethod
+    def decode(cls, data: bytes) -> PartitionState:
+        value = _loads(data, "partition state")
+        try:
+            leader = value["leader"]
+            epoch = value.get("leader_epoch", 0)
+            isr = value.get("isr", [leader] if leader >= 0 else [])
+            controller_epoch = value.get("controller_epoch", 0)
+            if not all(isinstance(x, int) for x in (leader, epoch, controller_epoch, *isr)):
+                raise TypeError
+        except (KeyError, TypeError):
+            raise RemoteProtocolError(f"partition state is malformed: {value}") from None
+        return cls(leader, epoch, tuple(isr), controller_epoch)
+
+
+def encode_partition_state(leader: int, leader_epoch: int = 0, isr: list[int] | None = None,
+                           controller_epoch: int = 1) -> bytes:
+    return PartitionState(leader, leader_epoch,
+                          tuple(isr if isr is not None else [leader]), controller_epoch).encode()
 
 
 def decode_partition_state(data: bytes) -> dict:
@@ -192,6 +222,33 @@ def decode_partition_state(data: bytes) -> dict:
     if not isinstance(value.get("leader"), int):
         raise RemoteProtocolError("partition state has no leader")
     return value
+
+
+def encode_controller(broker_id: int) -> bytes:
+    return _dumps({"version": 1, "brokerid": broker_id, "timestamp": str(now_ms())})
+
+
+def decode_controller(data: bytes) -> int:
+    """The controller's broker id from ``/controller`` (also Kafka 0.8's bare-number form)."""
+    text = data.decode("utf-8", "replace").strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    value = _loads(data, "/controller")
+    broker_id = value.get("brokerid")
+    if not isinstance(broker_id, int):
+        raise RemoteProtocolError(f"/controller has no brokerid: {value}")
+    return broker_id
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    try:
+        return int(data.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        raise RemoteProtocolError(f"/controller_epoch is not a number: {data[:40]!r}") from None
 
 
 def encode_cluster_id(cluster_id: str) -> bytes:
@@ -205,12 +262,33 @@ def decode_cluster_id(data: bytes) -> str:
     return value["id"]
 
 
-def assign_replicas(num_partitions: int, brokers: list[int], start: int = 0) -> dict[int, list[int]]:
-    """Spread partitions round-robin over the live brokers (one replica each)."""
+def assign_replicas(num_partitions: int, brokers: list[int], start: int = 0,
+                    replication_factor: int = 1, shift: int | None = None,
+                    first_partition: int = 0) -> dict[int, list[int]]:
+    """Kafka's replica assignment (``assignReplicasToBrokersRackUnaware``) of partitions
+    ``first_partition ..`` over ``brokers`` (sorted): partition p's first replica is broker
+    ``(p + start) % n``, round robin; its followers come after it with a shift that grows by
+    one each time the partitions wrap around the brokers, so that the followers of one
+    broker's partitions spread over all the others.  ``start`` and ``shift`` are random in
+    Kafka (``shift`` defaults to ``start`` here)."""
     if not brokers:
         raise ValueError("no live brokers to assign partitions to")
     ordered = sorted(brokers)
-    return {p: [ordered[(start + p) % len(ordered)]] for p in range(num_partitions)}
+    n = len(ordered)
+    if not 1 <= replication_factor <= n:
+        raise InvalidReplicationFactorError(
+            f"Replication factor: {replication_factor} larger than available brokers: {n}.")
+    next_shift = start if shift is None else shift
+    out: dict[int, list[int]] = {}
+    for p in range(first_partition, first_partition + num_partitions):
+        if p > 0 and p % n == 0:
+            next_shift += 1
+        first = (p + start) % n
+        replicas = [ordered[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(ordered[(first + 1 + (next_shift + j) % (n - 1)) % n])
+        out[p] = replicas
+    return out
 
 
 def assign_new_partitions(current: dict[int, list[int]], count: int,
@@ -237,8 +315,7 @@ def assign_new_partitions(current: dict[int, list[int]], count: int,
                 f"replication factor {factor} is larger than the {len(ordered)} live brokers")
         first = current.get(0, [ordered[0]])[0]
         start = ordered.index(first) if first in ordered else 0
-        return {p: [ordered[(start + p + i) % len(ordered)] for i in range(factor)]
-                for p in range(old, count)}
+        return assign_replicas(count - old, ordered, start, factor, first_partition=old)
     unknown = {b for replicas in assignment for b in replicas} - set(live)
     if unknown:
         raise InvalidReplicaAssignmentError(
