@@ -253,10 +253,7 @@ def test_a_topics_retention_deletes_its_old_segments_and_no_others_without_resta
 
 
 def fetch_start(sock, topic: str) -> int:
-    from broker_helpers import EARLIEST, list_offsets_request
-
-    part = only_partition(roundtrip(sock, list_offsets_request(topic, 0, EARLIEST), 1))
-    return part.offset
+    return partition_start(sock, topic, 0)
 
 
 # -- independent clients -------------------------------------------------------------------
@@ -339,3 +336,53 @@ def test_a_change_through_one_broker_reaches_every_broker(broker_process, zookee
         mine = [x.partition_index for x in meta.topics[0].partitions if x.leader_id == 1]
         assert only_partition(roundtrip(sock, produce_request("spread", mine[0], big), 3)
                               ).error_code == 0
+
+
+@pytest.mark.slow
+def test_retention_altered_by_kafka_python_applies_on_every_broker(broker_process, zookeeper):
+    settings = {"log.segment.bytes": 2048, "log.retention.check.interval.ms": 200}
+    brokers = [broker_process(broker_id=i, zookeeper=zookeeper, overrides=settings)
+               for i in (1, 2)]
+    leaders: dict[tuple[str, int], object] = {}
+    with connect(brokers[0].bootstrap) as sock:
+        for topic in ("short", "long"):
+            assert create_with_configs(sock, topic, {}, partitions=4).error_code == 0
+            meta = roundtrip(sock, p.MetadataRequest(topics=[
+                p.MetadataRequest.MetadataRequestTopic(name=topic)]), 1)
+            for part in meta.topics[0].partitions:
+                leaders[(topic, part.partition_index)] = next(
+                    b for b in brokers if b.broker_id == part.leader_id)
+    assert {b.broker_id for b in leaders.values()} == {1, 2}  # both brokers lead some
+    for (topic, partition), b in leaders.items():
+        with connect(b.bootstrap) as sock:
+            for i in range(20):
+                produce(sock, topic, partition, [b"%d" % i + bytes(300)] * 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=brokers[1].bootstrap, request_timeout_ms=10_000)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "short",
+                                            configs={"retention.ms": "100"})])
+    finally:
+        admin.close()
+    deadline = time.monotonic() + 30
+    for (topic, partition), b in sorted(leaders.items(), key=lambda kv: kv[0]):
+        with connect(b.bootstrap) as sock:
+            if topic == "long":
+                continue
+            while partition_start(sock, topic, partition) == 0:
+                assert time.monotonic() < deadline, \
+                    f"{topic}-{partition} on broker {b.broker_id} kept its old segments"
+                time.sleep(0.2)
+    for (topic, partition), b in leaders.items():
+        if topic == "long":
+            with connect(b.bootstrap) as sock:
+                assert partition_start(sock, topic, partition) == 0  # untouched
+
+
+def partition_start(sock, topic: str, partition: int) -> int:
+    from broker_helpers import EARLIEST, list_offsets_request
+
+    return only_partition(roundtrip(sock, list_offsets_request(topic, partition, EARLIEST),
+                                    1)).offset
