@@ -6,7 +6,8 @@ Modules: ``_log`` (``Log``: append, read, flush, retention, truncation), ``_appe
 append path's header and CRC checks and offset assignment), ``_loader`` (opening and
 recovery), ``_segment`` (``LogSegment``, the roll decision, header walks), ``_index``,
 ``_files`` (atomic writes, directory fsyncs, removal), ``_manager``, ``_checkpoint``,
-``_retention`` (pure decisions), ``_fetch`` (``FetchSlice``).
+``_retention`` (pure decisions), ``_fetch`` (``FetchSlice``), ``_epochs`` (the leader-epoch
+cache a replicated log keeps).
 
 Blocking code (no trio): the broker calls it from worker threads.
 """
@@ -20,6 +21,13 @@ from trilog.storage._config import (
     LOG_APPEND_TIME,
     LogConfig,
     parse_cleanup_policy,
+)
+from trilog.storage._epochs import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    EpochEntry,
+    LeaderEpochCache,
 )
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, write_atomically
@@ -46,11 +54,16 @@ __all__ = [
     "DELETE",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "LEADER_EPOCH_CHECKPOINT_FILE",
     "LOG_APPEND_TIME",
     "LOG_START_OFFSET_CHECKPOINT_FILE",
     "RECOVERY_POINT_CHECKPOINT_FILE",
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_EPOCH_OFFSET",
     "BatchHeader",
+    "EpochEntry",
     "FetchSlice",
+    "LeaderEpochCache",
     "Log",
     "LogAppendInfo",
     "LogConfig",
