@@ -112,6 +112,20 @@ from trilog.protocol._messages import (
     OffsetDeleteRequest,
     OffsetDeleteResponse,
 )
+from trilog.protocol._messages import (
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
 from trilog.protocol._offsets_topic import (
     OffsetAndMetadata,
     OffsetKey,
@@ -246,6 +260,24 @@ __all__ += [
     "IncrementalAlterConfigsResponse",
     "OffsetDeleteRequest",
     "OffsetDeleteResponse",
+]
+
+# The replication APIs of issue 13: controller -> broker (LeaderAndIsr, StopReplica,
+# UpdateMetadata), broker -> controller (ControlledShutdown), follower -> leader
+# (OffsetForLeaderEpoch), admin -> controller (ElectLeaders).
+__all__ += [
+    "ControlledShutdownRequest",
+    "ControlledShutdownResponse",
+    "ElectLeadersRequest",
+    "ElectLeadersResponse",
+    "LeaderAndIsrRequest",
+    "LeaderAndIsrResponse",
+    "OffsetForLeaderEpochRequest",
+    "OffsetForLeaderEpochResponse",
+    "StopReplicaRequest",
+    "StopReplicaResponse",
+    "UpdateMetadataRequest",
+    "UpdateMetadataResponse",
 ]
 
 # Kafka's ConsumerProtocol (``_consumer_protocol``): subscriptions and assignments of

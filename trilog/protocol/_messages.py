@@ -11,17 +11,22 @@ a field its current name is used (OffsetCommit's ``generation_id_or_member_epoch
 Supported (``API_VERSIONS``)::
 
     Produce(0) 0-7      Fetch(1) 0-10        ListOffsets(2) 0-4    Metadata(3) 0-7
+    LeaderAndIsr(4) 0-3 StopReplica(5) 0-1   UpdateMetadata(6) 0-5 ControlledShutdown(7) 1-2
     OffsetCommit(8) 0-6 OffsetFetch(9) 0-5   FindCoordinator(10) 0-2
     JoinGroup(11) 0-3   Heartbeat(12) 0-2    LeaveGroup(13) 0-2    SyncGroup(14) 0-2
     DescribeGroups(15) 0-2                   ListGroups(16) 0-2
     ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3    DeleteRecords(21) 0-1
-    InitProducerId(22) 0-1                   DescribeConfigs(32) 0-3 AlterConfigs(33) 0-1
+    InitProducerId(22) 0-1                   OffsetForLeaderEpoch(23) 0-3
+    DescribeConfigs(32) 0-3                  AlterConfigs(33) 0-1
     DescribeLogDirs(35) 0-1                  CreatePartitions(37) 0-1
-    DeleteGroups(42) 0-1                     IncrementalAlterConfigs(44) 0
-    OffsetDelete(47) 0
+    DeleteGroups(42) 0-1                     ElectLeaders(43) 0-1
+    IncrementalAlterConfigs(44) 0            OffsetDelete(47) 0
 
-Not served: DescribeCluster(60), whose every version is flexible (tagged fields), which this
-layer does not encode; nor the flexible versions of the APIs above.
+Not encoded: DescribeCluster(60), whose every version is flexible (tagged fields), which this
+layer does not encode; the flexible versions of the APIs above; ControlledShutdown v0, whose
+request header (Kafka 0.8's) lacks the client_id that every other request header carries.
+What a broker *advertises* in ApiVersions is its own choice among these (the APIs it has
+handlers for): the inter-broker APIs (4-7) are here so that brokers can speak them.
 
 ``records`` fields (Produce request, Fetch response) are opaque: decoded as a memoryview into
 the frame, encoded from bytes or, for zero-copy, from a size-known reference (see
@@ -300,6 +305,145 @@ MetadataResponse = message(K.METADATA, "MetadataResponse", (0, 7), [
     ]))),
 ])
 
+# -- LeaderAndIsr (4) ---------------------------------------------------------------------
+# Controller -> broker. v1: is_new; v2: broker_epoch, and the partition states move from one
+# flat list (ungrouped_partition_states, each naming its topic) into topic_states, where a
+# state's topic_name is absent (read it from its LeaderAndIsrTopicState); v3: adding_replicas
+# and removing_replicas (note: before is_new on the wire); v4+ are flexible.
+# partition_epoch is the ZooKeeper version of the partition's state node (Kafka's former
+# ZkVersion).
+
+_LeaderAndIsrPartitionState = Struct("LeaderAndIsrPartitionState", [
+    F("topic_name", STRING, "0-1"),
+    F("partition_index", INT32),
+    F("controller_epoch", INT32),
+    F("leader", INT32),
+    F("leader_epoch", INT32),
+    F("isr", Array(INT32)),
+    F("partition_epoch", INT32),
+    F("replicas", Array(INT32)),
+    F("adding_replicas", Array(INT32), "3+"),
+    F("removing_replicas", Array(INT32), "3+"),
+    F("is_new", BOOLEAN, "1+"),
+])
+
+LeaderAndIsrRequest = message(K.LEADER_AND_ISR, "LeaderAndIsrRequest", (0, 3), [
+    F("controller_id", INT32),
+    F("controller_epoch", INT32),
+    F("broker_epoch", INT64, "2+", default=-1),
+    F("ungrouped_partition_states", Array(_LeaderAndIsrPartitionState), "0-1"),
+    F("topic_states", Array(Struct("LeaderAndIsrTopicState", [
+        F("topic_name", STRING),
+        F("partition_states", Array(_LeaderAndIsrPartitionState)),
+    ])), "2+"),
+    F("live_leaders", Array(Struct("LeaderAndIsrLiveLeader", [
+        F("broker_id", INT32),
+        F("host_name", STRING),
+        F("port", INT32),
+    ]))),
+])
+
+LeaderAndIsrResponse = message(K.LEADER_AND_ISR, "LeaderAndIsrResponse", (0, 3), [
+    F("error_code", INT16),
+    F("partition_errors", Array(Struct("LeaderAndIsrPartitionError", [
+        F("topic_name", STRING),
+        F("partition_index", INT32),
+        F("error_code", INT16),
+    ]))),
+])
+
+# -- StopReplica (5) ----------------------------------------------------------------------
+# Controller -> broker. v1: broker_epoch, and the partitions grouped by topic (topics)
+# instead of one (topic_name, partition_index) list; v2+ are flexible.
+
+StopReplicaRequest = message(K.STOP_REPLICA, "StopReplicaRequest", (0, 1), [
+    F("controller_id", INT32),
+    F("controller_epoch", INT32),
+    F("broker_epoch", INT64, "1+", default=-1),
+    F("delete_partitions", BOOLEAN, "0-2"),
+    F("ungrouped_partitions", Array(Struct("StopReplicaPartitionV0", [
+        F("topic_name", STRING),
+        F("partition_index", INT32),
+    ])), "0"),
+    F("topics", Array(Struct("StopReplicaTopicV1", [
+        F("name", STRING),
+        F("partition_indexes", Array(INT32)),
+    ])), "1-2"),
+])
+
+StopReplicaResponse = message(K.STOP_REPLICA, "StopReplicaResponse", (0, 1), [
+    F("error_code", INT16),
+    F("partition_errors", Array(Struct("StopReplicaPartitionError", [
+        F("topic_name", STRING),
+        F("partition_index", INT32),
+        F("error_code", INT16),
+    ]))),
+])
+
+# -- UpdateMetadata (6) -------------------------------------------------------------------
+# Controller -> broker. v0: one host and port per broker (v0_host, v0_port); v1: endpoints
+# (port *before* host; security_protocol is Kafka's SecurityProtocol id, 0 = PLAINTEXT);
+# v2: rack; v3: listener; v4: offline_replicas; v5: broker_epoch, and the partition states
+# grouped by topic (topic_states; a state's topic_name is then absent); v6+ are flexible.
+
+_UpdateMetadataPartitionState = Struct("UpdateMetadataPartitionState", [
+    F("topic_name", STRING, "0-4"),
+    F("partition_index", INT32),
+    F("controller_epoch", INT32),
+    F("leader", INT32),
+    F("leader_epoch", INT32),
+    F("isr", Array(INT32)),
+    F("zk_version", INT32),
+    F("replicas", Array(INT32)),
+    F("offline_replicas", Array(INT32), "4+"),
+])
+
+UpdateMetadataRequest = message(K.UPDATE_METADATA, "UpdateMetadataRequest", (0, 5), [
+    F("controller_id", INT32),
+    F("controller_epoch", INT32),
+    F("broker_epoch", INT64, "5+", default=-1),
+    F("ungrouped_partition_states", Array(_UpdateMetadataPartitionState), "0-4"),
+    F("topic_states", Array(Struct("UpdateMetadataTopicState", [
+        F("topic_name", STRING),
+        F("partition_states", Array(_UpdateMetadataPartitionState)),
+    ])), "5+"),
+    F("live_brokers", Array(Struct("UpdateMetadataBroker", [
+        F("id", INT32),
+        F("v0_host", STRING, "0"),
+        F("v0_port", INT32, "0"),
+        F("endpoints", Array(Struct("UpdateMetadataEndpoint", [
+            F("port", INT32),
+            F("host", STRING),
+            F("listener", STRING, "3+"),
+            F("security_protocol", INT16),
+        ])), "1+"),
+        F("rack", STRING, "2+", nullable="0+", default=None),
+    ]))),
+])
+
+UpdateMetadataResponse = message(K.UPDATE_METADATA, "UpdateMetadataResponse", (0, 5), [
+    F("error_code", INT16),
+])
+
+# -- ControlledShutdown (7) ---------------------------------------------------------------
+# Broker -> controller. v0 is left out: its request header has no client_id (header v0),
+# which decode_request does not read; v1 is v0 with the standard header; v2: broker_epoch;
+# v3+ are flexible.
+
+ControlledShutdownRequest = message(K.CONTROLLED_SHUTDOWN, "ControlledShutdownRequest", (1, 2), [
+    F("broker_id", INT32),
+    F("broker_epoch", INT64, "2+", default=-1),
+])
+
+ControlledShutdownResponse = message(
+    K.CONTROLLED_SHUTDOWN, "ControlledShutdownResponse", (1, 2), [
+    F("error_code", INT16),
+    F("remaining_partitions", Array(Struct("RemainingPartition", [
+        F("topic_name", STRING),
+        F("partition_index", INT32),
+    ]))),
+])
+
 # -- OffsetCommit (8) ---------------------------------------------------------------------
 # v1: generation/member and a per-partition commit_timestamp (v1 only); v2-4: retention;
 # v3: throttle; v6: committed_leader_epoch.
@@ -575,6 +719,39 @@ DeleteRecordsResponse = message(K.DELETE_RECORDS, "DeleteRecordsResponse", (0, 1
     ]))),
 ])
 
+# -- OffsetForLeaderEpoch (23) -------------------------------------------------------------
+# A follower (or a consumer) asks where a leader epoch ends. v1: leader_epoch in the answer;
+# v2: current_leader_epoch (fencing) and throttle_time_ms; v3: replica_id; v4+ are flexible.
+# replica_id defaults to Kafka's -2 (DEBUGGING_REPLICA_ID, may read past the high watermark):
+# that is what a v0-2 request means, since followers sent those; a consumer sends -1.
+
+OffsetForLeaderEpochRequest = message(
+    K.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpochRequest", (0, 3), [
+    F("replica_id", INT32, "3+", default=-2),
+    F("topics", Array(Struct("OffsetForLeaderTopic", [
+        F("topic", STRING),
+        F("partitions", Array(Struct("OffsetForLeaderPartition", [
+            F("partition", INT32),
+            F("current_leader_epoch", INT32, "2+", default=-1),
+            F("leader_epoch", INT32),
+        ]))),
+    ]))),
+])
+
+OffsetForLeaderEpochResponse = message(
+    K.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpochResponse", (0, 3), [
+    F("throttle_time_ms", INT32, "2+"),
+    F("topics", Array(Struct("OffsetForLeaderTopicResult", [
+        F("topic", STRING),
+        F("partitions", Array(Struct("EpochEndOffset", [
+            F("error_code", INT16),
+            F("partition", INT32),
+            F("leader_epoch", INT32, "1+", default=-1),
+            F("end_offset", INT64, default=-1),
+        ]))),
+    ]))),
+])
+
 # -- DescribeConfigs (32) ------------------------------------------------------------------
 # v1: include_synonyms, config_source replaces is_default, synonyms; v2 changes only
 # semantics; v3: include_documentation, config_type, documentation; v4+ are flexible.
@@ -756,7 +933,34 @@ OffsetDeleteResponse = message(K.OFFSET_DELETE, "OffsetDeleteResponse", (0, 0), 
     ]))),
 ])
 
-del F, K
+# -- ElectLeaders (43) ----------------------------------------------------------------------
+# v1: election_type (0 = preferred replica, 1 = unclean: the first live replica when no ISR
+# member is alive) and a top-level error_code; v2+ are flexible. Null topic_partitions means
+# every partition.
+
+ElectLeadersRequest = message(K.ELECT_LEADERS, "ElectLeadersRequest", (0, 1), [
+    F("election_type", INT8, "1+"),
+    F("topic_partitions", Array(Struct("TopicPartitions", [
+        F("topic", STRING),
+        F("partitions", Array(INT32)),
+    ])), nullable="0+"),
+    F("timeout_ms", INT32, default=60000),
+])
+
+ElectLeadersResponse = message(K.ELECT_LEADERS, "ElectLeadersResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16, "1+"),
+    F("replica_election_results", Array(Struct("ReplicaElectionResult", [
+        F("topic", STRING),
+        F("partition_result", Array(Struct("PartitionResult", [
+            F("partition_id", INT32),
+            F("error_code", INT16),
+            F("error_message", STRING, nullable="0+", default=None),
+        ]))),
+    ]))),
+])
+
+del F, K, _LeaderAndIsrPartitionState, _UpdateMetadataPartitionState
 # fmt: on
 
 # -- Registries ---------------------------------------------------------------------------
