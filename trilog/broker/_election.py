@@ -52,16 +52,15 @@ def elect_offline(replicas: Sequence[int], state: PartitionState | None,
     last members, so that the first of them to return leads again)."""
     if state is None:
         isr = [r for r in replicas if r in live]
-        leader = isr[0] if isr else NO_LEADER
-        return PartitionState(leader, 0, tuple(isr), controller_epoch)
+        return PartitionState(isr[0] if isr else NO_LEADER, 0, tuple(isr), controller_epoch)
     live_isr = [r for r in state.isr if r in live]
-    leader = _first(replicas, live_isr)
-    if leader is not None:
-        return _next(state, leader, live_isr, controller_epoch)
+    clean = _first(replicas, live_isr)
+    if clean is not None:
+        return _next(state, clean, live_isr, controller_epoch)
     if unclean:
-        leader = _first(replicas, live)
-        if leader is not None:
-            return _next(state, leader, [leader], controller_epoch)
+        any_live = _first(replicas, live)
+        if any_live is not None:
+            return _next(state, any_live, [any_live], controller_epoch)
     if state.leader == NO_LEADER:
         return state  # already offline: nothing to write
     # Offline: keep the last ISR (its members are the ones that hold every acknowledged

@@ -8,7 +8,8 @@ Each broker:
 - serves the partitions assigned to it: creates their logs and writes their
   ``.../partitions/<n>/state`` (ephemeral, leader = this broker);
 - removes the logs of topics that disappear from ``/brokers/topics`` (DeleteTopics);
-- re-creates its ephemeral nodes after a session expiry.
+- re-creates its ephemeral nodes after a session expiry;
+- stands in the controller election (``_controller.py``); Metadata names the winner.
 
 A partition's leader is its assigned broker while that broker is registered, else -1
 (no replication yet).  A ZooKeeper outage stops none of this broker's serving: the cache
@@ -34,6 +35,7 @@ from trilog.broker._cluster import (
     plan_new_partitions,
 )
 from trilog.broker._config_store import TopicConfigs, ZooKeeperConfigStore
+from trilog.broker._controller import ControllerElection
 from trilog.broker._topic_configs import validate_overrides
 from trilog.errors import (
     InvalidReplicaAssignmentError,
@@ -101,11 +103,18 @@ class ZooKeeperCluster(Cluster):
         self._followed: dict[str, Callable[[], None]] = {}
         self._changed_assignments: dict[str, dict[int, list[int]]] = {}
         self._assignment_changed = trio.Event()
+        #: who the controller is (``/controller``): this broker stands in the election
+        self.controller = ControllerElection(zk, broker.node_id)
 
     # -- the cached view -------------------------------------------------------------------
 
     def brokers(self) -> list[BrokerInfo]:
         return sorted(self._brokers.values(), key=lambda b: b.node_id)
+
+    @property
+    def controller_id(self) -> int:
+        """The broker holding ``/controller`` (-1 while there is none: Metadata says so)."""
+        return self.controller.controller_id
 
     def topics(self) -> dict[str, dict[int, int]]:
         return self._topics_view
@@ -139,6 +148,7 @@ class ZooKeeperCluster(Cluster):
         await self.zk.ensure_path(BROKER_TOPICS)
         await self._refresh_brokers(await self.zk.get_children(BROKER_IDS))
         await self._refresh_topics(await self.zk.get_children(BROKER_TOPICS))
+        await self.controller.settle()
 
     async def run(self) -> None:
         """The watch loops and the session keeper; runs in the broker's nursery."""
@@ -147,6 +157,7 @@ class ZooKeeperCluster(Cluster):
             nursery.start_soon(self._watch, BROKER_TOPICS, self._refresh_topics)
             nursery.start_soon(self._apply_assignment_changes)
             nursery.start_soon(self._session_keeper)
+            nursery.start_soon(self.controller.run)
 
     async def _watch(self, path: str, refresh) -> None:
         while True:

@@ -26,6 +26,7 @@ from kazoo.exceptions import (
     NodeExistsError as _KazooNodeExists,
     NoNodeError as _KazooNoNode,
     NotEmptyError as _KazooNotEmpty,
+    RolledBackError as _KazooRolledBack,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -143,6 +144,20 @@ class ZooKeeper:
         (``BadVersionError`` otherwise: another writer won).  Returns the new version."""
         stat = await self._call(self._client.set, path, value, version=version)
         return stat.version
+
+    async def create_and_set(self, path: str, value: bytes, *, ephemeral: bool,
+                             set_path: str, set_value: bytes, version: int) -> None:
+        """Create ``path`` and set ``set_path`` (if still at ``version``) in one ZooKeeper
+        transaction: both happen or neither.  ``NodeExistsError`` or ``BadVersionError``
+        says which condition failed."""
+        def run() -> None:
+            transaction = self._client.transaction()
+            transaction.create(path, value, ephemeral=ephemeral)
+            transaction.set_data(set_path, set_value, version=version)
+            for result in transaction.commit():
+                if isinstance(result, Exception) and not isinstance(result, _KazooRolledBack):
+                    raise result
+        await self._call(run)
 
     async def ensure_path(self, path: str) -> None:
         await self._call(self._client.ensure_path, path)
