@@ -110,3 +110,14 @@ def test_controller_nodes():
         decode_controller(b'{"version": 1}')
     with pytest.raises(RemoteProtocolError):
         decode_controller_epoch(b"x")
+
+
+def test_isr_change_notification():
+    from trilog.zk import decode_isr_change, encode_isr_change
+
+    raw = encode_isr_change([("t", 1), ("u", 0)])
+    assert json.loads(raw) == {"version": 1, "partitions": [{"topic": "t", "partition": 1},
+                                                            {"topic": "u", "partition": 0}]}
+    assert decode_isr_change(raw) == [("t", 1), ("u", 0)]
+    with pytest.raises(RemoteProtocolError):
+        decode_isr_change(b'{"version": 1}')

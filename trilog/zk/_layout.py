@@ -11,6 +11,10 @@
                                                   that of two writers only one wins
     /controller                        ephemeral  {"version":1,"brokerid":<id>,"timestamp":"<ms>"}
     /controller_epoch                             <epoch as decimal text>
+    /isr_change_notification/isr_change_<seq>  sequential  {"version":1,"partitions":
+                                                  [{"topic":..,"partition":..},..]}: a leader
+                                                  changed these ISRs (the controller tells
+                                                  every broker, then deletes the node)
     /consumers/<group>/ids/<consumer id>  ephemeral  {"version":1,"subscription":{topic: streams},
                                                       "pattern":"static|white_list|black_list",
                                                       "timestamp":"<ms>"}
@@ -41,6 +45,8 @@ CLUSTER_ID = "/cluster/id"
 CONSUMERS = "/consumers"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 #: Kafka's name for a change notification (a sequential node: the name gets a 10-digit number).
@@ -222,6 +228,19 @@ def decode_partition_state(data: bytes) -> dict:
     if not isinstance(value.get("leader"), int):
         raise RemoteProtocolError("partition state has no leader")
     return value
+
+
+def encode_isr_change(partitions: list[tuple[str, int]]) -> bytes:
+    return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p}
+                                                for t, p in partitions]})
+
+
+def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
+    value = _loads(data, "ISR change notification")
+    try:
+        return [(str(e["topic"]), int(e["partition"])) for e in value["partitions"]]
+    except (KeyError, TypeError, ValueError):
+        raise RemoteProtocolError(f"ISR change notification is malformed: {value}") from None
 
 
 def encode_controller(broker_id: int) -> bytes:
