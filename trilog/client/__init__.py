@@ -3,7 +3,17 @@
 Every object with background work is an ``async with open_*(...)`` that owns its nursery.
 """
 
-from trilog.client._admin import Admin, PartitionInfo, TopicInfo, open_admin
+from trilog.client._admin import (
+    Admin,
+    ConfigEntry,
+    ConfigResource,
+    DeletedRecords,
+    LogDirInfo,
+    LogDirPartition,
+    PartitionInfo,
+    TopicInfo,
+    open_admin,
+)
 from trilog.client._brokers import BrokerAddress, parse_bootstrap
 from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_ranges
 from trilog.client._client import Client, open_client
@@ -60,6 +70,11 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "Admin",
+    "ConfigEntry",
+    "ConfigResource",
+    "DeletedRecords",
+    "LogDirInfo",
+    "LogDirPartition",
     "BrokerAddress",
     "BrokerConnection",
     "BufferFullError",

@@ -5,7 +5,8 @@ that answers (and, for what only a partition's leader or each broker can do, Del
 and DescribeLogDirs, to those brokers too); ``open_admin(zookeeper="h:2181/chroot")`` reads
 and writes the seeds' layout (``/brokers/topics/<topic>`` assignments over
 ``/brokers/ids``) directly, as Kafka's ``kafka-topics.sh --zookeeper`` did.  Both give the
-same ``Admin`` interface; the ZooKeeper one cannot touch records or log dirs.
+same ``Admin`` interface; the ZooKeeper one cannot touch records, log dirs or configs (the
+brokers validate configs: ``describe_configs`` and ``alter_configs`` go through them).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from trilog.protocol import (
     CreateTopicsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeConfigsRequest,
     DescribeLogDirsRequest,
+    IncrementalAlterConfigsRequest,
     MetadataRequest,
 )
 
@@ -90,6 +93,59 @@ class LogDirInfo:
     error: str | None = None
 
 
+#: Kafka's ConfigSource codes (DescribeConfigs v1+) by their names in Kafka's admin client.
+CONFIG_SOURCES = {
+    0: "UNKNOWN",
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+}
+#: Kafka's ConfigResource.Type codes, by the names ``ConfigResource.kind`` uses.
+_RESOURCE_TYPES = {"topic": 2, "broker": 4}
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs' operations
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One setting of a topic or broker, as DescribeConfigs describes it.
+
+    ``source`` is Kafka's ConfigSource name: ``"DYNAMIC_TOPIC_CONFIG"`` (the topic's own
+    override), ``"STATIC_BROKER_CONFIG"`` (the broker's properties file or ``--override``),
+    ``"DEFAULT_CONFIG"`` (nobody set it); ``"UNKNOWN"`` from a broker too old to say.
+    """
+
+    name: str
+    value: str | None  # None: unset, or hidden because ``sensitive``
+    source: str
+    is_default: bool
+    read_only: bool
+    sensitive: bool
+
+
+@dataclass(frozen=True)
+class ConfigResource:
+    """A topic's or a broker's settings (``kind`` ``"topic"`` or ``"broker"``), or Kafka's
+    error name for it (``"UNKNOWN_TOPIC_OR_PARTITION"``; then ``entries`` is empty)."""
+
+    kind: str
+    name: str
+    entries: tuple[ConfigEntry, ...] = ()
+    error: str | None = None
+    error_message: str | None = None
+
+    def get(self, name: str) -> ConfigEntry | None:
+        return next((e for e in self.entries if e.name == name), None)
+
+    @property
+    def overrides(self) -> dict[str, str | None]:
+        """The settings that are not defaults, ``{name: value}`` (what Kafka's
+        ``kafka-topics --describe`` prints as ``Configs:``)."""
+        return {e.name: e.value for e in self.entries if not e.is_default}
+
+
 TopicPartition = tuple[str, int]
 
 
@@ -104,7 +160,10 @@ class Admin:
         return sorted(t.name for t in await self.describe_topics() if t.error is None)
 
     async def create_topic(self, name: str, num_partitions: int = -1,
-                           replication_factor: int = -1) -> None:
+                           replication_factor: int = -1, *,
+                           configs: Mapping[str, str] | None = None) -> None:
+        """Create topic ``name``; ``configs``: its overrides with Kafka's topic-level names
+        (``{"retention.ms": "3600000"}``), validated by the broker (needs brokers)."""
         raise NotImplementedError
 
     async def delete_topic(self, name: str) -> None:
@@ -129,6 +188,24 @@ class Admin:
         """Every broker's log dirs with the partitions of ``topics`` (all when None) and their
         sizes.  Needs brokers (``open_admin(bootstrap_servers=...)``)."""
         raise _needs_brokers("describe_log_dirs")
+
+    async def describe_configs(self, topics: Iterable[str] = (),
+                               brokers: Iterable[int | str] = ()) -> list[ConfigResource]:
+        """The settings of each topic and each broker (by id) named, topics first, each in
+        the order given.  An unknown topic or broker gets a ``ConfigResource`` with its
+        ``error``, not an exception.  Needs brokers (``open_admin(bootstrap_servers=...)``)."""
+        raise _needs_brokers("describe_configs")
+
+    async def alter_configs(self, changes: Mapping[str, str | None], *,
+                            topic: str | None = None, broker: int | str | None = None,
+                            validate_only: bool = False) -> None:
+        """Change some settings of ``topic`` (or of ``broker``), leaving the others as they
+        are (Kafka's IncrementalAlterConfigs): ``{name: value}`` sets, ``{name: None}``
+        deletes the override (back to the broker's default).  Raises the broker's error
+        (``InvalidConfigError`` naming the bad setting, ``UnknownTopicOrPartitionError``,
+        ``InvalidRequestError`` for a broker: its properties are static); ``validate_only``
+        checks and changes nothing.  Needs brokers."""
+        raise _needs_brokers("alter_configs")
 
 
 def _needs_brokers(what: str) -> TrilogError:
@@ -177,11 +254,15 @@ class _BrokerAdmin(Admin):
         return sorted(out, key=lambda t: t.name)
 
     async def create_topic(self, name: str, num_partitions: int = -1,
-                           replication_factor: int = -1) -> None:
+                           replication_factor: int = -1, *,
+                           configs: Mapping[str, str] | None = None) -> None:
         R = CreateTopicsRequest
-        response = await self.conn.request(R(topics=[R.CreatableTopic(
+        T = R.CreatableTopic
+        response = await self.conn.request(R(topics=[T(
             name=name, num_partitions=num_partitions, replication_factor=replication_factor,
-            assignments=[], configs=[])], timeout_ms=30_000))
+            assignments=[], configs=[T.CreatableTopicConfig(name=k, value=v)
+                                     for k, v in (configs or {}).items()])],
+            timeout_ms=30_000))
         for result in response.topics:
             _raise_for(result.error_code, f"cannot create topic {name!r}",
                        getattr(result, "error_message", None))
@@ -292,6 +373,91 @@ class _BrokerAdmin(Admin):
         return out
 
 
+    async def describe_configs(self, topics: Iterable[str] = (),
+                               brokers: Iterable[int | str] = ()) -> list[ConfigResource]:
+        R = DescribeConfigsRequest
+        wanted = ([("topic", t) for t in topics]
+                  + [("broker", str(b)) for b in brokers])
+        found: dict[tuple[str, str], ConfigResource] = {}
+        # Topics from any broker; a broker's own settings only from that broker.
+        for conn, asked in await self._config_routes(wanted, found):
+            response = await conn.request(R(resources=[
+                R.DescribeConfigsResource(resource_type=_RESOURCE_TYPES[kind],
+                                          resource_name=name, configuration_keys=None)
+                for kind, name in asked], include_synonyms=False, include_documentation=False))
+            for (kind, name), result in zip(asked, response.results):
+                found[(kind, name)] = _config_resource(kind, name, result)
+        return [found[k] for k in wanted]
+
+    async def _config_routes(self, wanted: list[tuple[str, str]],
+                             found: dict[tuple[str, str], ConfigResource]
+                             ) -> list[tuple[BrokerConnection, list[tuple[str, str]]]]:
+        """Which connection to ask about which resources; an unknown broker is answered in
+        ``found`` at once."""
+        routes: list[tuple[BrokerConnection, list[tuple[str, str]]]] = []
+        topics = [k for k in wanted if k[0] == "topic"]
+        if topics:
+            routes.append((self.conn, topics))
+        names = [k for k in wanted if k[0] == "broker"]
+        if names:
+            nodes = {str(b.node_id): b for b in await self.brokers()}
+            for key in names:
+                node = nodes.get(key[1])
+                if node is None:
+                    found[key] = ConfigResource(
+                        "broker", key[1], error=InvalidRequestError.name,
+                        error_message=f"no live broker has id {key[1]!r} (the brokers are "
+                                      f"{', '.join(sorted(nodes, key=_as_id)) or 'none'})")
+                else:
+                    routes.append((await self._connection(node), [key]))
+        return routes
+
+    async def alter_configs(self, changes: Mapping[str, str | None], *,
+                            topic: str | None = None, broker: int | str | None = None,
+                            validate_only: bool = False) -> None:
+        if (topic is None) == (broker is None):
+            raise ValueError("give exactly one of topic and broker")
+        R = IncrementalAlterConfigsRequest
+        A = R.AlterConfigsResource
+        kind, name = ("topic", topic) if topic is not None else ("broker", str(broker))
+        conn = self.conn
+        if kind == "broker":
+            nodes = {str(b.node_id): b for b in await self.brokers()}
+            if name not in nodes:
+                raise InvalidRequestError(f"no live broker has id {name!r}")
+            conn = await self._connection(nodes[name])
+        response = await conn.request(R(resources=[A(
+            resource_type=_RESOURCE_TYPES[kind], resource_name=name, configs=[
+                A.AlterableConfig(name=k, config_operation=_DELETE if v is None else _SET,
+                                  value=v) for k, v in changes.items()])],
+            validate_only=validate_only))
+        for result in response.responses:
+            _raise_for(result.error_code, f"cannot alter the configs of {kind} {name!r}",
+                       result.error_message)
+
+
+def _as_id(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.lstrip("-").isdigit() else (0, name)
+
+
+def _config_resource(kind: str, name: str, result: Any) -> ConfigResource:
+    if result.error_code:
+        return ConfigResource(kind, name, error=error_for_code(result.error_code).name,
+                              error_message=result.error_message)
+    entries = []
+    for c in result.configs:
+        source = getattr(c, "config_source", -1)
+        if source is None or source < 0:  # DescribeConfigs v0: only is_default
+            is_default = bool(getattr(c, "is_default", False))
+            source_name = "DEFAULT_CONFIG" if is_default else "UNKNOWN"
+        else:
+            source_name = CONFIG_SOURCES.get(source, "UNKNOWN")
+            is_default = source_name == "DEFAULT_CONFIG"
+        entries.append(ConfigEntry(c.name, c.value, source_name, is_default,
+                                   bool(c.read_only), bool(c.is_sensitive)))
+    return ConfigResource(kind, name, tuple(entries))
+
+
 def _raise_for(code: int, what: str, detail: str | None = None) -> None:
     if code:
         err = error_for_code(code)
@@ -339,7 +505,8 @@ class _ZooKeeperAdmin(Admin):
         return out
 
     async def create_topic(self, name: str, num_partitions: int = -1,
-                           replication_factor: int = -1) -> None:
+                           replication_factor: int = -1, *,
+                           configs: Mapping[str, str] | None = None) -> None:
         from trilog.zk import (
             NodeExistsError,
             assign_replicas,
@@ -347,6 +514,12 @@ class _ZooKeeperAdmin(Admin):
             topic_path,
         )
 
+        if configs:
+            # The brokers own the validation of Kafka's names and values; writing
+            # /config/topics unchecked could leave a topic no broker can apply.
+            raise TrilogError("a topic with configs is created by the brokers: open the "
+                              "admin with bootstrap_servers (or create it, then alter its "
+                              "configs through a broker)")
         validate_topic_name(name)
         if num_partitions == -1:
             num_partitions = 1
