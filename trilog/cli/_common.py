@@ -1,7 +1,7 @@
-"""Helpers the client tools share (``trilog produce``, ``consume``, ``perf``, ``groups``):
-the ``--bootstrap-server``/``--zookeeper`` options, producer options and codec checking, and
-``run_tool``, which runs a tool's trio main and turns trilog's errors into one line on
-stderr and an exit code.
+"""Helpers the client tools share (``trilog produce``, ``consume``, ``perf``, ``groups``,
+``topics``, ``configs``, ...): the ``--bootstrap-server``/``--zookeeper`` options, producer
+options and codec checking, ``k=v`` config lists, and ``run_tool``, which runs a tool's trio
+main and turns trilog's errors into one line on stderr and an exit code.
 """
 
 from __future__ import annotations
@@ -87,6 +87,51 @@ def check_codec(name: str) -> str | None:
         raise UsageError(f"compression {name!r} needs a library that is not installed: "
                          f"{_CODEC_LIBRARIES.get(name.lower(), '')}")
     return None if name.lower() == "none" else name.lower()
+
+
+def parse_config_pairs(items: list[str], option: str) -> dict[str, str]:
+    """``--config k=v`` (repeatable) or ``--add-config k=v,k2=v2`` -> ``{k: v}``.
+
+    As Kafka's tools: pairs are separated by commas, and a value that holds commas is put in
+    square brackets (``cleanup.policy=[compact,delete]``).  ``UsageError`` for a pair
+    without ``=`` or with an empty name, or a name given twice."""
+    out: dict[str, str] = {}
+    for item in items:
+        for pair in split_config_list(item, option):
+            name, eq, value = pair.partition("=")
+            name = name.strip()
+            if not eq or not name:
+                raise UsageError(f"{option} {pair!r} is not NAME=VALUE (e.g. retention.ms=3600000)")
+            value = value.strip()
+            if value.startswith("[") and value.endswith("]"):
+                value = value[1:-1]
+            if name in out:
+                raise UsageError(f"{option} names {name} twice")
+            out[name] = value
+    return out
+
+
+def split_config_list(text: str, option: str) -> list[str]:
+    """Split at commas outside square brackets; empty items are dropped."""
+    items: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise UsageError(f"{option} {text!r} has a ] without its [")
+        if ch == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if depth:
+        raise UsageError(f"{option} {text!r} has a [ without its ]")
+    items.append("".join(current))
+    return [i.strip() for i in items if i.strip()]
 
 
 class UsageError(Exception):

@@ -6,7 +6,19 @@ import argparse
 import sys
 
 from trilog import __version__
-from trilog.cli import _broker, _consume, _groups, _perf, _produce, _topics, _zookeeper
+from trilog.cli import (
+    _broker,
+    _configs,
+    _consume,
+    _delete_records,
+    _dump_log,
+    _get_offsets,
+    _groups,
+    _perf,
+    _produce,
+    _topics,
+    _zookeeper,
+)
 from trilog.records._native import IMPLEMENTATION
 
 
@@ -21,9 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
     _broker.add_parser(sub)
     _topics.add_parser(sub)
+    _configs.add_parser(sub)
     _groups.add_parser(sub)
     _produce.add_parser(sub)
     _consume.add_parser(sub)
+    _get_offsets.add_parser(sub)
+    _delete_records.add_parser(sub)
+    _dump_log.add_parser(sub)
     _perf.add_parser(sub)
     _zookeeper.add_parser(sub)
     return parser

@@ -1,86 +1,145 @@
-"""``trilog topics``: create, list, describe and delete topics (like ``kafka-topics.sh``)."""
+"""``trilog topics``: create, list, describe, alter and delete topics (like
+``kafka-topics.sh``)."""
 
 from __future__ import annotations
 
-import sys
+import argparse
 
-import trio
-
-from trilog._concurrency import unwrap_exception_group
-from trilog.client import open_admin
-from trilog.errors import TopicAlreadyExistsError, TrilogError
+from trilog.cli._common import UsageError, parse_config_pairs, run_tool
+from trilog.client import Admin, TopicInfo, open_admin
+from trilog.errors import TopicAlreadyExistsError
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "topics",
-        help="create, list, describe or delete topics",
-        description="Manage topics through a broker (--bootstrap-server) or directly in "
-        "ZooKeeper (--zookeeper). Exactly one action: --create, --list, --describe, --delete.",
+        help="create, list, describe, alter or delete topics",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Manage topics through a broker (--bootstrap-server) or directly in ZooKeeper\n"
+            "(--zookeeper), like kafka-topics.sh. Exactly one action: --create, --list,\n"
+            "--describe, --alter, --delete. --describe shows each topic's settings that are\n"
+            "not defaults on its first line (Configs:); `trilog configs` changes them."
+        ),
+        epilog=(
+            "examples:\n"
+            "  trilog topics --create --topic orders --partitions 3 \\\n"
+            "      --config retention.ms=86400000 --config cleanup.policy=compact\n"
+            "  trilog topics --describe --topic orders\n"
+            "  trilog topics --alter --topic orders --partitions 6\n"
+            "  trilog topics --list --exclude-internal"
+        ),
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
                        help="a broker to talk to (default 127.0.0.1:9092)")
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
-                       help="work on ZooKeeper's /brokers/topics directly")
+                       help="work on ZooKeeper's /brokers/topics directly (no --config there)")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="create --topic")
     action.add_argument("--list", action="store_true", help="list topic names")
     action.add_argument("--describe", action="store_true",
-                        help="partitions and leaders of --topic (or of every topic)")
+                        help="partitions, leaders and non-default configs of --topic (or of "
+                             "every topic)")
+    action.add_argument("--alter", action="store_true",
+                        help="add partitions to --topic: --partitions N (the new total)")
     action.add_argument("--delete", action="store_true", help="delete --topic")
-    p.add_argument("--topic", help="the topic (for --create, --delete; optional for --describe)")
-    p.add_argument("--partitions", type=int, default=-1,
-                   help="partitions of a new topic (default: the broker's num.partitions)")
-    p.add_argument("--replication-factor", type=int, default=-1,
+    p.add_argument("--topic", help="the topic (for --create, --alter, --delete; optional for "
+                                   "--describe)")
+    p.add_argument("--partitions", type=int, default=-1, metavar="N",
+                   help="with --create: partitions of the new topic (default: the broker's "
+                        "num.partitions); with --alter: the topic's new number of partitions "
+                        "(only ever more)")
+    p.add_argument("--replication-factor", type=int, default=-1, metavar="N",
                    help="replicas of a new topic (only 1 is supported)")
+    p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --create: a topic config override with Kafka's name, e.g. "
+                        "retention.ms=86400000 (repeatable; a value with commas goes in "
+                        "brackets: cleanup.policy=[compact,delete])")
     p.add_argument("--if-not-exists", action="store_true",
                    help="with --create: no error if the topic exists")
+    p.add_argument("--exclude-internal", action="store_true",
+                   help="with --list and --describe: leave out internal topics "
+                        "(__consumer_offsets)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    if (args.create or args.delete) and not args.topic:
-        print("trilog topics: --topic is required with --create and --delete", file=sys.stderr)
-        return 2
-    if args.zookeeper is None and args.bootstrap_server is None:
-        args.bootstrap_server = "127.0.0.1:9092"
-    try:
-        with unwrap_exception_group():
-            return trio.run(_main, args)
-    except (TrilogError, ValueError) as exc:
-        print(f"trilog topics: {exc}", file=sys.stderr)
-        return 1
+    return run_tool("trilog topics", _main, args)
+
+
+def _check(args) -> dict[str, str]:
+    if (args.create or args.delete or args.alter) and not args.topic:
+        raise UsageError("--topic is required with --create, --alter and --delete")
+    if args.config and not args.create:
+        raise UsageError("--config goes with --create; change the configs of an existing "
+                         "topic with `trilog configs --alter --entity-type topics`")
+    if args.alter and args.partitions < 1:
+        raise UsageError("--alter needs --partitions N: the topic's new number of partitions")
+    if args.exclude_internal and not (args.list or args.describe):
+        raise UsageError("--exclude-internal goes with --list and --describe")
+    configs = parse_config_pairs(args.config, "--config")
+    if configs and args.zookeeper is not None:
+        raise UsageError("--config needs the brokers (they validate configs): use "
+                         "--bootstrap-server")
+    return configs
 
 
 async def _main(args) -> int:
-    async with open_admin(args.bootstrap_server, zookeeper=args.zookeeper) as admin:
+    configs = _check(args)
+    async with open_admin(args.bootstrap_server or (None if args.zookeeper else
+                                                    "127.0.0.1:9092"),
+                          zookeeper=args.zookeeper) as admin:
         if args.list:
-            for name in await admin.list_topics():
-                print(name)
+            for t in await admin.describe_topics():
+                if t.error is None and not (args.exclude_internal and t.internal):
+                    print(t.name)
         elif args.create:
             try:
-                await admin.create_topic(args.topic, args.partitions, args.replication_factor)
+                await admin.create_topic(args.topic, args.partitions, args.replication_factor,
+                                         configs=configs or None)
             except TopicAlreadyExistsError:
                 if not args.if_not_exists:
                     raise
             print(f"Created topic {args.topic}.")
+        elif args.alter:
+            await admin.create_partitions(args.topic, args.partitions)
+            print(f"Topic {args.topic} now has {args.partitions} partitions.")
         elif args.delete:
             await admin.delete_topic(args.topic)
             print(f"Deleted topic {args.topic}.")
         else:
-            topics = await admin.describe_topics([args.topic] if args.topic else None)
-            status = 0
-            for t in topics:
-                if t.error:
-                    print(f"Topic: {t.name}\tError: {t.error}")
-                    status = 1
-                    continue
-                internal = "\tInternal: true" if t.internal else ""
-                print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}{internal}")
-                for p in t.partitions:
-                    replicas = ",".join(str(r) for r in p.replicas)
-                    print(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}"
-                          f"\tReplicas: {replicas}")
-            return status
+            return await _describe(admin, args)
     return 0
+
+
+async def _describe(admin: Admin, args) -> int:
+    topics = [t for t in await admin.describe_topics([args.topic] if args.topic else None)
+              if not (args.exclude_internal and t.internal)]
+    configs: dict[str, dict[str, str | None]] = {}
+    known = [t.name for t in topics if t.error is None]
+    if known and args.zookeeper is None:  # the ZooKeeper admin cannot describe configs
+        configs = {r.name: r.overrides for r in await admin.describe_configs(topics=known)
+                   if r.error is None}
+    status = 0
+    for t in topics:
+        if t.error:
+            print(f"Topic: {t.name}\tError: {t.error}")
+            status = 1
+            continue
+        print(_topic_line(t, configs.get(t.name)))
+        for p in t.partitions:
+            replicas = ",".join(str(r) for r in p.replicas)
+            print(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}"
+                  f"\tReplicas: {replicas}")
+    return status
+
+
+def _topic_line(t: TopicInfo, overrides: dict[str, str | None] | None) -> str:
+    line = f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}"
+    if t.internal:
+        line += "\tInternal: true"
+    if overrides is not None:
+        line += "\tConfigs: " + ",".join(f"{k}={'' if v is None else v}"
+                                         for k, v in sorted(overrides.items()))
+    return line.rstrip()
