@@ -1,9 +1,14 @@
 """``trilog consume``: print a topic's records (like ``kafka-console-consumer.sh``).
 
-A simple consumer: it names partitions and offsets itself and keeps no state in the
-cluster (no group, nothing committed).  Every partition of the topic (or the one given) is
-followed with one long-poll ``multifetch`` per round, so records of all partitions come out
-merged, each partition in offset order.
+Without ``--group``, a simple consumer: it names partitions and offsets itself and keeps no
+state in the cluster (no group, nothing committed).  Every partition of the topic (or the
+one given) is followed with one long-poll ``multifetch`` per round, so records of all
+partitions come out merged, each partition in offset order.
+
+With ``--group G``, a member of consumer group G (``open_consumer``, Kafka's group protocol
+through the brokers, or the ZooKeeper connector with ``--zookeeper``): it reads the
+partitions the group gives it, from the group's committed offsets, and commits what it
+printed when it stops.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from trilog.cli._common import (
     cluster_kwargs,
     run_tool,
 )
-from trilog.client import EARLIEST, LATEST, open_simple_consumer
+from trilog.client import EARLIEST, LATEST, open_consumer, open_simple_consumer
 from trilog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 
 FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value",
@@ -43,7 +48,12 @@ def add_parser(sub) -> None:
             "partition (only new records) unless --from-beginning or --offset is given, like\n"
             "kafka-console-consumer.sh. Stops after --max-messages records, after\n"
             "--timeout-ms without a new record, or at Ctrl-C (exit status 0); a summary line\n"
-            "goes to stderr. Nothing is stored in the cluster (no consumer group).\n\n"
+            "goes to stderr. Without --group nothing is stored in the cluster.\n\n"
+            "--group G reads as a member of consumer group G: the group shares the topic's\n"
+            "partitions among its members, each starts from the group's committed offsets\n"
+            "(--from-beginning: the earliest record when the group has none; else only new\n"
+            "records), and the offsets of the records printed are committed at exit (also\n"
+            "every --commit-interval-ms). Not with --partition or --offset.\n\n"
             f"--format fields: {', '.join('{' + f + '}' for f in FIELDS)}. key and value are\n"
             "decoded as UTF-8 (undecodable bytes become U+FFFD) and print None when null;\n"
             "timestamp is in ms since the epoch; \\t and \\n in FORMAT are a tab and a newline."
@@ -53,7 +63,8 @@ def add_parser(sub) -> None:
             "  trilog consume --topic events --from-beginning --max-messages 10\n"
             "  trilog consume --topic events --partition 0 --offset 42 "
             "--format '{offset}\\t{key}\\t{value}'\n"
-            "  trilog consume --topic events --from-beginning --timeout-ms 2000 > dump.txt"
+            "  trilog consume --topic events --from-beginning --timeout-ms 2000 > dump.txt\n"
+            "  trilog consume --topic events --group readers --from-beginning --max-messages 5"
         ),
     )
     p.add_argument("--topic", required=True, help="the topic to read")
@@ -65,6 +76,10 @@ def add_parser(sub) -> None:
                        help="start at offset N (of every partition read; usually with "
                             "--partition)")
     p.add_argument("--partition", type=int, metavar="P", help="read only partition P")
+    p.add_argument("--group", metavar="GROUP",
+                   help="read as a member of this consumer group, committing its offsets")
+    p.add_argument("--commit-interval-ms", type=int, default=5000, metavar="MS",
+                   help="with --group: how often to commit while reading (default 5000)")
     p.add_argument("--max-messages", type=int, metavar="N",
                    help="exit after printing N records")
     p.add_argument("--timeout-ms", type=int, metavar="MS",
@@ -184,11 +199,13 @@ async def resolve_offsets(consumer, topic: str, partitions, start: int) -> dict[
 async def _main(args) -> int:
     prog = "trilog consume"
     line = compile_format(args.format)
-    start = _start_offset(args)
     if args.max_messages is not None and args.max_messages < 0:
         raise UsageError("--max-messages must not be negative")
     if args.timeout_ms is not None and args.timeout_ms < 0:
         raise UsageError("--timeout-ms must not be negative")
+    if args.group is not None:
+        return await _consume_group(args, line)
+    start = _start_offset(args)
     printed = 0
     out = sys.stdout
     stop = trio.CancelScope()
@@ -237,3 +254,40 @@ async def _main(args) -> int:
     print(f"Processed a total of {printed} messages", file=sys.stderr)
     return 0
 
+
+
+async def _consume_group(args, line) -> int:
+    """``--group``: a group member's single stream over the partitions it is given."""
+    if args.partition is not None or args.offset is not None:
+        raise UsageError("--group reads the partitions the group assigns, from its committed "
+                         "offsets: not with --partition or --offset")
+    if not args.group:
+        raise UsageError("--group must not be empty")
+    if args.commit_interval_ms <= 0:
+        raise UsageError("--commit-interval-ms must be positive")
+    printed = 0
+    limit = args.max_messages
+    out = sys.stdout
+    stop = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cancel_on_sigint, stop)
+        with stop:
+            async with open_consumer(
+                    args.group, **cluster_kwargs(args), topics={args.topic: 1},
+                    auto_offset_reset="smallest" if args.from_beginning else "largest",
+                    auto_commit_interval_ms=args.commit_interval_ms,
+                    consumer_timeout_ms=-1 if args.timeout_ms is None else args.timeout_ms,
+                    client_id="trilog-console-consumer") as connector:
+                stream = connector.streams[args.topic][0]
+                if limit != 0:
+                    async for record in stream:
+                        out.write(line(record) + "\n")
+                        printed += 1
+                        if limit is not None and printed >= limit:
+                            stream.mark_processed()  # committed as the connector closes
+                            break
+                    out.flush()
+        nursery.cancel_scope.cancel()
+    out.flush()
+    print(f"Processed a total of {printed} messages", file=sys.stderr)
+    return 0

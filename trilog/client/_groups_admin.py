@@ -137,6 +137,13 @@ class OffsetReset:
     new_offset: int
     log_start_offset: int
     log_end_offset: int
+    #: the offset the target asked for, before it was kept within the log's start..end
+    requested_offset: int | None = None
+
+    @property
+    def clamped(self) -> bool:
+        """Whether the requested offset lay outside the log and was moved into it."""
+        return self.requested_offset is not None and self.requested_offset != self.new_offset
 
 
 @dataclass(frozen=True)
@@ -176,31 +183,31 @@ class GroupAdmin:
         ``GroupIdNotFoundError`` if the group does not exist."""
         raise NotImplementedError
 
-    async def reset_offsets(self, group_id: str, topic: str,
+    async def reset_offsets(self, group_id: str, topic: str | None,
                             partitions: Iterable[int] | None = None, *,
                             offset: int | None = None, timestamp_ms: int | None = None,
-                            execute: bool = False) -> ResetPlan:
-        """Plan new committed offsets for ``topic`` (all its partitions, or ``partitions``),
-        and write them if ``execute``.
+                            shift_by: int | None = None, execute: bool = False) -> ResetPlan:
+        """Plan new committed offsets for ``topic`` (all its partitions, or ``partitions``;
+        ``topic=None``: every partition the group has a committed offset for), and write
+        them if ``execute``.
 
         Exactly one target: ``offset`` (clamped to the partition's log start..end, as Kafka
-        does), or ``timestamp_ms``: ``EARLIEST``, ``LATEST``, or a time in ms (the first
-        offset whose record timestamp is at or after it; the log end if there is none).
+        does); ``shift_by``, added to the committed offset (negative: back) and clamped the
+        same way (``ValueError`` for a partition with no committed offset); or
+        ``timestamp_ms``: ``EARLIEST``, ``LATEST``, or a time in ms (the first offset whose
+        record timestamp is at or after it; the log end if there is none).
         With ``execute``, a group that has live members raises ``NonEmptyGroupError``.
         """
-        if (offset is None) == (timestamp_ms is None):
-            raise ValueError("give exactly one of offset and timestamp_ms")
-        all_partitions = await self._partitions_of(topic)
-        if partitions is None:
-            wanted = list(all_partitions)
+        if sum(x is not None for x in (offset, timestamp_ms, shift_by)) != 1:
+            raise ValueError("give exactly one of offset, timestamp_ms and shift_by")
+        if topic is None:
+            if partitions is not None:
+                raise ValueError("partitions go with a topic")
+            tps = sorted((p.topic, p.partition)
+                         for p in (await self.describe_group(group_id)).partitions
+                         if p.current_offset is not None)
         else:
-            wanted = sorted(set(partitions))
-            missing = [p for p in wanted if p not in all_partitions]
-            if missing:
-                raise UnknownTopicOrPartitionError(
-                    f"topic {topic!r} has no partition {missing[0]} (it has "
-                    f"{_ranges(all_partitions)})")
-        tps = [(topic, p) for p in wanted]
+            tps = [(topic, p) for p in await self._partitions_to_reset(topic, partitions)]
         state, members = await self._activity(group_id)
         current = await self._committed(group_id, tps)
         starts = await self._list_offsets(tps, EARLIEST)
@@ -210,23 +217,44 @@ class GroupAdmin:
             raise UnknownTopicOrPartitionError(
                 f"cannot find the log offsets of {unknown[0][0]}-{unknown[0][1]} "
                 "(no leader now?)")
-        if timestamp_ms is None:
-            assert offset is not None  # exactly one of them, checked above
-            new = {tp: min(max(offset, starts[tp]), ends[tp]) for tp in tps}
+        if shift_by is not None:
+            uncommitted = [tp for tp in tps if tp not in current]
+            if uncommitted:
+                raise ValueError(
+                    f"cannot shift the offset of {uncommitted[0][0]}-{uncommitted[0][1]}: "
+                    f"group {group_id!r} has no committed offset for it")
+            wanted = {tp: current[tp] + shift_by for tp in tps}
+        elif offset is not None:
+            wanted = dict.fromkeys(tps, offset)
         elif timestamp_ms == EARLIEST:
-            new = dict(starts)
+            wanted = dict(starts)
         elif timestamp_ms == LATEST:
-            new = dict(ends)
+            wanted = dict(ends)
         else:
+            assert timestamp_ms is not None  # exactly one target, checked above
             found = await self._list_offsets(tps, timestamp_ms)
-            new = {tp: found[tp] if found.get(tp, -1) >= 0 else ends[tp] for tp in tps}
+            wanted = {tp: found[tp] if found.get(tp, -1) >= 0 else ends[tp] for tp in tps}
+        new = {tp: min(max(wanted[tp], starts[tp]), ends[tp]) for tp in tps}
         resets = tuple(OffsetReset(t, p, current.get((t, p)), new[(t, p)], starts[(t, p)],
-                                   ends[(t, p)]) for t, p in tps)
+                                   ends[(t, p)], wanted[(t, p)]) for t, p in tps)
         if execute:
             if _is_active(state, members):
                 raise _not_inactive(group_id, state, members)
             await self._commit(group_id, {(r.topic, r.partition): r.new_offset for r in resets})
         return ResetPlan(group_id, state, members, resets, executed=execute)
+
+    async def _partitions_to_reset(self, topic: str, partitions: Iterable[int] | None
+                                   ) -> list[int]:
+        all_partitions = await self._partitions_of(topic)
+        if partitions is None:
+            return list(all_partitions)
+        wanted = sorted(set(partitions))
+        missing = [p for p in wanted if p not in all_partitions]
+        if missing:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has no partition {missing[0]} (it has "
+                f"{_ranges(all_partitions)})")
+        return wanted
 
     async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, str | None]:
         """Delete each group that has no live members, with its committed offsets:
