@@ -5,7 +5,8 @@ write with offsets assigned or kept.
 An append buffer is one or more RecordBatch v2 batches (a produce request's ``records``).
 Each batch is checked once, from its 61-byte header (``trilog.records.check_batch_header``)
 and its CRC-32C; no record is decoded.  Offsets are assigned by patching only each batch's
-8-byte base offset, which the CRC does not cover.
+8-byte base offset, which the CRC does not cover; a leader stamps its epoch the same way
+into the 4-byte ``partition_leader_epoch`` (bytes 12-15, not covered either).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 _OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+_EPOCH_POSITION = 12  # partition_leader_epoch, after base_offset and batch_length
+_EPOCH_END = _EPOCH_POSITION + 4
 #: Up to this many batches per append are written with ``writev`` (no copy at all).
 _MAX_IOVECS_BATCHES = 256
 #: From this many bytes on, the CRC-32C check runs in a helper thread while the bytes are
@@ -171,30 +176,46 @@ WritePlan = tuple[
 ]
 
 
-def assign_offsets(mv: memoryview, batches: Batches, first_offset: int) -> WritePlan:
+def assign_offsets(
+    mv: memoryview, batches: Batches, first_offset: int, leader_epoch: int | None = None
+) -> WritePlan:
     """The write of ``batches`` with offsets from ``first_offset`` on: each batch's base
-    offset patched, the rest untouched.  Up to ``_MAX_IOVECS_BATCHES`` batches are written
-    with ``writev`` from the caller's buffer (the patched offsets beside the untouched
-    bytes: no copy); more as one patched copy (fewer system-call vectors)."""
+    offset patched (and with ``leader_epoch`` its ``partition_leader_epoch``, which the CRC
+    does not cover either), the rest untouched.  Up to ``_MAX_IOVECS_BATCHES`` batches are
+    written with ``writev`` from the caller's buffer (the patched fields beside the
+    untouched bytes: no copy); more as one patched copy (fewer system-call vectors)."""
     infos = []
     offset = first_offset
     best_ts, best_offset = -1, first_offset
     data: list[ReadableBuffer] | bytearray
     if len(batches) <= _MAX_IOVECS_BATCHES:
         data = []
-        pack = _OFFSET.pack
-        for pos, size, _base, delta, max_ts, _crc in batches:
-            data.append(pack(offset))
-            data.append(mv[pos + 8 : pos + size])
-            offset += delta + 1
-            infos.append((size, offset - 1, max_ts))
-            if max_ts > best_ts:
-                best_ts, best_offset = max_ts, offset - 1
+        if leader_epoch is None:
+            pack = _OFFSET.pack
+            for pos, size, _base, delta, max_ts, _crc in batches:
+                data.append(pack(offset))
+                data.append(mv[pos + 8 : pos + size])
+                offset += delta + 1
+                infos.append((size, offset - 1, max_ts))
+                if max_ts > best_ts:
+                    best_ts, best_offset = max_ts, offset - 1
+        else:
+            # base offset, batch length (unchanged), partition leader epoch: one vector.
+            pack_head = _OFFSET_LENGTH_EPOCH.pack
+            for pos, size, _base, delta, max_ts, _crc in batches:
+                data.append(pack_head(offset, size - LOG_OVERHEAD, leader_epoch))
+                data.append(mv[pos + _EPOCH_END : pos + size])
+                offset += delta + 1
+                infos.append((size, offset - 1, max_ts))
+                if max_ts > best_ts:
+                    best_ts, best_offset = max_ts, offset - 1
     else:
         data = bytearray(mv)  # the one copy, for many small batches
         pack_into = _OFFSET.pack_into
         for pos, size, _base, delta, max_ts, _crc in batches:
             pack_into(data, pos, offset)
+            if leader_epoch is not None:
+                _EPOCH.pack_into(data, pos + _EPOCH_POSITION, leader_epoch)
             offset += delta + 1
             infos.append((size, offset - 1, max_ts))
             if max_ts > best_ts:
@@ -203,18 +224,22 @@ def assign_offsets(mv: memoryview, batches: Batches, first_offset: int) -> Write
 
 
 def assign_offsets_stamped(
-    mv: memoryview, batches: Batches, first_offset: int, now_ms: int
+    mv: memoryview, batches: Batches, first_offset: int, now_ms: int,
+    leader_epoch: int | None = None,
 ) -> WritePlan:
     """``assign_offsets`` for a log with ``message.timestamp.type=LogAppendTime``: each
     batch also stamped with ``now_ms`` (``stamp_log_append_time``: the attribute bit, the
     max timestamp, a new CRC-32C), in one copy of the buffer.  The caller has checked the
-    producer's CRCs first: a new CRC must never bless corrupt bytes."""
+    producer's CRCs first: a new CRC must never bless corrupt bytes.  ``leader_epoch`` as
+    for ``assign_offsets``."""
     data = bytearray(mv)
     pack_into = _OFFSET.pack_into
     infos = []
     offset = first_offset
     for pos, size, _base, delta, _max_ts, _crc in batches:
         pack_into(data, pos, offset)
+        if leader_epoch is not None:
+            _EPOCH.pack_into(data, pos + _EPOCH_POSITION, leader_epoch)
         stamp_log_append_time(data, pos, size, now_ms)
         offset += delta + 1
         infos.append((size, offset - 1, now_ms))
@@ -222,6 +247,13 @@ def assign_offsets_stamped(
     # rule, as for CreateTime).
     best_offset = infos[0][1]
     return data, infos, first_offset, offset - 1, offset - first_offset, now_ms, best_offset
+
+
+def batch_epochs(mv: memoryview, batches: Batches) -> list[tuple[int, int]]:
+    """``(partition_leader_epoch, base_offset)`` of each batch: what a follower's append
+    records in the leader-epoch cache."""
+    unpack = _EPOCH.unpack_from
+    return [(unpack(mv, pos + _EPOCH_POSITION)[0], base) for pos, _s, base, _d, _m, _c in batches]
 
 
 def keep_offsets(mv: memoryview, batches: Batches) -> WritePlan:

@@ -15,8 +15,9 @@ class FetchSlice:
     starts at the batch holding the requested offset, ends on a batch boundary, and never
     reaches past the log end offset as of the ``Log.read`` call.
 
-    Also carries the partition's ``high_watermark`` (the log end offset: no replication
-    yet), ``log_end_offset`` and ``log_start_offset`` at the time of the read.
+    Also carries the partition's ``high_watermark`` (``Log.high_watermark``: the log end
+    offset unless the log is replicated), ``log_end_offset`` and ``log_start_offset`` at the
+    time of the read.
 
     ``close()`` (or ``with``) releases the descriptor; a slice that is never closed warns
     with ``ResourceWarning`` when collected.  Not thread-safe to close while another thread
@@ -58,14 +59,15 @@ class FetchSlice:
         self.log_start_offset = log_start_offset
 
     @classmethod
-    def empty(cls, offset: int, *, log_end_offset: int, log_start_offset: int) -> FetchSlice:
+    def empty(cls, offset: int, *, log_end_offset: int, log_start_offset: int,
+              high_watermark: int | None = None) -> FetchSlice:
         return cls(
             -1,
             0,
             0,
             first_offset=offset,
             segment_base_offset=-1,
-            high_watermark=log_end_offset,
+            high_watermark=log_end_offset if high_watermark is None else high_watermark,
             log_end_offset=log_end_offset,
             log_start_offset=log_start_offset,
         )

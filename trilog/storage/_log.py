@@ -36,10 +36,17 @@ from trilog.storage._append import (
     WritePlan,
     assign_offsets,
     assign_offsets_stamped,
+    batch_epochs,
     check_batches,
     keep_offsets,
 )
 from trilog.storage._config import LogConfig
+from trilog.storage._epochs import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
+    LeaderEpochCache,
+    epochs_from_batches,
+    read_checkpoint,
+)
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, remove_dir_durably
 from trilog.storage._loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
@@ -97,6 +104,7 @@ class _Snapshot(NamedTuple):
     base_offsets: tuple[int, ...]
     log_start_offset: int
     log_end_offset: int
+    high_watermark: int
     active_size: int  # the committed size of the active (last) segment
 
 
@@ -110,14 +118,27 @@ class Log:
     ``recovery_point`` <= LEO and everything below it has been fsynced; a reader never sees
     part of an append nor bytes at or past the log end offset of its call.
 
+    Replication (``replicated=True``, Kafka's ``UnifiedLog``): the ``high_watermark`` is set
+    by its owner (``update_high_watermark``, ``maybe_increment_high_watermark``) and stays
+    within [log start offset, LEO]; reads for consumers pass it as ``max_offset``; retention
+    deletes no segment holding offsets at or above it.  Standalone (the default) the high
+    watermark is the log end offset, as before replication.  Either way the log keeps a
+    leader-epoch cache (``leader_epoch_cache``, ``<dir>/leader-epoch-checkpoint``) of the
+    ``partition_leader_epoch`` its batches carry: appends that stamp a leader's epoch
+    (``leader_epoch``) or keep a leader's batches (``assign_offsets=False``) add to it, and
+    truncation, DeleteRecords and retention keep it in step with the log.  Batches written
+    without an epoch (-1, a standalone broker's) add nothing.
+
     Thread-safe.  Appends, rolls, truncation, retention and close serialise on one lock
     (held for the write system call, never for an fsync); ``flush`` serialises with other
     flushes and takes the append lock only to snapshot and to publish the recovery point;
-    ``read`` and the offset lookups take no lock at all (copy-on-write segment list).  The
+    ``read``, the offset lookups and ``end_offset_for_epoch`` take no lock at all
+    (copy-on-write segment list and epoch entries).  The
     changes that delete segment files (retention, ``delete_records_before``, truncation,
     the log cleaner's ``replace_segments``) and ``close`` also serialise on a second lock,
     taken before the others and never by an append, so that a segment swap and a deletion
-    never interleave on disk.
+    never interleave on disk.  An append that starts a new epoch writes the leader-epoch
+    checkpoint (an fsync) under the lock, before its bytes, as Kafka does: once per epoch.
     """
 
     def __init__(
@@ -130,6 +151,8 @@ class Log:
         topic: str | None = None,
         partition: int | None = None,
         log_start_offset: int = 0,
+        replicated: bool = False,
+        high_watermark: int | None = None,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
         if topic is None or partition is None:
@@ -148,6 +171,8 @@ class Log:
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
         self._roll_flush_offset = 0  # a roll asks for a flush up to the new segment's base
+        self._replicated = replicated
+        self._epochs = LeaderEpochCache(None)  # until the segments are loaded
         loaded = load_segments(self.directory, self.config, recovery_point, needs_recovery)
         segments = loaded.segments
         self._dir_dirty = loaded.created
@@ -158,22 +183,71 @@ class Log:
         self._recovery_point = max(
             min(loaded.recovery_point, self._log_end_offset), segments[0].base_offset
         )
-        if self._log_start_offset > self._log_end_offset:
+        restarted = self._log_start_offset > self._log_end_offset
+        if restarted:
             # Segments were lost below a checkpointed log start (Kafka deletes them all).
             logger.warning("%s: log end offset %d is below the log start offset %d; "
                            "restarting the log there", self.directory, self._log_end_offset,
                            self._log_start_offset)
             self._restart_at(self._log_start_offset)
+        # Standalone the high watermark follows the log end offset; replicated it starts
+        # from the checkpointed one (or the log start offset) and _publish clamps it.
+        self._high_watermark = self._log_start_offset if high_watermark is None else high_watermark
         self._publish()
+        self._epochs = self._load_epochs(discard=restarted)
+
+    def _load_epochs(self, discard: bool = False) -> LeaderEpochCache:
+        """The leader-epoch cache: the checkpoint, cut to the log's offsets (a crash may
+        leave entries past the log end or before the log start, as Kafka's loader
+        expects), or, when the file is missing or unreadable, rebuilt from the batch
+        headers (a walk of the segments, once: the result is written).  ``discard``: the
+        log restarted empty, its epochs go."""
+        path = os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT_FILE)
+        stored = read_checkpoint(path)
+        empty = self._log_end_offset == self._segments[0].base_offset
+        if discard:
+            stored, write = [], True
+        elif stored is None:
+            stored = [] if empty else epochs_from_batches(self._header_epochs())
+            write = not empty
+            if write:
+                logger.info("%s: rebuilt the leader-epoch cache from the batch headers: %s",
+                            self.directory, [tuple(e) for e in stored])
+        else:
+            write = False
+        cut = LeaderEpochCache(None, stored)
+        cut.truncate_from_end(self._log_end_offset)
+        cut.truncate_from_start(self._log_start_offset)
+        cache = LeaderEpochCache(path, cut.entries)
+        if write or list(cut.entries) != stored:
+            try:
+                cache.write()
+            except OSError as exc:  # a full disk must not stop a start
+                logger.warning("%s: cannot write %s: %s", self.directory,
+                               LEADER_EPOCH_CHECKPOINT_FILE, exc)
+        return cache
+
+    def _header_epochs(self) -> Iterator[tuple[int, int]]:
+        """``(partition_leader_epoch, base_offset)`` of every batch, oldest first."""
+        for segment in self._segments:
+            for _pos, _size, header in walk_batches(segment.fd, 0, segment.size, chunk=1 << 20):
+                yield header.partition_leader_epoch, header.base_offset
 
     def _publish(self) -> None:
-        """Replace the readers' snapshot (one atomic attribute assignment)."""
+        """Replace the readers' snapshot (one atomic attribute assignment), with the high
+        watermark brought within [log start, log end] (standalone: the log end)."""
         segments = self._segments
+        leo = self._log_end_offset
+        if self._replicated:
+            self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
+        else:
+            self._high_watermark = leo
         self._snapshot = _Snapshot(
             segments,
             tuple(s.base_offset for s in segments),
             self._log_start_offset,
-            self._log_end_offset,
+            leo,
+            self._high_watermark,
             self._active.size,
         )
 
@@ -189,8 +263,31 @@ class Log:
 
     @property
     def high_watermark(self) -> int:
-        """No replication yet: everything appended is committed."""
-        return self._snapshot.log_end_offset
+        """The offset below which every record is committed: set by the replica manager
+        when ``replicated``, else the log end offset (everything appended is committed)."""
+        return self._snapshot.high_watermark
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the high watermark is set by its owner rather than following the LEO."""
+        return self._replicated
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        """The epochs of this log's batches (read it; the log changes it)."""
+        return self._epochs
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The latest leader epoch of the log (Kafka's ``latestEpoch``), or None."""
+        return self._epochs.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end_offset)`` for a follower whose latest epoch
+        is ``epoch`` (``LeaderEpochCache.end_offset_for`` with this log's end offset):
+        the largest epoch <= ``epoch`` this log knows and where it ends here, or
+        ``(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)`` (-1, -1).  No lock."""
+        return self._epochs.end_offset_for(epoch, self._snapshot.log_end_offset)
 
     @property
     def recovery_point(self) -> int:
@@ -226,7 +323,12 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def append(
-        self, buffer: ReadableBuffer, *, assign_offsets: bool = True, now_ms: int | None = None
+        self,
+        buffer: ReadableBuffer,
+        *,
+        assign_offsets: bool = True,
+        now_ms: int | None = None,
+        leader_epoch: int | None = None,
     ) -> LogAppendInfo:
         """Append one or more v2 batches (e.g. a produce request's ``records``).
 
@@ -244,7 +346,19 @@ class Log:
         are stamped with the append time (``now_ms``; Kafka's rule: the attribute bit, the
         max timestamp and the CRC change, nothing else), and ``log_append_time`` of the
         answer says when; batches with kept offsets (replication) are stored as they come.
+
+        Leader epochs (replication): with ``leader_epoch`` (a leader's append, Kafka's
+        ``appendAsLeader``) each batch's ``partition_leader_epoch`` is set to it (a patch
+        of 4 bytes the CRC does not cover) and the leader-epoch cache records the epoch from
+        the first offset on, if new.  With ``assign_offsets=False`` (a follower's append,
+        ``appendAsFollower``) the cache records the epochs the batches carry (-1, no epoch,
+        is skipped); ``leader_epoch`` is then refused (``ValueError``), as is a negative one.
+        Without either, nothing about epochs changes (a standalone broker's appends).
         """
+        if leader_epoch is not None and (not assign_offsets or leader_epoch < 0):
+            raise ValueError(f"leader_epoch={leader_epoch} with assign_offsets="
+                             f"{assign_offsets}: a leader stamps an epoch >= 0, a follower "
+                             "keeps the batches' own")
         mv = memoryview(buffer)
         if mv.itemsize != 1 or mv.ndim != 1:
             mv = mv.cast("B")
@@ -263,7 +377,7 @@ class Log:
         try:
             with self._lock:
                 plan, log_start, flush_now = self._append_locked(
-                    mv, batches, assign_offsets, now, crc_check, stamp
+                    mv, batches, assign_offsets, now, crc_check, stamp, leader_epoch
                 )
         finally:
             if crc_check is not None:
@@ -286,29 +400,54 @@ class Log:
         now: int,
         crc_check: OverlappedCrcCheck | None,
         stamp: bool = False,
+        leader_epoch: int | None = None,
     ) -> tuple[WritePlan, int, bool]:
-        """Under the lock: offsets, roll, write, publish.  Return the plan written, the log
-        start offset, and whether ``flush_interval_messages`` asks for a flush now."""
+        """Under the lock: offsets, epochs, roll, write, publish.  Return the plan written,
+        the log start offset, and whether ``flush_interval_messages`` asks for a flush now."""
         if self._closed:
             raise TrilogError(f"append to closed log {self.directory}")
         leo = self._log_end_offset
         if stamp:
-            plan = assign_offsets_stamped(mv, batches, leo, now)
+            plan = assign_offsets_stamped(mv, batches, leo, now, leader_epoch)
+        elif assign:
+            plan = assign_offsets(mv, batches, leo, leader_epoch)
         else:
-            plan = assign_offsets(mv, batches, leo) if assign else keep_offsets(mv, batches)
+            plan = keep_offsets(mv, batches)
         data, infos, first, last, records, _max_ts, _offset_of_max_ts = plan
         if first < leo:
             raise CorruptMessageError(f"append at offset {first} below the log end offset {leo}")
-        segment = self._active
-        if segment.should_roll(len(mv), last, now, self.config):
-            segment = self._roll(first)
-            if segment.would_overflow_index(last):  # (should_roll checked the old one)
-                raise CorruptMessageError("append spans more offsets than a segment can index")
-        segment.append(data, len(mv), infos, now, None if crc_check is None else crc_check.verify)
+        # The epochs reach their checkpoint before the bytes reach the segment (Kafka's
+        # order): the file never lacks an epoch the log holds.
+        if leader_epoch is not None:
+            epochs_changed = self._epochs.assign(leader_epoch, first)
+        elif not assign:
+            epochs_changed = self._epochs.assign_all(
+                [(e, base) for e, base in batch_epochs(mv, batches) if e >= 0])
+        else:
+            epochs_changed = False
+        try:
+            segment = self._active
+            if segment.should_roll(len(mv), last, now, self.config):
+                segment = self._roll(first)
+                if segment.would_overflow_index(last):  # (should_roll checked the old one)
+                    raise CorruptMessageError(
+                        "append spans more offsets than a segment can index")
+            segment.append(data, len(mv), infos, now,
+                           None if crc_check is None else crc_check.verify)
+        except BaseException:
+            if epochs_changed:
+                try:
+                    self._epochs.truncate_from_end(leo)  # no entry for bytes never written
+                except OSError as exc:  # opening cuts it off again
+                    logger.warning("%s: cannot write %s: %s", self.directory,
+                                   LEADER_EPOCH_CHECKPOINT_FILE, exc)
+            raise
         self._log_end_offset = last + 1
-        segments, bases, log_start, _leo, _size = self._snapshot
+        segments, bases, log_start, _leo, hw, _size = self._snapshot
+        if not self._replicated:
+            hw = self._high_watermark = last + 1
         self._snapshot = _new_tuple(  # _Snapshot without its Python-level __new__ (hot path)
-            _Snapshot, (segments, bases, log_start, last + 1, segment.size)
+            _Snapshot, (segments, bases, log_start, last + 1, hw, segment.size)
         )
         self._unflushed_messages += records
         if self._first_unflushed_ms is None:
@@ -347,9 +486,15 @@ class Log:
 
     # -- reading -------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> FetchSlice:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchSlice:
         """Batches from the one holding ``offset``, up to ``max_bytes`` (the first batch is
         whole even if larger), as a ``FetchSlice`` the caller must close.
+
+        ``max_offset`` bounds the read (Kafka's ``maxOffset``): only whole batches whose last
+        offset is below it are returned, even when the first batch is larger than
+        ``max_bytes``.  A consumer's fetch passes the ``high_watermark`` (Kafka's
+        ``FetchHighWatermark``), a follower's none (``FetchLogEnd``).  An offset at or above
+        the bound but not above the log end gives an empty slice.
 
         ``offset == log_end_offset`` gives an empty slice; an offset below the log start or
         above the log end raises ``OffsetOutOfRangeError`` carrying both.
@@ -357,9 +502,10 @@ class Log:
         for _attempt in range(8):
             if self._closed:
                 raise TrilogError(f"read from closed log {self.directory}")
-            segments, bases, log_start, leo, active_size = self._snapshot
+            segments, bases, log_start, leo, hw, active_size = self._snapshot
             if offset == leo:
-                return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start)
+                return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
+                                        high_watermark=hw)
             if offset < log_start or offset > leo:
                 raise OffsetOutOfRangeError(
                     f"offset {offset} is outside {log_start}..{leo} of "
@@ -367,15 +513,27 @@ class Log:
                     log_start_offset=log_start,
                     log_end_offset=leo,
                 )
+            bound = leo if max_offset is None or max_offset > leo else max_offset
+            if offset >= bound:
+                return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
+                                        high_watermark=hw)
             last = len(segments) - 1
             i = bisect_right(bases, offset) - 1
             while i <= last:
                 segment = segments[i]
+                if segment.base_offset >= bound:
+                    i = last + 1  # nothing below the bound from here on
+                    continue
                 fd = segment.dup_fd()
                 if fd is None:
                     break  # deleted under us: take a new snapshot
                 max_position = active_size if i == last else segment.size
                 try:
+                    if bound < leo and (i == last or bases[i + 1] > bound):
+                        # The bound lies in this segment: stop before its batch.
+                        cut = segment.translate_offset(fd, bound, max_position)
+                        if cut is not None:
+                            max_position = cut[0]
                     found = segment.read(fd, offset, max_bytes, max_position)
                 except BaseException:
                     os.close(fd)
@@ -391,12 +549,13 @@ class Log:
                     length,
                     first_offset=first_offset,
                     segment_base_offset=segment.base_offset,
-                    high_watermark=leo,
+                    high_watermark=hw,
                     log_end_offset=leo,
                     log_start_offset=log_start,
                 )
             else:
-                return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start)
+                return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
+                                        high_watermark=hw)
         raise OffsetOutOfRangeError(
             f"offset {offset} was deleted while being read",
             log_start_offset=self.log_start_offset,
@@ -439,7 +598,7 @@ class Log:
         max timestamp reaches ``timestamp`` are decoded (usually one).  ``None`` when no
         record is that recent.
         """
-        segments, _bases, log_start, leo, active_size = self._snapshot
+        segments, _bases, log_start, leo, _hw, active_size = self._snapshot
         if timestamp == EARLIEST_TIMESTAMP:
             return TimestampOffset(-1, log_start)
         if timestamp == LATEST_TIMESTAMP:
@@ -467,7 +626,7 @@ class Log:
     ) -> list[int]:
         """ListOffsets v0 (Kafka 0.8): segment base offsets of segments last modified at or
         before ``timestamp`` (plus the log end offset for LATEST), newest first."""
-        segments, _bases, log_start, leo, active_size = self._snapshot
+        segments, _bases, log_start, leo, _hw, active_size = self._snapshot
         entries = [(max(s.base_offset, log_start), s.last_modified_ms) for s in segments]
         return offsets_before(
             entries,
@@ -538,6 +697,57 @@ class Log:
             return True
         return False
 
+    # -- replication: the high watermark and leader epochs -------------------------------
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark to ``offset`` brought within [log start offset, log end
+        offset] (Kafka's ``updateHighWatermark``: a follower takes the leader's, which may lie
+        past its own log end); return the new high watermark.  ``TrilogError`` unless the
+        log is ``replicated`` (a standalone log's high watermark is its log end offset)."""
+        with self._lock:
+            self._check_replicated()
+            self._high_watermark = offset
+            self._publish()
+            return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark forward to ``offset`` (at most the log end offset), never
+        back (Kafka's ``maybeIncrementHighWatermark``: a leader's, from its ISR's log end
+        offsets); return whether it moved.  ``TrilogError`` unless ``replicated``."""
+        with self._lock:
+            self._check_replicated()
+            old = self._high_watermark
+            if offset <= old:
+                return False
+            self._high_watermark = offset
+            self._publish()
+            return self._high_watermark > old
+
+    def _check_replicated(self) -> None:
+        if not self._replicated:
+            raise TrilogError(f"{self.topic}-{self.partition} is not replicated: its high "
+                              "watermark is its log end offset")
+
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int | None = None) -> bool:
+        """Record that ``epoch`` starts at ``start_offset`` (default: the log end offset) in
+        the leader-epoch cache (Kafka's ``maybeAssignEpochStartOffset``, which a broker calls
+        on becoming leader, so that OffsetForLeaderEpoch knows its epoch before its first
+        append); return whether the cache changed.  ``ValueError`` for a negative epoch."""
+        with self._lock:
+            self._check_open()
+            start = self._log_end_offset if start_offset is None else start_offset
+            return self._epochs.assign(epoch, start)
+
+    def _epochs_follow_log_start(self) -> None:
+        """After the log start offset moved (not under the append lock: the checkpoint
+        write fsyncs): drop or clamp the epochs before it.  A failed write is only logged:
+        opening cuts the entries to the log start again."""
+        try:
+            self._epochs.truncate_from_start(self._log_start_offset)
+        except OSError as exc:
+            logger.warning("%s: cannot write %s: %s", self.directory,
+                           LEADER_EPOCH_CHECKPOINT_FILE, exc)
+
     # -- retention, deleting records, truncation ------------------------------------------
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[int]:
@@ -545,8 +755,9 @@ class Log:
         delete), and delete the segments wholly below the log start offset (always, as
         Kafka's ``deleteLogStartOffsetBreachedSegments``); return the deleted base offsets.
 
-        Whole segments only, oldest first, never the active one.  Readers holding slices
-        of a deleted segment keep reading (their descriptors outlive the unlink).
+        Whole segments only, oldest first, never the active one, and in a ``replicated`` log
+        none holding offsets at or above the high watermark (Kafka's rule).  Readers holding
+        slices of a deleted segment keep reading (their descriptors outlive the unlink).
         """
         now = now_ms if now_ms is not None else _time.now_ms()
         config = self.config
@@ -563,9 +774,13 @@ class Log:
                         inactive, self._active.size, now, config.retention_ms,
                         config.retention_bytes,
                     ))
+                    if self._replicated:
+                        n = min(n, self._below_log_start(segments, self._high_watermark))
                 dead = self._drop_oldest(n)
             for segment in dead:
                 segment.delete()
+            if dead:
+                self._epochs_follow_log_start()
         deleted = [s.base_offset for s in dead]
         if not deleted:
             return []
@@ -602,7 +817,7 @@ class Log:
         with self._delete_lock:
             with self._lock:
                 self._check_open()
-                hw = self._log_end_offset  # no replication yet: the high watermark is the LEO
+                hw = self._high_watermark
                 target = hw if offset == -1 else offset
                 if target < 0 or target > hw:
                     raise OffsetOutOfRangeError(
@@ -618,6 +833,7 @@ class Log:
                 self._publish()
             for segment in dead:
                 segment.delete()
+            self._epochs_follow_log_start()
         logger.info("%s: log start offset moved to %d (DeleteRecords); %d segments deleted",
                     self.directory, target, len(dead))
         return target
@@ -643,6 +859,8 @@ class Log:
                 dead = self._drop_oldest(self._below_log_start(self._segments, offset))
             for segment in dead:
                 segment.delete()
+            if dead:
+                self._epochs_follow_log_start()
         return [s.base_offset for s in dead]
 
     def _drop_oldest(self, n: int) -> tuple[LogSegment, ...]:
@@ -662,8 +880,11 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Drop every batch holding offsets >= ``offset`` (whole batches: the log end offset
         becomes the end of the last batch kept).  Below the first segment the log is
-        emptied and restarts at ``offset``; the log start offset becomes at most
-        ``offset``.  Readers' open slices keep their bytes only up to the new end."""
+        emptied and restarts at ``offset`` (``truncate_fully_and_start_at``); the log start
+        offset becomes at most ``offset``.  The leader-epoch cache loses the epochs starting
+        at or after the new log end, and the high watermark is at most the new log end
+        (Kafka's ``truncateTo``).  Readers' open slices keep their bytes only up to the new
+        end."""
         with self._delete_lock, self._flush_lock, self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
@@ -679,21 +900,44 @@ class Log:
                 self._active = segments[-1]
                 self._log_end_offset = self._active.next_offset
                 self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
-            self._recovery_point = min(self._recovery_point, self._log_end_offset)
-            self._roll_flush_offset = min(self._roll_flush_offset, self._log_end_offset)
-            self._dir_dirty = True
-            self._publish()
+            self._after_truncation()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log empty at ``offset``, which becomes its
+        log start and end offset and high watermark, whether it lies below or above the old
+        log end (Kafka's ``truncateFullyAndStartAt``: a follower whose log end lies below the
+        leader's log start).  The leader-epoch cache is emptied."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at offset {offset}")
+        with self._delete_lock, self._flush_lock, self._lock:
+            self._check_open()
+            self._restart_at(offset)
+            self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        """Under every lock, after the segments were cut: the recovery point, the pending
+        roll flush, the epochs, and a new snapshot (which clamps the high watermark)."""
+        self._recovery_point = min(self._recovery_point, self._log_end_offset)
+        self._roll_flush_offset = min(self._roll_flush_offset, self._log_end_offset)
+        self._dir_dirty = True
+        self._publish()
+        # After the segments (Kafka's order): a crash in between leaves entries past the
+        # log end, which opening removes.
+        self._epochs.truncate_from_end(self._log_end_offset)
 
     def _restart_at(self, offset: int) -> None:
         """Under the locks (or while opening): delete every segment and start an empty log
-        at ``offset`` (log start and end offsets both ``offset``)."""
+        at ``offset`` (log start and end offsets and high watermark all ``offset``; no
+        leader epochs)."""
         for segment in self._segments:
             segment.delete()
         self._segments = (LogSegment.create(self.directory, offset, self.config),)
         self._active = self._segments[0]
         self._log_end_offset = self._log_start_offset = offset
+        self._high_watermark = offset
         self._recovery_point = min(self._recovery_point, offset)
         self._dir_dirty = True
+        self._epochs.clear()
 
     # -- the log cleaner's swap -----------------------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from bisect import bisect_right
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from trilog import _time
@@ -157,6 +158,12 @@ class LogCleaner:
 
     def _range(self, log: Log, now: int) -> CleanableRange:
         segments = log.segments
+        if log.replicated:
+            # Nothing at or above the high watermark is cleaned (Kafka bounds cleaning by it
+            # too): the segment holding it stands in for the active one.
+            hw = log.high_watermark
+            held = bisect_right([s.base_offset for s in segments], hw)
+            segments = segments[: max(held, 1)]
         facts = [SegmentFacts(s.base_offset, s.size, s.largest_timestamp) for s in segments]
         with self._checkpoint_lock:
             checkpoint = self._checkpoints.get((log.topic, log.partition))
