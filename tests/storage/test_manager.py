@@ -45,6 +45,7 @@ def test_public_names():
             "FetchSlice",
             "LATEST_TIMESTAMP",
             "LEADER_EPOCH_CHECKPOINT_FILE",
+            "REPLICATION_OFFSET_CHECKPOINT_FILE",
             "UNDEFINED_EPOCH",
             "UNDEFINED_EPOCH_OFFSET",
             "EpochEntry",

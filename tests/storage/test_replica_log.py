@@ -9,15 +9,21 @@ import os
 import pytest
 from storage_helpers import batches_in, make_batch, read_all
 
-from trilog.errors import OffsetOutOfRangeError, TrilogError
+from trilog.errors import OffsetOutOfRangeError, TrilogError, UnknownTopicOrPartitionError
 from trilog.records import RecordBatch, RecordBatchBuilder, iter_batches
 from trilog.storage import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     LOG_APPEND_TIME,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
     Log,
     LogConfig,
+    LogManager,
+    OffsetCheckpoint,
+    parse_cleanup_policy,
 )
 from trilog.storage._epochs import read_checkpoint
 
@@ -505,3 +511,142 @@ def test_a_follower_asking_an_epoch_unknown_to_the_leader(tmp_path):
         assert leader.end_offset_for_epoch(1) == (1, 4)
     finally:
         leader.close()
+
+
+# -- the log manager -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def managers(tmp_path):
+    opened: list[LogManager] = []
+
+    def factory(config=CONFIG, **kwargs) -> LogManager:
+        manager = LogManager([tmp_path / "d1", tmp_path / "d2"], config, **kwargs)
+        opened.append(manager)
+        return manager
+
+    yield factory
+    for manager in opened:
+        manager.shutdown()
+
+
+def crash(manager: LogManager) -> None:
+    """What SIGKILL leaves: descriptors gone, no checkpoint, no clean-shutdown marker."""
+    for log in manager.logs():
+        log._close_handles()
+    manager._unlock_dirs()
+    manager._closed = True
+
+
+def test_high_watermarks_are_checkpointed_in_kafkas_file(managers, tmp_path):
+    m = managers(replicated=True)
+    a = m.get_or_create_log("t", 0)
+    b = m.get_or_create_log("t", 1)
+    assert a.replicated and b.replicated
+    for log in (a, b):
+        log.append(make_batch(3), leader_epoch=0)
+    a.update_high_watermark(2)
+    b.update_high_watermark(3)
+    m.checkpoint_high_watermarks()
+    texts = {}
+    for d in ("d1", "d2"):
+        with open(tmp_path / d / REPLICATION_OFFSET_CHECKPOINT_FILE) as f:
+            texts[m.log_dir_of("t", 0) == str(tmp_path / d)] = f.read()
+    assert texts == {True: "0\n1\nt 0 2\n", False: "0\n1\nt 1 3\n"}
+
+
+def test_the_high_watermark_survives_a_restart(managers):
+    m = managers(replicated=True)
+    log = m.get_or_create_log("t", 0)
+    fill_epochs(log)
+    log.update_high_watermark(9)
+    m.shutdown()  # checkpoints the high watermarks too
+    m = managers(replicated=True)
+    log = m.get_log("t", 0)
+    assert (log.high_watermark, log.log_end_offset) == (9, 18)
+    assert epochs(log) == [(1, 0), (2, 6), (4, 12)]
+    with log.read(6, 1 << 20, max_offset=log.high_watermark) as piece:
+        assert [b for b, _l, _p in batches_in(piece.read())] == [6]
+
+
+def test_a_high_watermark_past_the_recovered_log_is_clamped(managers):
+    m = managers(replicated=True)
+    log = m.get_or_create_log("t", 0)
+    fill_epochs(log)
+    log.update_high_watermark(18)
+    m.checkpoint_high_watermarks()
+    m.checkpoint_recovery_points()
+    path = log.active_segment.log_path
+    crash(m)
+    os.truncate(path, os.path.getsize(path) - 10)  # the last batch is torn
+    m = managers(replicated=True)
+    log = m.get_log("t", 0)
+    assert log.log_end_offset == 15
+    assert log.high_watermark == 15
+    assert epochs(log) == [(1, 0), (2, 6), (4, 12)]
+
+
+def test_a_log_without_a_checkpointed_high_watermark_starts_at_its_log_start(managers):
+    m = managers(replicated=True)
+    log = m.get_or_create_log("t", 0)
+    fill_epochs(log)
+    crash(m)
+    m = managers(replicated=True)
+    assert m.get_log("t", 0).high_watermark == 0
+
+
+def test_a_standalone_manager_is_as_before(managers, tmp_path):
+    m = managers()
+    log = m.get_or_create_log("t", 0)
+    log.append(make_batch(3))
+    assert not log.replicated and log.high_watermark == 3
+    m.shutdown()
+    for d in ("d1", "d2"):
+        assert not os.path.exists(tmp_path / d / REPLICATION_OFFSET_CHECKPOINT_FILE)
+    m = managers()
+    assert m.get_log("t", 0).high_watermark == 3
+
+
+def test_truncation_through_the_manager_writes_the_checkpoints(managers, tmp_path):
+    m = managers(replicated=True)
+    log = m.get_or_create_log("t", 0)
+    fill_epochs(log)
+    log.flush()
+    log.update_high_watermark(15)
+    m.checkpoint_recovery_points()
+    m.checkpoint_high_watermarks()
+    m.truncate_to("t", 0, 9)
+    d = m.log_dir_of("t", 0)
+    assert OffsetCheckpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT_FILE)).read() == {
+        ("t", 0): 9}
+    assert OffsetCheckpoint(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT_FILE)).read() == {
+        ("t", 0): 9}
+    log.delete_records_before(7)
+    m.truncate_fully_and_start_at("t", 0, 30)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (30, 30, 30)
+    assert OffsetCheckpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT_FILE)).read() == {}
+    with pytest.raises(UnknownTopicOrPartitionError):
+        m.truncate_to("nope", 0, 0)
+    crash(m)
+    m = managers(replicated=True)
+    log = m.get_log("t", 0)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (30, 30, 30)
+    assert epochs(log) == []
+
+
+def test_the_cleaner_stays_below_the_high_watermark(managers):
+    compacted = LogConfig(segment_bytes=250, index_interval_bytes=64,
+                          cleanup_policy=parse_cleanup_policy("compact"))
+    m = managers(compacted, replicated=True)
+    log = m.get_or_create_log("t", 0)
+    for _ in range(6):
+        log.append(make_batch(3), leader_epoch=1)  # the same three keys again and again
+    assert [s.base_offset for s in log.segments] == [0, 6, 12]
+    log.update_high_watermark(8)  # inside the second segment: only the first is cleanable
+    result = m.cleaner.clean_log(log)
+    assert result is not None and result.end_offset <= 6
+    kept = {b.base_offset for b in on_disk(log)}
+    assert {6, 9, 12, 15} <= kept  # nothing at or past the high watermark's segment
+    log.update_high_watermark(18)
+    result = m.cleaner.clean_log(log)
+    assert result is not None and result.end_offset == 12

@@ -37,6 +37,7 @@ from trilog.storage._manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
     LogManager,
 )
 from trilog.storage._retention import (
@@ -58,6 +59,7 @@ __all__ = [
     "LOG_APPEND_TIME",
     "LOG_START_OFFSET_CHECKPOINT_FILE",
     "RECOVERY_POINT_CHECKPOINT_FILE",
+    "REPLICATION_OFFSET_CHECKPOINT_FILE",
     "UNDEFINED_EPOCH",
     "UNDEFINED_EPOCH_OFFSET",
     "BatchHeader",

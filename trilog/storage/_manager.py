@@ -2,7 +2,8 @@
 
 Each log dir holds ``<topic>-<partition>/`` directories, a ``recovery-point-offset-checkpoint``,
 a ``log-start-offset-checkpoint`` (the logs whose start offset DeleteRecords moved past their
-first segment's base offset) and, between a clean shutdown and the next start, the
+first segment's base offset), for a replicating broker a ``replication-offset-checkpoint``
+(each log's high watermark) and, between a clean shutdown and the next start, the
 ``.kafka_cleanshutdown`` marker.  While
 a topic's partitions are being created, a ``.creating-*`` marker in the first log dir lists
 them: a start that finds one removes those partitions (their creation never completed).
@@ -30,6 +31,7 @@ logger = logging.getLogger("trilog.storage")
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 CREATING_PREFIX = ".creating-"
@@ -46,6 +48,13 @@ class LogManager:
     marker, which is then removed so that a crash is detected next time.  Each log dir is
     locked (``flock`` on ``.lock``) against a second broker.
 
+    ``replicated=True`` (a broker of a replicating cluster) opens and creates every log
+    ``replicated`` (``Log``: a high watermark its replica manager sets), reads each log's
+    high watermark back from ``replication-offset-checkpoint`` at start (clamped to the
+    recovered log), and writes that file in ``checkpoint_high_watermarks`` and at shutdown.
+    The default keeps a standalone broker's logs as before replication (high watermark =
+    log end offset, no such file).
+
     Invariants: at most one ``Log`` per (topic, partition); a log's directory is
     ``<log dir>/<topic>-<partition>`` with a topic name that passed ``validate_topic_name``,
     so no name can reach outside a log dir.
@@ -61,6 +70,7 @@ class LogManager:
         default_config: LogConfig | None = None,
         *,
         topic_configs: Mapping[str, LogConfig] | None = None,
+        replicated: bool = False,
     ) -> None:
         if isinstance(log_dirs, (str, os.PathLike)):
             log_dirs = [log_dirs]
@@ -70,6 +80,8 @@ class LogManager:
         if len(set(self.log_dirs)) != len(self.log_dirs):
             raise ValueError(f"duplicate log dirs in {self.log_dirs}")
         self.default_config = default_config or LogConfig()
+        #: Whether the logs are ``replicated`` (their high watermarks set by the broker).
+        self.replicated = replicated
         self._topic_configs = dict(topic_configs or {})
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
@@ -118,6 +130,9 @@ class LogManager:
         log_starts = OffsetCheckpoint(
             os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE)
         ).read()
+        high_watermarks = OffsetCheckpoint(
+            os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)
+        ).read() if self.replicated else {}
         names = sorted(os.listdir(log_dir))
         if not clean and any(os.path.isdir(os.path.join(log_dir, n)) for n in names):
             logger.warning("%s: no clean-shutdown marker; recovering its logs", log_dir)
@@ -152,6 +167,8 @@ class LogManager:
                 topic=topic,
                 partition=partition,
                 log_start_offset=log_starts.get(key, 0),
+                replicated=self.replicated,
+                high_watermark=high_watermarks.get(key),
             )
             self._log_dir_of[key] = log_dir
         if clean:
@@ -240,6 +257,7 @@ class LogManager:
                     needs_recovery=False,
                     topic=topic,
                     partition=partition,
+                    replicated=self.replicated,
                 )
                 fsync_dir(log_dir)
             except BaseException:
@@ -353,17 +371,11 @@ class LogManager:
         """Write each log dir's ``recovery-point-offset-checkpoint`` and
         ``log-start-offset-checkpoint`` (the broker's checkpoint timer calls this)."""
         with self._checkpoint_lock:
-            with self._lock:
-                by_dir: dict[str, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
-                for key, log in self._logs.items():
-                    by_dir[self._log_dir_of[key]][key] = log.recovery_point
             failure: OSError | None = None
-            for log_dir, offsets in by_dir.items():
-                path = os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE)
-                try:
-                    OffsetCheckpoint(path).write(offsets)
-                except OSError as exc:  # the others are still written; the old file stays
-                    failure = failure or exc
+            try:
+                self._checkpoint_recovery_points(self.log_dirs)
+            except OSError as exc:
+                failure = exc
             try:
                 self._checkpoint_log_starts(self.log_dirs)
             except OSError as exc:
@@ -418,6 +430,83 @@ class LogManager:
                 self._checkpoint_log_starts([log_dir])
         return low_watermark
 
+    def checkpoint_high_watermarks(self) -> None:
+        """Write each log dir's ``replication-offset-checkpoint`` with the high watermark of
+        its ``replicated`` logs (Kafka's ``ReplicaManager.checkpointHighWatermarks``: the
+        broker calls it every ``replica.high.watermark.checkpoint.interval.ms``, 5 s by
+        default; ``shutdown`` calls it too).  A dir whose file cannot be written keeps the
+        old one (a lower high watermark after a crash: safe); the first error is raised
+        after the other dirs are written."""
+        with self._checkpoint_lock:
+            self._checkpoint_high_watermarks(self.log_dirs)
+
+    def _checkpoint_high_watermarks(self, log_dirs: Iterable[str]) -> None:
+        with self._lock:
+            by_dir: dict[str, dict[tuple[str, int], int]] = {d: {} for d in log_dirs}
+            for key, log in self._logs.items():
+                log_dir = self._log_dir_of[key]
+                if log_dir in by_dir and log.replicated:
+                    by_dir[log_dir][key] = log.high_watermark
+        failure: OSError | None = None
+        for log_dir, offsets in by_dir.items():
+            try:
+                OffsetCheckpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)
+                                 ).write(offsets)
+            except OSError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _checkpoint_recovery_points(self, log_dirs: Iterable[str]) -> None:
+        """Under the checkpoint lock: write ``recovery-point-offset-checkpoint`` of
+        ``log_dirs``."""
+        with self._lock:
+            by_dir: dict[str, dict[tuple[str, int], int]] = {d: {} for d in log_dirs}
+            for key, log in self._logs.items():
+                log_dir = self._log_dir_of[key]
+                if log_dir in by_dir:
+                    by_dir[log_dir][key] = log.recovery_point
+        failure: OSError | None = None
+        for log_dir, offsets in by_dir.items():
+            try:
+                OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE)
+                                 ).write(offsets)
+            except OSError as exc:  # the others are still written; the old file stays
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def truncate_to(self, topic: str, partition: int, offset: int) -> None:
+        """A follower's truncation (Kafka's ``LogManager.truncateTo``): ``Log.truncate_to``,
+        then the log dir's checkpoints are written before returning: the recovery point
+        (a crash must re-validate what is appended at the truncated offsets again) and, for a
+        replicated log, the high watermark (never one above the truncated log).
+
+        ``UnknownTopicOrPartitionError`` when this broker has no such log; ``OSError`` when
+        a checkpoint cannot be written (the log is truncated).  Blocking."""
+        self._truncate(topic, partition, lambda log: log.truncate_to(offset))
+
+    def truncate_fully_and_start_at(self, topic: str, partition: int, offset: int) -> None:
+        """``Log.truncate_fully_and_start_at`` (a follower whose log ends below its leader's
+        log start), then the log dir's checkpoints as for ``truncate_to``, the log start
+        offset's too."""
+        self._truncate(topic, partition, lambda log: log.truncate_fully_and_start_at(offset))
+
+    def _truncate(self, topic: str, partition: int, cut: Callable[[Log], None]) -> None:
+        self._check_open()
+        log = self._logs.get((topic, partition))
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no log here")
+        cut(log)
+        with self._checkpoint_lock:
+            log_dir = self._log_dir_of.get((topic, partition))
+            if log_dir is None:
+                return
+            self._checkpoint_recovery_points([log_dir])
+            self._checkpoint_log_starts([log_dir])
+            if log.replicated:
+                self._checkpoint_high_watermarks([log_dir])
+
     def shutdown(self) -> None:
         """Flush and close every log, checkpoint, write the clean-shutdown markers, and
         release the log dirs.  Idempotent.
@@ -444,6 +533,11 @@ class LogManager:
             self.checkpoint_recovery_points()
         except OSError as exc:
             logger.error("cannot write the recovery-point checkpoints at shutdown: %s", exc)
+        if self.replicated or any(log.replicated for _key, log in logs):
+            try:
+                self.checkpoint_high_watermarks()
+            except OSError as exc:
+                logger.error("cannot write the high-watermark checkpoints at shutdown: %s", exc)
         for log_dir in self.log_dirs:
             if log_dir in unclean:
                 continue
