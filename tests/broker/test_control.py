@@ -16,6 +16,7 @@ from trilog.errors import (
     ElectionNotNeededError,
     NotControllerError,
     PreferredLeaderNotAvailableError,
+    StaleControllerEpochError,
     UnknownTopicOrPartitionError,
 )
 from trilog.protocol import (
@@ -32,6 +33,7 @@ from trilog.protocol import (
     encode_response,
 )
 from trilog.zk import (
+    CONTROLLER_EPOCH,
     ISR_CHANGE_NOTIFICATION,
     BrokerRegistration,
     PartitionState,
@@ -65,6 +67,8 @@ class FakeBroker:
         self.port = 0
         self.received: list[tuple[int, int, object]] = []
         self.session = trio.CancelScope()
+        #: answer LeaderAndIsr with STALE_CONTROLLER_EPOCH (it has seen a newer controller)
+        self.stale = False
 
     def requests(self, api_key):
         return [r for k, _v, r in self.received if k == api_key]
@@ -88,6 +92,9 @@ class FakeBroker:
                 else:
                     self.received.append((header.api_key, header.api_version, request))
                     response = ANSWERS[header.api_key]
+                    if self.stale and header.api_key == ApiKey.LEADER_AND_ISR:
+                        response = LeaderAndIsrResponse(
+                            error_code=StaleControllerEpochError.code, partition_errors=[])
                 await stream.send_all(encode_response(response, header.api_version,
                                                       header.correlation_id))
 
@@ -165,6 +172,16 @@ async def harness(zookeeper):
             nursery.cancel_scope.cancel()
 
 
+async def states_become(controller, expected, timeout=15.0):
+    """Wait until the controller's states are ``expected`` (an event's writes are done);
+    returns them."""
+    with trio.move_on_after(timeout):
+        while controller.states() != expected:
+            await trio.sleep(0.02)
+    assert controller.states() == expected
+    return expected
+
+
 def states_of(states, topic):
     return {p: s for (t, p), s in states.items() if t == topic}
 
@@ -230,15 +247,14 @@ async def test_a_dead_broker_loses_its_leaderships_and_isr_places(zookeeper):
         seen = len(h.brokers[3].leader_and_isr())
 
         await h.kill(2)
-        await wait_until(lambda: controller.states()[("t", 1)].leader != 2)
-        states = controller.states()
-        # t-1 ([2, 3, 1]): the next ISR member in assignment order leads.
-        assert states[("t", 1)] == PartitionState(3, 1, (3, 1), 1)
-        # Where 2 followed, it leaves the ISR with a new leader epoch.
-        assert states[("t", 0)] == PartitionState(1, 1, (1, 3), 1)
-        assert states[("t", 2)] == PartitionState(3, 1, (3, 1), 1)
-        assert states[("solo", 0)] == PartitionState(-1, 6, (2,), 1)
-        assert states[("dirty", 0)] == PartitionState(3, 6, (3,), 1)
+        states = await states_become(controller, {
+            # t-1 ([2, 3, 1]): the next ISR member in assignment order leads.
+            ("t", 1): PartitionState(3, 1, (3, 1), 1),
+            # Where 2 followed, it leaves the ISR with a new leader epoch.
+            ("t", 0): PartitionState(1, 1, (1, 3), 1),
+            ("t", 2): PartitionState(3, 1, (3, 1), 1),
+            ("solo", 0): PartitionState(-1, 6, (2,), 1),
+            ("dirty", 0): PartitionState(3, 6, (3,), 1)})
         for (topic, partition), state in states.items():
             assert await h.read_state(topic, partition) == state
 
@@ -284,11 +300,24 @@ async def test_new_topics_and_partitions_get_states(zookeeper):
         await wait_until(lambda: len(broker2.leader_and_isr()) == 2)
         assert all(s.is_new for s in broker2.leader_and_isr())
 
+        # A partition none of whose replicas is live is created offline, and elected
+        # when one of them joins.
+        await h.create_topic("later", {0: [3, 4]})
+        await wait_until(lambda: ("later", 0) in controller.states())
+        assert controller.states()[("later", 0)] == PartitionState(-1, 0, (), 1)
+        await h.start_broker(3)
+        await wait_until(lambda: controller.states()[("later", 0)].leader == 3)
+        assert controller.states()[("later", 0)] == PartitionState(3, 1, (3,), 1)
+        await h.zk.delete(topic_path("later"), recursive=True)
+        await wait_until(lambda: ("later", 0) not in controller.states())
+        assert len(broker2.leader_and_isr()) == 2
+        broker2.received.clear()
+
         # CreatePartitions: the assignment grows.
         await h.zk.set(topic_path("fresh"),
                        encode_topic_assignment({0: [1, 2], 1: [2, 1], 2: [1, 2]}))
         await wait_until(lambda: ("fresh", 2) in controller.states())
-        await wait_until(lambda: len(broker2.leader_and_isr()) == 3)
+        await wait_until(lambda: len(broker2.leader_and_isr()) == 1)
         last = broker2.leader_and_isr()[-1]
         assert (last.topic_name, last.partition_index, last.leader, last.is_new) == \
             ("fresh", 2, 1, True)
@@ -431,3 +460,18 @@ async def test_failover_to_another_controller_with_a_higher_epoch(zookeeper):
             await wait_until(lambda broker=broker: broker.last_metadata().controller_id == 2)
             assert broker.last_metadata().controller_epoch == 2
             assert broker.requests(ApiKey.LEADER_AND_ISR)[-1].controller_epoch == 2
+
+
+async def test_a_broker_that_saw_a_newer_controller_ends_the_term(zookeeper):
+    async with harness(zookeeper) as h:
+        broker = await h.start_broker(1)
+        controller, _ = await h.start_controller(1)
+        await controller.active_epoch.wait_value(1)
+        # Another controller took over (a higher epoch) and the broker heard from it.
+        await h.zk.set(CONTROLLER_EPOCH, b"5")
+        broker.stale = True
+        await h.create_topic("t", {0: [1]})
+        await controller.active_epoch.wait_value(0)
+        assert broker.requests(ApiKey.LEADER_AND_ISR)[-1].controller_epoch == 1
+        await trio.sleep(1.5)  # it stays out until the election moves on
+        assert controller.active_epoch.value == 0

@@ -552,7 +552,16 @@ class _Term:
             live = self._eligible()
             if state is not None and state.leader in live:
                 return None
-            return elect_offline(self._replicas(tp), state, live, self.epoch,
+            replicas = self._replicas(tp)
+            if state is not None and not state.isr:
+                # Created while none of its replicas was live: it never had a leader nor
+                # a record, so it starts as a new partition would (with a newer epoch).
+                new = elect_offline(replicas, None, live, self.epoch)
+                if new.leader == NO_LEADER:
+                    return None
+                return PartitionState(new.leader, state.leader_epoch + 1, new.isr,
+                                      self.epoch)
+            return elect_offline(replicas, state, live, self.epoch,
                                  self.controller.unclean_enabled(tp[0]))
 
         return await self._update([tp for tp in tps if self._replicas(tp)], decide)
