@@ -355,6 +355,8 @@ async def test_controlled_shutdown_moves_leaderships_away(zookeeper):
 
         answer = await controller.controlled_shutdown(ControlledShutdownRequest(broker_id=2),
                                                       header(ApiKey.CONTROLLED_SHUTDOWN))
+        for version in (1, 2):
+            encode_response(answer, version, 1)
         assert answer.error_code == 0
         assert [(p.topic_name, p.partition_index) for p in answer.remaining_partitions] == \
             [("single", 0)]
@@ -401,6 +403,8 @@ async def test_elect_leaders_preferred_after_isr_change(zookeeper):
         # 2 is back but not in the ISR yet: it cannot lead t-1.
         answer = await controller.elect_leaders(request(("t", 1), ("t", 0), ("nope", 0)),
                                                 header(ApiKey.ELECT_LEADERS))
+        for version in (0, 1):
+            encode_response(answer, version, 1)
         assert codes(answer) == {("t", 1): PreferredLeaderNotAvailableError.code,
                                  ("t", 0): ElectionNotNeededError.code,
                                  ("nope", 0): UnknownTopicOrPartitionError.code}

@@ -434,8 +434,9 @@ class _Term:
         self._followed[topic] = await self.zk.follow_data(
             topic_path(topic), functools.partial(self._assignment_data, topic))
         tps = [(topic, p) for p in sorted(assignment)]
-        for tp in tps:
-            await self._read_state(tp)
+        async with trio.open_nursery() as nursery:  # the ZooKeeper client's threads at once
+            for tp in tps:
+                nursery.start_soon(self._read_state, tp)
         return tps
 
     def _assignment_data(self, topic: str, data: bytes | None) -> None:
