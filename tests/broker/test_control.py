@@ -92,6 +92,14 @@ class FakeBroker:
                 else:
                     self.received.append((header.api_key, header.api_version, request))
                     response = ANSWERS[header.api_key]
+                    if header.api_key == ApiKey.LEADER_AND_ISR:
+                        # Kafka's answer to a leader epoch that is not newer: no news to
+                        # the controller, which goes on.
+                        response = LeaderAndIsrResponse(error_code=0, partition_errors=[
+                            LeaderAndIsrResponse.LeaderAndIsrPartitionError(
+                                topic_name=s.topic_name, partition_index=s.partition_index,
+                                error_code=StaleControllerEpochError.code)
+                            for s in request.ungrouped_partition_states])
                     if self.stale and header.api_key == ApiKey.LEADER_AND_ISR:
                         response = LeaderAndIsrResponse(
                             error_code=StaleControllerEpochError.code, partition_errors=[])

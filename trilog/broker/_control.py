@@ -956,12 +956,18 @@ class _BrokerChannel:
             await trio.lowlevel.checkpoint()
             return
         response = await conn.request(request, version=version)
-        codes = [response.error_code]
-        codes.extend(e.error_code for e in getattr(response, "partition_errors", ()))
-        if StaleControllerEpochError.code in codes:
+        if response.error_code == StaleControllerEpochError.code:
             raise _StaleController(f"broker {self.broker.broker_id} has seen a newer "
                                    "controller epoch")
-        failed = [c for c in codes if c != NO_ERROR]
+        if response.error_code != NO_ERROR:
+            log.warning("broker %d answered %s with error %d", self.broker.broker_id,
+                        request.API_NAME, response.error_code)
+        # Per partition, STALE_CONTROLLER_EPOCH is Kafka's answer to a leader epoch that is
+        # not newer than the broker's (a state sent again, as a new controller does): no
+        # news.  Other errors are logged.
+        failed = sorted({(e.topic_name, e.partition_index, e.error_code)
+                         for e in getattr(response, "partition_errors", ())
+                         if e.error_code not in (NO_ERROR, StaleControllerEpochError.code)})
         if failed:
-            log.warning("broker %d answered %s with errors %s", self.broker.broker_id,
-                        request.API_NAME, sorted(set(failed)))
+            log.warning("broker %d answered %s with partition errors %s",
+                        self.broker.broker_id, request.API_NAME, failed)
