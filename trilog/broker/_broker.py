@@ -33,6 +33,7 @@ from trilog.broker._admin_apis import AdminApis
 from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
 from trilog.broker._config import BrokerConfig
 from trilog.broker._cleaner import LogCleanerTask
+from trilog.broker._control import Controller
 from trilog.broker._config_apis import ConfigApis
 from trilog.broker._config_store import TopicConfigs, standalone_store
 from trilog.broker._coordinator import GroupCoordinator, client_address
@@ -47,7 +48,8 @@ from trilog.broker._limits import (
 from trilog.broker._metrics import FLUSH_BUCKETS_S, BrokerSource, Buckets, serve_metrics
 from trilog.broker._network import ConnectionLimits, Network, ResponseParts
 from trilog.broker._purgatory import FetchPurgatory
-from trilog.broker._zkcluster import open_zookeeper_cluster
+from trilog.broker._replicas import ReplicaManager
+from trilog.broker._zkcluster import ZooKeeperCluster, open_zookeeper_cluster
 from trilog.errors import TrilogError
 from trilog.storage import Log, LogManager
 
@@ -75,6 +77,22 @@ class Broker:
         self.coordinator.register(self.handler)
         AdminApis(cluster, logs, self.coordinator, limiter).register(self.handler)
         ConfigApis(config, cluster).register(self.handler)
+        #: the replicas this broker holds (a ZooKeeper cluster; None standalone)
+        self.replicas: ReplicaManager | None = None
+        #: the controller's work, done while this broker is the controller (a ZooKeeper
+        #: cluster; None standalone)
+        self.controller: Controller | None = None
+        if isinstance(cluster, ZooKeeperCluster):
+            self.replicas = ReplicaManager(config, cluster, logs, self.purgatory, limiter)
+            self.replicas.register(self.handler)
+            self.replicas.on_leadership_change.append(self.handler.producers.forget)
+            self.handler.replicas = self.replicas
+            self.coordinator.offsets.replicas = self.replicas
+            self.controller = Controller(
+                cluster.zk, cluster.controller, config.broker_id, config,
+                lambda topic: cluster.topic_configs.config_for(
+                    topic).unclean_leader_election_enable)
+            self.controller.register(self.handler)
         self.network = Network(
             self._handle,
             listeners,
@@ -157,6 +175,10 @@ class Broker:
             nursery.start_soon(self.coordinator.run, self._shutdown_requested)
             if self.cleaner is not None:
                 nursery.start_soon(self.cleaner.run)
+            if self.replicas is not None:
+                nursery.start_soon(self.replicas.run)
+            if self.controller is not None:
+                nursery.start_soon(self.controller.run)
             if config["metrics.port"] is not None:
                 self.metrics_port = await nursery.start(
                     serve_metrics, BrokerSource(self), config["metrics.host"],
@@ -167,8 +189,19 @@ class Broker:
             await self._shutdown_requested.wait()
             if self.cleaner is not None:
                 self.cleaner.stop()
+            await self._controlled_shutdown()
             await self._drain(config["shutdown.timeout.ms"] / 1000)
             nursery.cancel_scope.cancel()
+
+    async def _controlled_shutdown(self) -> None:
+        """In a cluster, move this broker's leaderships away first (the controller elects
+        other leaders and stops this broker's fetchers), so that clients see no
+        unavailability; the controller itself then resigns its place."""
+        if self.replicas is None or not self.config["controlled.shutdown.enable"]:
+            return
+        await self.replicas.controlled_shutdown()
+        assert isinstance(self.cluster, ZooKeeperCluster)
+        await self.cluster.controller.resign()
 
     async def _drain(self, timeout_s: float) -> None:
         network = self.network
@@ -237,7 +270,10 @@ async def open_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManage
 
 def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:
     try:
-        return LogManager(config.log_dirs, config.log_config())
+        # In a ZooKeeper cluster partitions are replicated: their high watermarks are set by
+        # the replica manager (standalone, a log's high watermark is its log end offset).
+        return LogManager(config.log_dirs, config.log_config(),
+                          replicated=config.zookeeper_connect is not None)
     except OSError as exc:
         if exc.errno not in (errno.EMFILE, errno.ENFILE):
             raise

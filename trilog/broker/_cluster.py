@@ -70,20 +70,26 @@ def check_new_topic(name: str, num_partitions: int, replication_factor: int,
             )
         if sorted(assignment) != list(range(len(assignment))):
             raise InvalidReplicaAssignmentError("partitions must be numbered 0..n-1")
+        factors = {len(replicas) for replicas in assignment.values()}
+        if len(factors) != 1 or 0 in factors:
+            raise InvalidReplicaAssignmentError(
+                "every partition of a topic must have the same number of replicas")
         for replicas in assignment.values():
-            if len(replicas) != 1:
-                raise InvalidReplicationFactorError(
-                    "trilog has no replication yet: each partition has exactly one replica"
-                )
+            if len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"Duplicate brokers not allowed in replica assignment: {replicas}")
         return
     if num_partitions == 0 or num_partitions < -1:
         raise InvalidPartitionsError(f"number of partitions must be at least 1, not {num_partitions}")
-    if replication_factor not in (-1, 1):
+    if replication_factor == 0 or replication_factor < -1:
         raise InvalidReplicationFactorError(
-            f"replication factor {replication_factor}: trilog has no replication yet, use 1"
-        )
+            f"replication factor must be at least 1, not {replication_factor}")
     if live_brokers < 1:
         raise InvalidReplicationFactorError("no live brokers")
+    if replication_factor > live_brokers:
+        raise InvalidReplicationFactorError(
+            f"Replication factor: {replication_factor} larger than available brokers: "
+            f"{live_brokers}.")
 
 
 def plan_new_partitions(name: str, current: dict[int, list[int]], count: int,
@@ -122,6 +128,11 @@ class Cluster:
 
     def partitions(self, topic: str) -> dict[int, int] | None:
         return self.topics().get(topic)
+
+    def replica_info(self, topic: str, partition: int) -> tuple[list[int], list[int]]:
+        """``(replicas, in-sync replicas)`` of a partition, for Metadata."""
+        leader = self.leader(topic, partition)
+        return ([leader], [leader]) if leader is not None and leader >= 0 else ([], [])
 
     def leader(self, topic: str, partition: int) -> int | None:
         """The leader's id, -1 if the partition has none now, None if it does not exist."""

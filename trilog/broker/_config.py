@@ -219,6 +219,9 @@ PROPERTIES: tuple[Property, ...] = (
     Property("offsets.topic.num.partitions", _int, 50,
              "Partitions of __consumer_offsets (fixed once the topic exists): a group's coordinator "
              "leads partition abs(hash(group.id)) % this.", low=1),
+    Property("offsets.topic.replication.factor", _int, 3,
+             "Replicas of __consumer_offsets (at most the live brokers when it is created).",
+             low=1),
     Property("offsets.topic.segment.bytes", _int, 100 * _MB,
              "Segment size of __consumer_offsets, a compacted topic: the log cleaner compacts "
              "the segments before the active one.", low=1024),

@@ -249,8 +249,12 @@ class GroupCoordinator:
             if self.cluster.partitions(OFFSETS_TOPIC):
                 return
             n = self.config["offsets.topic.num.partitions"]
+            # Kafka's rule: offsets.topic.replication.factor, or all the live brokers when
+            # there are fewer when the topic is first needed.
+            factor = min(self.config["offsets.topic.replication.factor"],
+                         max(1, len(self.cluster.brokers())))
             try:
-                await self.cluster.create_topic(OFFSETS_TOPIC, n)
+                await self.cluster.create_topic(OFFSETS_TOPIC, n, factor)
             except TopicAlreadyExistsError:
                 pass
             except ApiError as exc:

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
@@ -73,7 +73,11 @@ from trilog.protocol import (
     peek_request_header,
 )
 from trilog.records import legacy_to_v2, v2_to_legacy
-from trilog.storage import LogManager, write_atomically
+from trilog.storage import LATEST_TIMESTAMP, LogManager, write_atomically
+
+if TYPE_CHECKING:
+    from trilog.broker._replicas import ReplicaManager
+
 
 log = logging.getLogger("trilog.broker.requests")
 
@@ -131,6 +135,9 @@ class RequestHandler:
         self.supported: dict[int, tuple[int, int]] = {
             k: v for k, v in API_VERSIONS.items() if k in self._handlers}
         self.metrics = RequestMetrics()
+        #: the replica manager in a ZooKeeper cluster (None standalone: every partition here
+        #: is led here, and its high watermark is its log end offset)
+        self.replicas: ReplicaManager | None = None
 
     def register(self, api_key: int, handler: Callable[[Any, Any], Any]) -> None:
         """Serve another API (the group coordinator adds its own)."""
@@ -207,6 +214,7 @@ class RequestHandler:
             self.config["auto.create.topics.enable"]
             and (header.api_version < 4 or request.allow_auto_topic_creation)
         )
+        live = {b.node_id for b in cluster.brokers()}
         topics = []
         for name in wanted:
             error = 0
@@ -235,11 +243,12 @@ class RequestHandler:
                             error_code=0 if leader >= 0 else LeaderNotAvailableError.code,
                             partition_index=p,
                             leader_id=leader,
-                            replica_nodes=[leader] if leader >= 0 else [],
-                            isr_nodes=[leader] if leader >= 0 else [],
-                            offline_replicas=[],
+                            replica_nodes=replicas,
+                            isr_nodes=isr,
+                            offline_replicas=[r for r in replicas if r not in live],
                         )
                         for p, leader in sorted(partitions.items())
+                        for replicas, isr in [cluster.replica_info(name, p)]
                     ],
                 )
             )
@@ -259,7 +268,11 @@ class RequestHandler:
         if leader is None:
             validate_topic_name(topic)  # an illegal name is INVALID_TOPIC_EXCEPTION
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
-        if leader != self.cluster.broker.node_id:
+        if self.replicas is not None:
+            leads = self.replicas.is_leader((topic, partition))
+        else:
+            leads = leader == self.cluster.broker.node_id
+        if not leads:
             raise NotLeaderOrFollowerError(f"broker {self.cluster.broker.node_id} does not lead "
                                            f"{topic}-{partition}")
         if write and topic in INTERNAL_TOPICS:
@@ -277,14 +290,18 @@ class RequestHandler:
                 if acks not in (-1, 0, 1):
                     results[key] = (InvalidRequiredAcksError.code, -1, -1)
                     continue
+                epoch = None
                 try:
                     self._check_partition(topic.name, part.index, write=True)
                     if part.records is None or len(part.records) == 0:
                         raise CorruptMessageError("empty record set")
+                    if self.replicas is not None:
+                        self.replicas.check_produce(key, acks)
+                        epoch = self.replicas.leader_epoch(key)
                 except ApiError as exc:
                     results[key] = (exc.code, -1, -1)
                     continue
-                work.append((topic.name, part.index, part.records))
+                work.append((topic.name, part.index, part.records, epoch))
         if work:
             appended = await trio.to_thread.run_sync(self._append_all, work, limiter=self.limiter)
             for key, outcome in appended.items():
@@ -292,6 +309,10 @@ class RequestHandler:
                 if outcome[0] == 0:
                     self.purgatory.data_appended(key, outcome[3])
                     self.metrics.produced(key[0], outcome[3], outcome[4])
+                    if self.replicas is not None:
+                        self.replicas.appended(key)
+            if acks == -1 and self.replicas is not None:
+                await self._wait_replicated(results, request.timeout_ms)
         if acks == 0:
             return None
         R = ProduceResponse
@@ -310,6 +331,17 @@ class RequestHandler:
             throttle_time_ms=0,
         )
 
+    async def _wait_replicated(self, results, timeout_ms: int) -> None:
+        """``acks=all``: hold the answer until every in-sync replica has each partition's
+        records (its high watermark passed them), or ``timeout_ms``."""
+        assert self.replicas is not None
+        deadline = trio.current_time() + max(timeout_ms, 0) / 1000
+        for key, outcome in list(results.items()):
+            if outcome[0] == 0 and len(outcome) > 5:
+                code = await self.replicas.wait_replicated(key, outcome[5], deadline)
+                if code:
+                    results[key] = (code, -1, -1)
+
     def _stored_batch_headers(self, tp: tuple[str, int]):
         lg = self.logs.get_log(*tp)
         return lg.batch_headers() if lg is not None else ()
@@ -324,7 +356,7 @@ class RequestHandler:
     def _append_all(self, work):
         """In a worker thread: append each partition's records; never raises."""
         out = {}
-        for topic, partition, records in work:
+        for topic, partition, records, epoch in work:
             try:
                 lg = self.logs.get_log(topic, partition)
                 if lg is None:
@@ -338,12 +370,14 @@ class RequestHandler:
                 with self._partition_lock(tp):
                     duplicate_of = self.producers.check(tp, records)
                     if duplicate_of is not None:
-                        out[tp] = (0, duplicate_of, lg.log_start_offset, 0, 0)
+                        out[tp] = (0, duplicate_of, lg.log_start_offset, 0, 0,
+                                   lg.log_end_offset)
                         continue
-                    info = lg.append(records)
+                    info = (lg.append(records) if epoch is None
+                            else lg.append(records, leader_epoch=epoch))
                     self.producers.record(tp, records, info.first_offset)
                 out[tp] = (0, info.first_offset, info.log_start_offset, info.size_in_bytes,
-                           info.record_count)
+                           info.record_count, info.last_offset + 1)
             except Exception as exc:
                 out[(topic, partition)] = (_partition_error(exc, "append", topic, partition),
                                            -1, -1, 0, 0)
@@ -355,29 +389,45 @@ class RequestHandler:
         version = header.api_version
         wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in request.topics for p in t.partitions]
+        epochs = [p.current_leader_epoch if version >= 9 else -1
+                  for t in request.topics for p in t.partitions]
+        replica = request.replica_id if self.replicas is not None else -1
         max_bytes = request.max_bytes if version >= 3 else 0x7FFFFFFF
         # Fetch v0-v3 predate RecordBatch v2: their answers are down-converted (in the
         # worker thread, with the read), to magic 0 for v0-v1 and magic 1 for v2-v3.
         convert = None if version >= 4 else (0 if version < 2 else 1)
-        results = await self._read_all(wanted, max_bytes, convert)
+        results = await self._read_all(wanted, max_bytes, convert, replica, epochs)
         total = sum(r[1].length for r in results if r[1] is not None)
         errors = any(r[0] for r in results)
         if request.max_wait_ms > 0 and total < request.min_bytes and not errors and wanted:
             _close_slices(results)
             await self.purgatory.wait([(t, p) for t, p, _, _ in wanted],
                                       request.min_bytes - total, request.max_wait_ms / 1000)
-            results = await self._read_all(wanted, max_bytes, convert)
+            results = await self._read_all(wanted, max_bytes, convert, replica, None)
         try:
             return self._fetch_response(version, wanted, results)
         except BaseException:
             _close_slices(results)
             raise
 
-    async def _read_all(self, wanted, max_bytes, convert=None):
-        checked = []
-        for topic, partition, offset, part_max in wanted:
+    async def _read_all(self, wanted, max_bytes, convert=None, replica: int = -1,
+                        epochs=None):
+        """Read each wanted partition (in a worker thread).  ``replica`` >= 0: a follower's
+        fetch, reading to the log end, whose offsets tell the leader its progress (``epochs``
+        given on the first read only); else a consumer's, reading below the high watermark."""
+        checked: list[int | None] = []
+        replicas = self.replicas
+        for i, (topic, partition, offset, part_max) in enumerate(wanted):
             try:
                 self._check_partition(topic, partition)
+                if replicas is not None:
+                    epoch = epochs[i] if epochs is not None else -1
+                    if replica >= 0:
+                        if epochs is not None:
+                            replicas.follower_fetched((topic, partition), replica, offset,
+                                                      epoch)
+                    else:
+                        replicas.check_leader_epoch((topic, partition), epoch)
                 checked.append(None)
             except ApiError as exc:
                 checked.append(exc.code)
@@ -385,10 +435,10 @@ class RequestHandler:
             await trio.lowlevel.checkpoint()
             return [(c, None, None) for c in checked]
         return await trio.to_thread.run_sync(self._read_in_thread, wanted, checked, max_bytes,
-                                             convert,
+                                             convert, replica >= 0,
                                              limiter=self.limiter)
 
-    def _read_in_thread(self, wanted, checked, max_bytes, convert):
+    def _read_in_thread(self, wanted, checked, max_bytes, convert, to_log_end=False):
         """In a worker thread: ``[(error, slice or None, (hw, log start) or None)]``."""
         out = []
         budget = max_bytes
@@ -405,8 +455,9 @@ class RequestHandler:
                 out.append((0, None, (lg.high_watermark, lg.log_start_offset)))
                 continue
             try:
+                bound = None if to_log_end or not lg.replicated else lg.high_watermark
                 out.append(_read_partition(lg, offset, min(part_max, budget), part_max,
-                                           convert))
+                                           convert, bound))
             except OffsetOutOfRangeError as exc:
                 out.append((exc.code, None, (exc.log_end_offset, exc.log_start_offset)))
             except Exception as exc:
@@ -486,6 +537,10 @@ class RequestHandler:
             try:
                 if version == 0:
                     out.append((0, list(lg.offsets_before(ts, max_n)), -1, -1))
+                    continue
+                if ts == LATEST_TIMESTAMP and lg.replicated:
+                    # A consumer's latest offset is the high watermark (Kafka's READ_UNCOMMITTED).
+                    out.append((0, [], -1, lg.high_watermark))
                     continue
                 found = lg.offset_for_timestamp(ts)
             except Exception as exc:
@@ -609,12 +664,15 @@ class _ProducerIds:
             return -1
 
 
-def _read_partition(lg, offset: int, max_bytes: int, convert_max_bytes: int, convert):
+def _read_partition(lg, offset: int, max_bytes: int, convert_max_bytes: int, convert,
+                    max_offset: int | None = None):
     """In a worker thread: one partition's fetch answer ``(0, slice, None)``, the slice
-    down-converted to magic ``convert`` when that is not None."""
+    down-converted to magic ``convert`` when that is not None; ``max_offset`` (a consumer of
+    a replicated log: the high watermark) bounds it."""
     # Log.read returns the first batch whole even above the limit (KIP-74), so a consumer is
     # never stuck behind a large batch.
-    slc = lg.read(offset, max(1, max_bytes))
+    slc = (lg.read(offset, max(1, max_bytes)) if max_offset is None
+           else lg.read(offset, max(1, max_bytes), max_offset))
     if convert is not None and slc.length:
         with slc:
             data = v2_to_legacy(slc.read(), convert, max_bytes=convert_max_bytes)

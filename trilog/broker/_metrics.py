@@ -83,8 +83,7 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("trilog_connections_idle_closed_total", "counter", "",
      "Connections closed after connections.max.idle.ms without a request."),
     ("trilog_under_replicated_partitions", "gauge", "",
-     "Partitions led here whose in-sync replicas are fewer than their replicas (0 until "
-     "replication exists)."),
+     "Partitions led here whose in-sync replicas are fewer than their replicas."),
     ("trilog_log_flush_seconds", "histogram", "",
      "Time of each fsync of a partition by the flush timer (log.flush.interval.ms, and the "
      "flush that follows a segment roll)."),
@@ -93,7 +92,7 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("trilog_log_segments", "gauge", "topic, partition", "Segments of the partition."),
     ("trilog_log_start_offset", "gauge", "topic, partition", "The partition's first offset."),
     ("trilog_log_end_offset", "gauge", "topic, partition",
-     "The offset the partition's next record gets (its high watermark: no replication yet)."),
+     "The offset the partition's next record gets."),
     ("trilog_log_cleaner_passes_total", "counter", "",
      "Log cleaner passes done (a pass cleans the dirty part of one compacted log)."),
     ("trilog_log_cleaner_incomplete_passes_total", "counter", "",
@@ -400,7 +399,11 @@ class BrokerSource:
         return None if cleaner is None else cleaner.statistics()
 
     def under_replicated_partitions(self) -> int:
-        return 0  # no replication yet: every partition's one replica is in sync
+        replicas = self._broker.replicas
+        if replicas is None:
+            return 0  # standalone: every partition's one replica is in sync
+        return sum(1 for part in replicas.partitions.values()
+                   if part.leader == replicas.broker_id and len(part.isr) < len(part.replicas))
 
 
 class BrokerCollector:

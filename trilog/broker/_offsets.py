@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 from dataclasses import dataclass, field
 
 import trio
@@ -190,6 +191,9 @@ class OffsetManager:
         self.segment_bytes = segment_bytes
         self.retention_ms = retention_ms
         self.partitions: dict[int, OffsetsPartition] = {}
+        #: the broker's replica manager in a cluster: commits carry the leader's epoch and
+        #: move the high watermark (None standalone)
+        self.replicas: Any = None
 
     @staticmethod
     def topic_config(base: LogConfig, segment_bytes: int) -> LogConfig:
@@ -345,8 +349,10 @@ class OffsetManager:
         if lg is None:
             await trio.lowlevel.checkpoint()
             return NotCoordinatorError.code
+        tp = (OFFSETS_TOPIC, partition)
+        epoch = self.replicas.leader_epoch(tp) if self.replicas is not None else None
         try:
-            await trio.to_thread.run_sync(_append_all, lg, batches, limiter=self.limiter)
+            await trio.to_thread.run_sync(_append_all, lg, batches, epoch, limiter=self.limiter)
         except (MessageTooLargeError, RecordListTooLargeError, InvalidFetchSizeError):
             return InvalidCommitOffsetSizeError.code
         except CorruptMessageError:
@@ -362,9 +368,14 @@ class OffsetManager:
             # A closed log (shutdown): the client retries elsewhere/later.
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition)
             return CoordinatorNotAvailableError.code
+        if self.replicas is not None:
+            self.replicas.appended(tp)
         return NO_ERROR
 
 
-def _append_all(lg: Log, batches: list[bytes]) -> None:
+def _append_all(lg: Log, batches: list[bytes], leader_epoch: int | None) -> None:
     for batch in batches:
-        lg.append(batch)
+        if leader_epoch is None:
+            lg.append(batch)
+        else:
+            lg.append(batch, leader_epoch=leader_epoch)

@@ -84,6 +84,11 @@ class ProducerStateTable:
                       batch.last_offset_delta, offset)
             offset += batch.last_offset_delta + 1
 
+    def forget(self, tp: tuple[str, int]) -> None:
+        """This broker just became the partition's leader: its producers are read again
+        from the log (a follower appended batches the table never saw)."""
+        self._partitions.pop(tp, None)
+
     def forget_topic(self, topic: str) -> None:
         """The topic was deleted: a new one of that name starts with no producers."""
         for tp in list(self._partitions):  # one C-level copy: safe beside worker threads

@@ -5,15 +5,15 @@ Each broker:
   and reuses or creates ``/cluster/id``;
 - watches ``/brokers/ids`` and ``/brokers/topics``, caching every broker's address and every
   topic's assignment, so Metadata is answered from memory for the whole cluster;
-- serves the partitions assigned to it: creates their logs and writes their
-  ``.../partitions/<n>/state`` (ephemeral, leader = this broker);
 - removes the logs of topics that disappear from ``/brokers/topics`` (DeleteTopics);
 - re-creates its ephemeral nodes after a session expiry;
 - stands in the controller election (``_controller.py``); Metadata names the winner.
 
-A partition's leader is its assigned broker while that broker is registered, else -1
-(no replication yet).  A ZooKeeper outage stops none of this broker's serving: the cache
-stays, and the watch loops retry when ZooKeeper is back.
+Which broker leads which partition, and which replicas are in sync, this broker learns from
+the controller: its replica manager (``_replicas.py``) takes LeaderAndIsr for the partitions
+it holds and hands UpdateMetadata to ``update_metadata`` here, the cache Metadata is
+answered from.  A ZooKeeper outage stops none of this broker's serving: the cache stays,
+and the watch loops retry when ZooKeeper is back.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import functools
 import logging
 import random
 from contextlib import aclosing, asynccontextmanager
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable, NamedTuple
 
 import trio
 
@@ -39,6 +39,7 @@ from trilog.broker._controller import ControllerElection
 from trilog.broker._topic_configs import validate_overrides
 from trilog.errors import (
     InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
     RemoteProtocolError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
@@ -59,10 +60,8 @@ from trilog.zk import (
     decode_cluster_id,
     decode_topic_assignment,
     encode_cluster_id,
-    encode_partition_state,
     encode_topic_assignment,
     open_zookeeper,
-    partition_state_path,
     topic_path,
 )
 
@@ -77,6 +76,15 @@ CREATE_WAIT_S = 5.0
 RETRY_S = 1.0
 
 
+class PartitionMeta(NamedTuple):
+    """A partition as the controller's last UpdateMetadata described it."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+
+
 class BrokerIdInUseError(TrilogError):
     """Another live broker is registered with this broker.id."""
 
@@ -84,8 +92,9 @@ class BrokerIdInUseError(TrilogError):
 class ZooKeeperCluster(Cluster):
     def __init__(self, zk: ZooKeeper, broker: BrokerInfo, cluster_id: str, logs,
                  default_partitions: int, limiter: trio.CapacityLimiter,
-                 topic_configs: TopicConfigs) -> None:
+                 topic_configs: TopicConfigs, default_replication_factor: int = 1) -> None:
         self.zk = zk
+        self.default_replication_factor = default_replication_factor
         self.broker = broker
         self.cluster_id = cluster_id
         self.topic_configs = topic_configs
@@ -95,7 +104,8 @@ class ZooKeeperCluster(Cluster):
         self._brokers: dict[int, BrokerInfo] = {}
         self._assignments: dict[str, dict[int, list[int]]] = {}
         self._topics_view: dict[str, dict[int, int]] = {}
-        self._served: set[tuple[str, int]] = set()  # partitions whose state node we wrote
+        #: partition states as the controller last sent them (UpdateMetadata)
+        self._states: dict[tuple[str, int], PartitionMeta] = {}
         self.changed = trio.Event()  # replaced on every cache change; tests and waits use it
         # Kafka's partition-modification watch: each topic's assignment is followed, so
         # partitions added by CreatePartitions are served (``_apply_assignment_changes``).
@@ -119,12 +129,48 @@ class ZooKeeperCluster(Cluster):
     def topics(self) -> dict[str, dict[int, int]]:
         return self._topics_view
 
+    def replica_info(self, topic: str, partition: int) -> tuple[list[int], list[int]]:
+        meta = self._states.get((topic, partition))
+        if meta is not None:
+            return list(meta.replicas), list(meta.isr)
+        return list(self._assignments.get(topic, {}).get(partition, ())), []
+
     def _rebuild_view(self) -> None:
         live = self._brokers
-        self._topics_view = {
-            topic: {p: (r[0] if r and r[0] in live else -1) for p, r in parts.items()}
-            for topic, parts in self._assignments.items()
-        }
+        states = self._states
+        view: dict[str, dict[int, int]] = {}
+        for topic, parts in self._assignments.items():
+            leaders = view[topic] = {}
+            for p in parts:
+                meta = states.get((topic, p))
+                leaders[p] = meta.leader if meta is not None and meta.leader in live else -1
+        self._topics_view = view
+        self.changed.set()
+        self.changed = trio.Event()
+
+    # -- what the controller tells ------------------------------------------------------------
+
+    def update_metadata(self, request) -> None:
+        """An UpdateMetadata request's partition states (any version) become the cache: the
+        controller sends every partition each time, so what it leaves out is gone."""
+        states = {}
+        flat = getattr(request, "ungrouped_partition_states", None) or []
+        grouped = [(t.topic_name, st) for t in getattr(request, "topic_states", None) or ()
+                   for st in t.partition_states]
+        for topic, st in [(st.topic_name, st) for st in flat] + grouped:
+            states[(topic, st.partition_index)] = PartitionMeta(
+                st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas))
+        self._states = states
+        self._rebuild_view()
+
+    def update_isr(self, tp: tuple[str, int], isr: tuple[int, ...]) -> None:
+        """This broker, leading ``tp``, changed its ISR (the controller tells the others)."""
+        meta = self._states.get(tp)
+        if meta is not None:
+            self._states = {**self._states, tp: meta._replace(isr=isr)}
+
+    def leadership_changed(self) -> None:
+        """A LeaderAndIsr or StopReplica was applied: wake whoever follows leadership."""
         self.changed.set()
         self.changed = trio.Event()
 
@@ -181,9 +227,6 @@ class ZooKeeperCluster(Cluster):
         while True:
             try:
                 await self.register()
-                served, self._served = self._served, set()
-                for topic, partition in sorted(served):
-                    await self._write_state(topic, partition)
                 return
             except BrokerIdInUseError:
                 # Our old ephemeral node may linger until the old session is gone.
@@ -240,7 +283,7 @@ class ZooKeeperCluster(Cluster):
         self._assignment_changed.set()
 
     async def _apply_assignment_changes(self) -> None:
-        """Serve the partitions a changed assignment gives this broker, then show them."""
+        """Show the partitions a changed assignment adds (the controller serves them)."""
         while True:
             await self._assignment_changed.wait()
             self._assignment_changed = trio.Event()
@@ -250,7 +293,6 @@ class ZooKeeperCluster(Cluster):
                            if t in self._assignments and a != self._assignments[t]}
                 if not changed:
                     continue
-                await self._serve_assigned(changed)
                 self._assignments = {**self._assignments, **changed}
                 self._rebuild_view()
                 for topic, assignment in changed.items():
@@ -272,48 +314,14 @@ class ZooKeeperCluster(Cluster):
                 log.warning("ignoring topic %s: %s", topic, exc)
                 continue
         gone = set(self._assignments) - set(assignments)
-        # Our partitions get their logs before the view says we lead them: a Produce that
-        # follows a CreateTopics answer must find the log.
-        await self._serve_assigned(assignments)
         self._assignments = assignments
         self._rebuild_view()
         for topic in gone:
             await self._drop_topic(topic)
 
-    async def _serve_assigned(self, assignments: dict[str, dict[int, list[int]]]) -> None:
-        mine = [(t, p) for t, parts in assignments.items() for p, r in parts.items()
-                if r and r[0] == self.broker.node_id and (t, p) not in self._served]
-        if not mine:
-            return
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in mine:
-            by_topic.setdefault(topic, []).append(partition)
-        for topic, partitions in sorted(by_topic.items()):
-            try:
-                # As Kafka's broker, read the topic's config before creating its logs.
-                await self.topic_configs.refresh(topic)
-                await trio.to_thread.run_sync(self._logs.create_logs, topic, partitions,
-                                              limiter=self._limiter)
-            except (OSError, TrilogError) as exc:
-                # A full disk or no descriptor left: the partitions stay offline here (no
-                # state node), and the next change of the topic list tries again.
-                log.error("cannot create the logs of %s %s: %s", topic, partitions, exc)
-                continue
-            for partition in partitions:
-                await self._write_state(topic, partition)
-
-    async def _write_state(self, topic: str, partition: int) -> None:
-        path = partition_state_path(topic, partition)
-        state = encode_partition_state(self.broker.node_id)
-        try:
-            await self.zk.create(path, state, ephemeral=True, makepath=True)
-        except NodeExistsError:
-            await self.zk.set(path, state)
-        self._served.add((topic, partition))
-
     async def _drop_topic(self, topic: str) -> None:
         local = [lg.partition for lg in self._logs.logs() if lg.topic == topic]
-        self._served = {(t, p) for t, p in self._served if t != topic}
+        self._states = {tp: m for tp, m in self._states.items() if tp[0] != topic}
         if local:
             await trio.to_thread.run_sync(self._delete_logs, topic, local, limiter=self._limiter)
             log.info("topic %s was deleted; removed its %d local partitions", topic, len(local))
@@ -330,16 +338,23 @@ class ZooKeeperCluster(Cluster):
         live = sorted(self._brokers)
         check_new_topic(name, num_partitions, replication_factor, len(live), assignment)
         if assignment:
-            unknown = {r[0] for r in assignment.values()} - set(live)
+            unknown = {b for r in assignment.values() for b in r} - set(live)
             if unknown:
                 raise InvalidReplicaAssignmentError(f"brokers {sorted(unknown)} are not live")
         else:
             n = self._default_partitions if num_partitions == -1 else num_partitions
-            assignment = assign_replicas(n, live, start=random.randrange(len(live)))
+            factor = (self.default_replication_factor if replication_factor == -1
+                      else replication_factor)
+            if factor > len(live):
+                raise InvalidReplicationFactorError(
+                    f"Replication factor: {factor} larger than available brokers: {len(live)}.")
+            start = random.randrange(len(live))
+            assignment = assign_replicas(n, live, start=start, replication_factor=factor,
+                                         shift=random.randrange(len(live)))
         if name in self._assignments:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         if self.partition_budget is not None:
-            here = sum(1 for r in assignment.values() if r and r[0] == self.broker.node_id)
+            here = sum(1 for r in assignment.values() if self.broker.node_id in r)
             self.partition_budget.check(name, len(assignment), here)
         overrides = validate_overrides(configs or {})
         if validate_only:
@@ -354,14 +369,9 @@ class ZooKeeperCluster(Cluster):
         except ZooKeeperError as exc:
             raise RequestTimedOutError(f"cannot create {name!r}: {exc}") from None
         log.info("created topic %s: %s", name, assignment)
-        # Answer once every partition is served: each leader writes its partition's state
-        # node after creating the log, and this broker's cache knows the topic.
-        with trio.move_on_after(CREATE_WAIT_S):
-            for partition in sorted(assignment):
-                while not await self.zk.exists(partition_state_path(name, partition)):
-                    await trio.sleep(0.02)
-            while name not in self._assignments:
-                await self.changed.wait()
+        # Answer once every partition has a leader as far as this broker knows: the
+        # controller elected them, told the replicas (LeaderAndIsr), then every broker.
+        await self._wait_served(name, len(assignment))
 
     async def create_partitions(self, name: str, count: int,
                                 assignment: list[list[int]] | None = None,
@@ -374,7 +384,7 @@ class ZooKeeperCluster(Cluster):
             raise RequestTimedOutError(f"cannot read {name!r}: {exc}") from None
         new = plan_new_partitions(name, current, count, assignment, sorted(self._brokers))
         if self.partition_budget is not None:
-            here = sum(1 for r in new.values() if r and r[0] == self.broker.node_id)
+            here = sum(1 for r in new.values() if self.broker.node_id in r)
             self.partition_budget.check(name, count, here)
         if validate_only:
             return
@@ -385,15 +395,16 @@ class ZooKeeperCluster(Cluster):
         except ZooKeeperError as exc:
             raise RequestTimedOutError(f"cannot add partitions to {name!r}: {exc}") from None
         log.info("topic %s grows from %d to %d partitions: %s", name, len(current), count, new)
-        # Answer once the new partitions are served and this broker's cache shows them.
+        await self._wait_served(name, count)
+
+    async def _wait_served(self, name: str, count: int) -> None:
+        """Wait (at most ``CREATE_WAIT_S``) until this broker's view shows ``count``
+        partitions of ``name``, each with a leader."""
         with trio.move_on_after(CREATE_WAIT_S):
-            try:
-                for partition in sorted(new):
-                    while not await self.zk.exists(partition_state_path(name, partition)):
-                        await trio.sleep(0.02)
-            except ZooKeeperError as exc:  # made already: only the wait is cut short
-                log.warning("cannot see the new partitions of %s served: %s", name, exc)
-            while len(self._assignments.get(name, ())) < count:
+            while True:
+                parts = self._topics_view.get(name, {})
+                if len(parts) >= count and all(leader >= 0 for leader in parts.values()):
+                    return
                 await self.changed.wait()
 
     async def delete_topic(self, name: str) -> None:
@@ -440,7 +451,7 @@ async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs:
         topic_configs = TopicConfigs(config, logs, ZooKeeperConfigStore(zk), limiter)
         await topic_configs.load_all()
         cluster = ZooKeeperCluster(zk, broker, cluster_id, logs, config["num.partitions"],
-                                   limiter, topic_configs)
+                                   limiter, topic_configs, config["default.replication.factor"])
         await cluster.register()
         await cluster.load()
         async with trio.open_nursery() as nursery:

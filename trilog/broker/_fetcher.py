@@ -1,0 +1,276 @@
+"""Replica fetchers: a follower copies its leaders' logs (Kafka's ``ReplicaFetcherThread``).
+
+One task per source broker (the leader of the partitions it serves), in the replica
+manager's nursery.  Each sends Fetch with ``replica_id`` set to this broker, at the
+follower's log end offsets, and appends the answered batches as they are (the leader's
+offsets and epochs kept).  The leader learns the follower's progress from those offsets,
+and answers with its high watermark, which the follower adopts (never past its own end).
+
+A partition newly followed first asks the leader where their logs diverge
+(OffsetForLeaderEpoch with the follower's latest epoch, KIP-101/279) and truncates its
+tail there: records a dead leader wrote past the high watermark that no other replica
+took are dropped, so that the replicas' logs end up identical.
+
+A partition whose leader answers NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH or
+UNKNOWN_TOPIC_OR_PARTITION waits for the controller's next LeaderAndIsr; a lost connection
+is retried after ``replica.fetch.backoff.ms``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import struct
+from typing import TYPE_CHECKING
+
+import trio
+
+from trilog.client._connection import open_connection
+from trilog.errors import (
+    NO_ERROR,
+    FencedLeaderEpochError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    TrilogError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+)
+from trilog.protocol import FetchRequest, OffsetForLeaderEpochRequest
+
+if TYPE_CHECKING:
+    from trilog.broker._replicas import ReplicaManager
+    from trilog.storage import Log
+
+log = logging.getLogger("trilog.broker.fetcher")
+
+TopicPartition = tuple[str, int]
+FETCH_VERSION = 10
+EPOCH_VERSION = 3
+_WAIT_FOR_LEADER = {NotLeaderOrFollowerError.code, FencedLeaderEpochError.code,
+                    UnknownLeaderEpochError.code, UnknownTopicOrPartitionError.code}
+
+
+@dataclasses.dataclass(eq=False)
+class FetchState:
+    leader_epoch: int
+    truncating: bool = True  # ask the leader where our logs diverge first
+
+
+class ReplicaFetchers:
+    """The fetcher tasks of one broker, one per source broker."""
+
+    def __init__(self, manager: ReplicaManager) -> None:
+        self.manager = manager
+        self._fetchers: dict[int, _Fetcher] = {}
+        self.nursery: trio.Nursery  # set by run()
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            await trio.sleep_forever()
+
+    def add(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
+        self.remove(tp)
+        fetcher = self._fetchers.get(leader)
+        if fetcher is None:
+            fetcher = self._fetchers[leader] = _Fetcher(self.manager, leader)
+            self.nursery.start_soon(fetcher.run)
+        fetcher.partitions[tp] = FetchState(leader_epoch)
+        fetcher.wake()
+
+    def remove(self, tp: TopicPartition) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.partitions.pop(tp, None)
+
+    def following(self) -> dict[TopicPartition, int]:
+        """``{partition: source broker}`` of every partition being fetched."""
+        return {tp: f.leader for f in self._fetchers.values() for tp in f.partitions}
+
+
+class _Fetcher:
+    def __init__(self, manager: ReplicaManager, leader: int) -> None:
+        self.manager = manager
+        self.leader = leader
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self._wakeup = trio.Event()
+        config = manager.config
+        self.wait_ms = config["replica.fetch.wait.max.ms"]
+        self.min_bytes = config["replica.fetch.min.bytes"]
+        self.max_bytes = config["replica.fetch.max.bytes"]
+        self.backoff_s = config["replica.fetch.backoff.ms"] / 1000
+        self.timeout_s = max(config["replica.socket.timeout.ms"], self.wait_ms + 1000) / 1000
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        while True:
+            if not self.partitions:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+                continue
+            address = self._address()
+            if address is None:
+                await trio.sleep(self.backoff_s)
+                continue
+            try:
+                async with open_connection(
+                        *address, client_id=f"broker-{self.manager.broker_id}-fetcher",
+                        request_timeout_s=self.timeout_s) as conn:
+                    while self.partitions:
+                        await self._truncate(conn)
+                        await self._fetch(conn)
+            except (TrilogError, OSError) as exc:
+                log.info("fetching from broker %d failed (%s); retrying in %.1f s",
+                         self.leader, exc, self.backoff_s)
+                await trio.sleep(self.backoff_s)
+
+    def _address(self) -> tuple[str, int] | None:
+        for broker in self.manager.cluster.brokers():
+            if broker.node_id == self.leader:
+                return broker.host, broker.port
+        return None
+
+    # -- truncation -------------------------------------------------------------------------
+
+    async def _truncate(self, conn) -> None:
+        pending = {tp: st for tp, st in self.partitions.items() if st.truncating}
+        if not pending:
+            return
+        logs = self.manager.logs
+        R = OffsetForLeaderEpochRequest
+        asked: dict[TopicPartition, tuple[FetchState, int | None]] = {}
+        by_topic: dict[str, list] = {}
+        for tp, st in pending.items():
+            lg = logs.get_log(*tp)
+            if lg is None:
+                continue
+            epoch = lg.latest_epoch
+            asked[tp] = (st, epoch)
+            by_topic.setdefault(tp[0], []).append(R.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                partition=tp[1], current_leader_epoch=st.leader_epoch,
+                leader_epoch=epoch if epoch is not None else -1))
+        request = R(replica_id=self.manager.broker_id, topics=[
+            R.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        response = await conn.request(request, version=EPOCH_VERSION)
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = (topic.topic, p.partition)
+                entry = asked.get(tp)
+                if entry is None or self.partitions.get(tp) is not entry[0]:
+                    continue
+                st, our_epoch = entry
+                if p.error_code in _WAIT_FOR_LEADER:
+                    self.partitions.pop(tp, None)
+                    continue
+                if p.error_code != NO_ERROR:
+                    continue  # retried on the next round
+                lg = logs.get_log(*tp)
+                if lg is None:
+                    continue
+                target = _truncation_offset(lg, our_epoch, p.leader_epoch, p.end_offset)
+                if target < lg.log_end_offset:
+                    log.info("%s-%d: truncating from %d to %d (leader %d's end of epoch %d)",
+                             tp[0], tp[1], lg.log_end_offset, target, self.leader,
+                             p.leader_epoch)
+                    await trio.to_thread.run_sync(logs.truncate_to, tp[0], tp[1], target,
+                                                  limiter=self.manager.limiter)
+                st.truncating = False
+
+    # -- fetching ---------------------------------------------------------------------------
+
+    async def _fetch(self, conn) -> None:
+        logs = self.manager.logs
+        R = FetchRequest
+        sent: dict[TopicPartition, FetchState] = {}
+        by_topic: dict[str, list] = {}
+        for tp, st in self.partitions.items():
+            lg = logs.get_log(*tp)
+            if st.truncating or lg is None:
+                continue
+            sent[tp] = st
+            by_topic.setdefault(tp[0], []).append(R.FetchTopic.FetchPartition(
+                partition=tp[1], current_leader_epoch=st.leader_epoch,
+                fetch_offset=lg.log_end_offset, log_start_offset=lg.log_start_offset,
+                partition_max_bytes=self.max_bytes))
+        if not sent:
+            await trio.sleep(self.backoff_s)
+            return
+        request = R(replica_id=self.manager.broker_id, max_wait_ms=self.wait_ms,
+                    min_bytes=self.min_bytes, max_bytes=0x7FFFFFFF, isolation_level=0,
+                    session_id=0, session_epoch=-1,
+                    topics=[R.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+                    forgotten_topics_data=[])
+        response = await conn.request(request, version=FETCH_VERSION)
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = (topic.topic, p.partition_index)
+                sent_state = sent.get(tp)
+                if sent_state is None or self.partitions.get(tp) is not sent_state:
+                    continue  # no longer ours to fetch (a LeaderAndIsr came meanwhile)
+                lg = logs.get_log(*tp)
+                if lg is None:
+                    continue
+                if p.error_code in _WAIT_FOR_LEADER:
+                    self.partitions.pop(tp, None)
+                elif p.error_code == OffsetOutOfRangeError.code:
+                    await self._out_of_range(lg, p)
+                elif p.error_code == NO_ERROR:
+                    await self._append(lg, tp, p)
+
+    async def _append(self, lg: Log, tp: TopicPartition, p) -> None:
+        data = p.records
+        size = _whole_batches_length(data) if data else 0
+        if size:
+            await trio.to_thread.run_sync(_append_as_follower, lg, memoryview(data)[:size],
+                                          limiter=self.manager.limiter)
+            self.manager.purgatory.data_appended(tp, size)
+        if p.high_watermark >= 0:
+            lg.update_high_watermark(min(p.high_watermark, lg.log_end_offset))
+
+    async def _out_of_range(self, lg: Log, p) -> None:
+        """Our fetch offset is outside the leader's log: below its start (retention moved
+        it), start again at the leader's log start; above its end, truncation missed it."""
+        if p.log_start_offset >= 0 and lg.log_end_offset < p.log_start_offset:
+            log.warning("%s-%d: the leader's log starts at %d, past our end %d; starting "
+                        "over there", lg.topic, lg.partition, p.log_start_offset,
+                        lg.log_end_offset)
+            await trio.to_thread.run_sync(self.manager.logs.truncate_fully_and_start_at,
+                                          lg.topic, lg.partition, p.log_start_offset,
+                                          limiter=self.manager.limiter)
+        else:
+            st = self.partitions.get((lg.topic, lg.partition))
+            if st is not None:
+                st.truncating = True
+
+
+def _append_as_follower(lg: Log, data: memoryview) -> None:
+    lg.append(data, assign_offsets=False)
+
+
+def _truncation_offset(lg: Log, our_epoch: int | None, leader_epoch: int,
+                       leader_end: int) -> int:
+    """Where a follower's log is cut after OffsetForLeaderEpoch (Kafka's
+    ``truncationOffset``): with no epochs known on either side, the high watermark (0.8's
+    rule); else the smaller of the leader's end of the epoch and ours for that epoch."""
+    if our_epoch is None or leader_epoch < 0 or leader_end < 0:
+        return min(lg.high_watermark, lg.log_end_offset)
+    if leader_epoch == our_epoch:
+        return min(leader_end, lg.log_end_offset)
+    _epoch, our_end = lg.end_offset_for_epoch(leader_epoch)
+    return min(leader_end, our_end, lg.log_end_offset)
+
+
+_BATCH_PREFIX = struct.Struct(">qi")  # base offset, batch length
+
+
+def _whole_batches_length(data) -> int:
+    """How many leading bytes of ``data`` are whole batches (a fetch may end with a part)."""
+    pos, end = 0, len(data)
+    while end - pos >= _BATCH_PREFIX.size:
+        _base, length = _BATCH_PREFIX.unpack_from(data, pos)
+        nxt = pos + _BATCH_PREFIX.size + length
+        if length <= 0 or nxt > end:
+            break
+        pos = nxt
+    return pos
