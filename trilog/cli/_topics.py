@@ -51,13 +51,19 @@ def add_parser(sub) -> None:
                         "num.partitions); with --alter: the topic's new number of partitions "
                         "(only ever more)")
     p.add_argument("--replication-factor", type=int, default=-1, metavar="N",
-                   help="replicas of a new topic (only 1 is supported)")
+                   help="replicas of each partition of a new topic (default: the "
+                        "broker's default.replication.factor; at most the live brokers)")
     p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                    help="with --create: a topic config override with Kafka's name, e.g. "
                         "retention.ms=86400000 (repeatable; a value with commas goes in "
                         "brackets: cleanup.policy=[compact,delete])")
     p.add_argument("--if-not-exists", action="store_true",
                    help="with --create: no error if the topic exists")
+    p.add_argument("--under-replicated-partitions", action="store_true",
+                   help="with --describe: only partitions with fewer in-sync replicas than "
+                        "replicas")
+    p.add_argument("--unavailable-partitions", action="store_true",
+                   help="with --describe: only partitions without a leader")
     p.add_argument("--exclude-internal", action="store_true",
                    help="with --list and --describe: leave out internal topics "
                         "(__consumer_offsets)")
@@ -127,12 +133,26 @@ async def _describe(admin: Admin, args) -> int:
             print(f"Topic: {t.name}\tError: {t.error}")
             status = 1
             continue
+        partitions = [p for p in t.partitions if _wanted(p, args)]
+        if (args.under_replicated_partitions or args.unavailable_partitions) and not partitions:
+            continue
         print(_topic_line(t, configs.get(t.name)))
-        for p in t.partitions:
+        for p in partitions:
             replicas = ",".join(str(r) for r in p.replicas)
+            isr = ",".join(str(r) for r in p.isr)
             print(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}"
-                  f"\tReplicas: {replicas}")
+                  f"\tReplicas: {replicas}\tIsr: {isr}")
     return status
+
+
+def _wanted(p, args) -> bool:
+    """``--under-replicated-partitions``: fewer in sync than assigned;
+    ``--unavailable-partitions``: no leader.  Without either, every partition."""
+    if args.under_replicated_partitions and len(p.isr) < len(p.replicas):
+        return True
+    if args.unavailable_partitions and p.leader < 0:
+        return True
+    return not (args.under_replicated_partitions or args.unavailable_partitions)
 
 
 def _topic_line(t: TopicInfo, overrides: dict[str, str | None] | None) -> str:

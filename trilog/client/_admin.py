@@ -53,6 +53,7 @@ class PartitionInfo:
     leader: int  # -1: no leader now
     replicas: tuple[int, ...]
     error: str | None = None
+    isr: tuple[int, ...] = ()  # the in-sync replicas
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,8 @@ class _BrokerAdmin(Admin):
             err = error_for_code(t.error_code).name if t.error_code else None
             parts = tuple(
                 PartitionInfo(p.partition_index, p.leader_id, tuple(p.replica_nodes),
-                              error_for_code(p.error_code).name if p.error_code else None)
+                              error_for_code(p.error_code).name if p.error_code else None,
+                              tuple(p.isr_nodes))
                 for p in sorted(t.partitions, key=lambda p: p.partition_index)
             )
             out.append(TopicInfo(t.name, parts, t.is_internal, err))
@@ -496,11 +498,12 @@ class _ZooKeeperAdmin(Admin):
             parts = []
             for p, replicas in sorted(assignment.items()):
                 try:
-                    leader = decode_partition_state(
-                        await self.zk.get(partition_state_path(name, p)))["leader"]
+                    state = decode_partition_state(
+                        await self.zk.get(partition_state_path(name, p)))
+                    leader, isr = state["leader"], tuple(state.get("isr") or ())
                 except (NoNodeError, TrilogError):
-                    leader = -1
-                parts.append(PartitionInfo(p, leader, tuple(replicas)))
+                    leader, isr = -1, ()
+                parts.append(PartitionInfo(p, leader, tuple(replicas), None, isr))
             out.append(TopicInfo(name, tuple(parts), name.startswith("__")))
         return out
 
