@@ -11,7 +11,8 @@ offsets it must keep (groups x partitions records).
     python benchmarks/offsets_compaction.py --commits 200000
 
 Measured on 2026-11-23 (2 cores): 1,000,000 offsets in 100,000 requests at 9,700 offsets/s;
-the offsets topic peaked at 3.8 MiB and ended at 2.1 MiB (uncleaned it would be ~57 MB).
+the offsets topic peaked at 3.8 MiB and ended at 2.1 MiB; uncleaned it would hold
+100,000 batches of 551 bytes, 55 MB.
 """
 
 from __future__ import annotations
