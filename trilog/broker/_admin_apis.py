@@ -20,7 +20,7 @@ topic, partition or group is that entry's error code, never a closed connection:
   watermark, POLICY_VIOLATION for a compact-only topic, KAFKA_STORAGE_ERROR; the low
   watermark (the new log start offset) otherwise.
 - DescribeLogDirs: every log dir with the partitions asked for (null: all), their sizes,
-  and an offset lag of 0 (no replication yet).
+  and an offset lag (how far its log end is behind its high watermark; 0 on a leader).
 - DeleteGroups / OffsetDelete: see ``GroupCoordinator.delete_groups`` and
   ``GroupCoordinator.delete_offsets``; OffsetDelete answers UNKNOWN_TOPIC_OR_PARTITION for a
   partition that does not exist and a group-level error in the top-level code.

@@ -227,6 +227,16 @@ class _Fetcher:
             self.manager.purgatory.data_appended(tp, size)
         if p.high_watermark >= 0:
             lg.update_high_watermark(min(p.high_watermark, lg.log_end_offset))
+        if lg.log_start_offset < p.log_start_offset <= lg.high_watermark:
+            # DeleteRecords (or retention) moved the leader's log start: follow it (Kafka's
+            # maybeIncrementLogStartOffset on a follower).
+            try:
+                await trio.to_thread.run_sync(self.manager.logs.delete_records_before, tp[0],
+                                              tp[1], p.log_start_offset,
+                                              limiter=self.manager.limiter)
+            except TrilogError as exc:  # a compact-only topic: its start never moves so
+                log.warning("%s-%d: cannot follow the leader's log start %d: %s", tp[0],
+                            tp[1], p.log_start_offset, exc)
 
     async def _out_of_range(self, lg: Log, p) -> None:
         """Our fetch offset is outside the leader's log: below its start (retention moved
