@@ -6,8 +6,9 @@ broker is the controller (a *term*, with controller epoch E) it runs, in a cance
 is cancelled the moment it no longer is:
 
 - **one event loop** (Kafka's controller event queue): ZooKeeper watches (``/brokers/ids``,
-  ``/brokers/topics`` and each topic's assignment, ``/isr_change_notification``), the
-  ControlledShutdown and ElectLeaders requests and the leader-imbalance timer put events in
+  ``/brokers/topics`` and each topic's assignment, ``/isr_change_notification``,
+  ``/admin/reassign_partitions``), the ControlledShutdown and ElectLeaders requests and the
+  leader-imbalance timer put events in
   a memory channel, and one task processes them one at a time, so that the controller's view
   (live brokers, assignments, partition states with their znode versions) never changes
   under a decision;
@@ -33,6 +34,28 @@ What the brokers are told:
 - StopReplica (v0): ``delete_partitions`` to the replicas of a deleted topic; without it to
   a broker shutting down, for the partitions it no longer leads.
 
+**Partition reassignment** (Kafka's ``onPartitionReassignment``, for each partition listed
+in ``/admin/reassign_partitions`` with its new replicas, the *target*):
+
+1. the assignment becomes target + the old replicas not in it (Kafka's RAR) and the state
+   gets a new leader epoch: LeaderAndIsr to all of them makes the new replicas create their
+   logs and fetch, and tells the leader whose fetches to accept;
+2. the controller waits until every target replica is in the ISR (the leader adds it when it
+   caught up and posts an ``/isr_change_notification``);
+3. if the leader is not in the target, one of the target replicas is elected
+   (``elect_for_reassignment``) and LeaderAndIsr goes to every replica;
+4. the old replicas leave the ISR (a new leader epoch) and the assignment becomes the
+   target; LeaderAndIsr to the target replicas, StopReplica with ``delete_partitions`` to
+   the removed ones, UpdateMetadata to all;
+5. the partition leaves ``/admin/reassign_partitions`` (the node goes with the last one).
+
+Every step is decided from what ZooKeeper holds, so a new controller resumes a reassignment
+where the last one left it: states are written before the assignment, and the assignment
+before the node.  A partition whose topic is unknown, whose target names a broker that is
+not live, or whose target is its assignment already, is dropped from the node at once.
+A removed replica on a broker that is down when the reassignment ends is not deleted
+(no StopReplica reaches it; as in Kafka, it stays on that broker's disk).
+
 A ZooKeeper failure during a term ends it; the term starts again (reading everything anew)
 while this broker is still the controller.
 """
@@ -53,6 +76,7 @@ from trilog.broker._config import BrokerConfig
 from trilog.broker._controller import ControllerElection
 from trilog.broker._election import (
     NO_LEADER,
+    elect_for_reassignment,
     elect_for_shutdown,
     elect_offline,
     elect_preferred,
@@ -91,6 +115,7 @@ from trilog.zk import (
     CONTROLLER_EPOCH,
     ISR_CHANGE_NOTIFICATION,
     ISR_CHANGE_PREFIX,
+    REASSIGN_PARTITIONS,
     BadVersionError,
     BrokerRegistration,
     NodeExistsError,
@@ -101,7 +126,10 @@ from trilog.zk import (
     broker_path,
     decode_controller_epoch,
     decode_isr_change,
+    decode_reassignment,
     decode_topic_assignment,
+    encode_reassignment,
+    encode_topic_assignment,
     partition_state_path,
     topic_path,
 )
@@ -329,6 +357,8 @@ class _Term:
         self.versions: dict[TopicPartition, int] = {}
         self.channels: dict[int, _BrokerChannel] = {}
         self.calls: set[_Call] = set()
+        #: partitions being reassigned, with their target replicas
+        self.reassigning: dict[TopicPartition, list[int]] = {}
         self._followed: dict[str, Callable[[], None]] = {}
         self._send_event, self._events = trio.open_memory_channel[Event](math.inf)
 
@@ -360,6 +390,10 @@ class _Term:
         if config["auto.leader.rebalance.enable"]:
             nursery.start_soon(self._rebalance_timer,
                                config["leader.imbalance.check.interval.seconds"])
+        # Delivered now and after every change; each delivery re-reads the node, so a
+        # reassignment left by the last controller resumes.
+        self._followed[REASSIGN_PARTITIONS] = await self.zk.follow_data(
+            REASSIGN_PARTITIONS, lambda _data: self.post(self._on_reassignments))
         self.controller.active_epoch.value = self.epoch
         log.info("controller %d (epoch %d) started: %d live brokers, %d partitions",
                  self.broker_id, self.epoch, len(self.live), len(self.states))
@@ -596,6 +630,7 @@ class _Term:
             await self._brokers_added(joined, batch)
         batch.update_metadata = True
         self._flush(batch)
+        await self._continue_reassignments(set(self.reassigning))
 
     async def _brokers_removed(self, dead: set[int], batch: _Batch) -> None:
         led = [tp for tp, s in sorted(self.states.items()) if s.leader in dead]
@@ -662,6 +697,12 @@ class _Term:
         if old is None:
             return  # not followed any more (deleted), or not yet read: _on_topics reads it
         try:
+            # The node as it is now: a delivery may be older than the controller's own
+            # writes (a reassignment's), already in the view.
+            data = await self.zk.get(topic_path(topic))
+        except NoNodeError:
+            return  # deleted: _on_topics removes it
+        try:
             assignment = decode_topic_assignment(topic, data)
         except RemoteProtocolError as exc:
             log.warning("ignoring the new assignment of %s: %s", topic, exc)
@@ -670,8 +711,9 @@ class _Term:
             return
         moved = sorted(p for p in set(old) & set(assignment) if old[p] != assignment[p])
         if moved:
-            log.warning("%s: the replicas of partitions %s changed; reassignment is not "
-                        "supported yet, the new lists only show in metadata", topic, moved)
+            log.warning("%s: the replicas of partitions %s changed outside a reassignment "
+                        "(/admin/reassign_partitions); the new lists only show in metadata",
+                        topic, moved)
         self.assignments[topic] = assignment
         new = [(topic, p) for p in sorted(set(assignment) - set(old))]
         for tp in new:
@@ -693,6 +735,9 @@ class _Term:
         if stop is not None:
             stop()
         assignment = self.assignments.pop(topic, {})
+        for tp in [tp for tp in self.reassigning if tp[0] == topic]:
+            del self.reassigning[tp]
+            self.post(functools.partial(self._remove_reassignments, {tp}))
         live = set(self.live)
         for partition, replicas in sorted(assignment.items()):
             tp = (topic, partition)
@@ -726,6 +771,179 @@ class _Term:
             batch = _Batch()
             batch.update_metadata = True
             self._flush(batch)
+            await self._continue_reassignments(changed & set(self.reassigning))
+
+    # -- partition reassignment (see the module) ---------------------------------------------
+
+    async def _on_reassignments(self) -> None:
+        """``/admin/reassign_partitions`` changed (or the term started): start the
+        reassignments it lists that are not under way."""
+        try:
+            wanted = decode_reassignment(await self.zk.get(REASSIGN_PARTITIONS))
+        except NoNodeError:
+            return
+        except RemoteProtocolError as exc:
+            log.error("ignoring %s: %s", REASSIGN_PARTITIONS, exc)
+            return
+        dropped: set[TopicPartition] = set()
+        started: set[TopicPartition] = set()
+        for tp, target in sorted(wanted.items()):
+            if tp in self.reassigning:
+                if self.reassigning[tp] != target:
+                    log.warning("%s-%d is being reassigned to %s already; ignoring %s",
+                                tp[0], tp[1], self.reassigning[tp], target)
+                continue
+            replicas = self._replicas(tp)
+            dead = sorted(set(target) - set(self.live))
+            if not replicas or tp not in self.states:
+                log.error("cannot reassign %s-%d: no such partition", *tp)
+                dropped.add(tp)
+            elif dead:
+                log.error("cannot reassign %s-%d to %s: brokers %s are not live", tp[0],
+                          tp[1], target, dead)
+                dropped.add(tp)
+            elif replicas == target:
+                log.info("%s-%d is assigned to %s already", tp[0], tp[1], target)
+                dropped.add(tp)
+            else:
+                log.info("reassigning %s-%d from %s to %s", tp[0], tp[1], replicas, target)
+                self.reassigning[tp] = list(target)
+                started.add(tp)
+        if dropped:
+            await self._remove_reassignments(dropped)
+        await self._continue_reassignments(started)
+
+    async def _continue_reassignments(self, tps: Iterable[TopicPartition]) -> None:
+        done = set()
+        for tp in sorted(tps):
+            if tp in self.reassigning and await self._reassign_step(tp, self.reassigning[tp]):
+                del self.reassigning[tp]
+                done.add(tp)
+        if done:
+            await self._remove_reassignments(done)
+        else:
+            await trio.lowlevel.checkpoint()
+
+    async def _reassign_step(self, tp: TopicPartition, target: list[int]) -> bool:
+        """Take ``tp``'s reassignment to ``target`` as far as it can go now; True when it
+        is over (done, or its partition is gone)."""
+        replicas = self._replicas(tp)
+        if not replicas or tp not in self.states:
+            log.warning("%s-%d is gone; its reassignment ends", *tp)
+            return True
+        if not set(target) <= set(replicas):
+            # Step 1: add the new replicas (RAR), with a new leader epoch so that the
+            # replicas already there take the new replica list.
+            added = [r for r in target if r not in replicas]
+            if not await self._write_assignment(
+                    tp, list(target) + [r for r in replicas if r not in target]):
+                return False
+            await self._update([tp], self._next_epoch(lambda s: s.leader, lambda s: s.isr))
+            batch = _Batch()
+            eligible = self._eligible()
+            batch.add_leader_and_isr([r for r in replicas if r in eligible], tp)
+            batch.add_leader_and_isr([r for r in added if r in eligible], tp, is_new=True)
+            self._flush(batch)
+            log.info("%s-%d: replicas %s added; waiting for them to join the ISR", tp[0],
+                     tp[1], added)
+        # Step 2: every target replica in the ISR.
+        if not set(target) <= set(self.states[tp].isr):
+            return False
+        # Step 3: a leader among the target replicas.
+        state = self.states[tp]
+        if state.leader not in target or state.leader not in self._eligible():
+            written = await self._update([tp], lambda tp, s: None if s is None else
+                                         elect_for_reassignment(target, s, self._eligible(),
+                                                                self.epoch))
+            if not written:
+                log.info("%s-%d: no replica of %s can lead now; the reassignment waits",
+                         tp[0], tp[1], target)
+                return False
+            batch = _Batch()
+            batch.add_leader_and_isr(self._recipients(tp), tp)
+            self._flush(batch)
+        # Step 4: the old replicas leave the ISR, the assignment and the brokers.
+        if not await self._update([tp], self._next_epoch(
+                lambda s: s.leader if s.leader in target else None,
+                lambda s: tuple(r for r in s.isr if r in target))):
+            return False
+        removed = [r for r in replicas if r not in target]
+        if not await self._write_assignment(tp, list(target)):
+            return False
+        batch = _Batch()
+        batch.add_leader_and_isr(self._recipients(tp), tp)
+        batch.add_stop_replica([r for r in removed if r in self.live], tp, delete=True)
+        self._flush(batch)
+        log.info("%s-%d: reassigned to %s (removed %s)", tp[0], tp[1], target, removed)
+        return True
+
+    def _next_epoch(self, leader: Callable[[PartitionState], int | None],
+                    isr: Callable[[PartitionState], tuple[int, ...]]
+                    ) -> Callable[[TopicPartition, PartitionState | None],
+                                  PartitionState | None]:
+        """A ``decide`` for ``_update``: the state with ``leader(state)`` (None: nothing to
+        write), ``isr(state)`` and a new leader epoch."""
+        def decide(tp: TopicPartition, state: PartitionState | None) -> PartitionState | None:
+            if state is None:
+                return None
+            new_leader = leader(state)
+            if new_leader is None:
+                return None
+            return PartitionState(new_leader, state.leader_epoch + 1, tuple(isr(state)),
+                                  self.epoch)
+        return decide
+
+    async def _write_assignment(self, tp: TopicPartition, replicas: list[int]) -> bool:
+        """Set ``tp``'s replicas in its topic's assignment node (conditionally, leaving the
+        other partitions as they are) and in the view; False when the topic is gone."""
+        topic, partition = tp
+        for _attempt in range(WRITE_ATTEMPTS):
+            try:
+                data, version = await self.zk.get_versioned(topic_path(topic))
+                assignment = decode_topic_assignment(topic, data)
+                if partition not in assignment:
+                    return False
+                assignment[partition] = list(replicas)
+                await self.zk.set(topic_path(topic), encode_topic_assignment(assignment),
+                                  version=version)
+            except NoNodeError:
+                return False
+            except BadVersionError:
+                continue
+            except RemoteProtocolError as exc:
+                log.error("cannot reassign %s-%d: %s", topic, partition, exc)
+                return False
+            if topic in self.assignments:
+                self.assignments[topic] = assignment
+            return True
+        log.warning("%s: its assignment kept changing; %s-%d not reassigned now", topic,
+                    topic, partition)
+        return False
+
+    async def _remove_reassignments(self, tps: set[TopicPartition]) -> None:
+        """Take ``tps`` out of ``/admin/reassign_partitions``; delete it when empty."""
+        for _attempt in range(WRITE_ATTEMPTS):
+            try:
+                data, version = await self.zk.get_versioned(REASSIGN_PARTITIONS)
+            except NoNodeError:
+                return
+            try:
+                left = {tp: r for tp, r in decode_reassignment(data).items() if tp not in tps}
+            except RemoteProtocolError:
+                return  # logged when read; left for the operator
+            try:
+                if left:
+                    await self.zk.set(REASSIGN_PARTITIONS, encode_reassignment(left),
+                                      version=version)
+                else:
+                    # Nobody writes a node that exists: the tools create it only when it
+                    # does not.
+                    await self.zk.delete(REASSIGN_PARTITIONS)
+                return
+            except NoNodeError:
+                return
+            except BadVersionError:
+                continue
 
     # -- requests answered by the loop ----------------------------------------------------
 

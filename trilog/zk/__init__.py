@@ -18,6 +18,10 @@ from trilog.zk._client import (
     open_zookeeper,
 )
 from trilog.zk._layout import (
+    ADMIN,
+    REASSIGN_PARTITIONS,
+    decode_reassignment,
+    encode_reassignment,
     CONTROLLER,
     CONTROLLER_EPOCH,
     ISR_CHANGE_NOTIFICATION,
@@ -67,6 +71,10 @@ from trilog.zk._server import (
 )
 
 __all__ = [
+    "ADMIN",
+    "REASSIGN_PARTITIONS",
+    "decode_reassignment",
+    "encode_reassignment",
     "BROKER_IDS",
     "BROKER_TOPICS",
     "CLUSTER_ID",

@@ -22,6 +22,11 @@
     /consumers/<group>/offsets/<topic>/<partition>            <offset as decimal text>
     /config/topics/<topic>                        {"version":1,"config":{"retention.ms":"..",..}}
     /config/changes/config_change_<seq>  sequential  {"version":2,"entity_path":"topics/<topic>"}
+    /admin/reassign_partitions                    {"version":1,"partitions":[{"topic":..,
+                                                   "partition":..,"replicas":[..]},..]}: the
+                                                  reassignments the controller has still to
+                                                  finish (it removes each one when done, and
+                                                  the node when none is left)
 
 Pure: no kazoo here, so the layout is tested without a server.
 """
@@ -49,6 +54,8 @@ ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
+ADMIN = "/admin"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 #: Kafka's name for a change notification (a sequential node: the name gets a 10-digit number).
 CONFIG_CHANGE_PREFIX = "config_change_"
 
@@ -241,6 +248,44 @@ def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
         return [(str(e["topic"]), int(e["partition"])) for e in value["partitions"]]
     except (KeyError, TypeError, ValueError):
         raise RemoteProtocolError(f"ISR change notification is malformed: {value}") from None
+
+
+def encode_reassignment(partitions: dict[tuple[str, int], list[int]]) -> bytes:
+    """``/admin/reassign_partitions`` (also the JSON of ``kafka-reassign-partitions.sh``'s
+    ``--reassignment-json-file``): each partition's new replica list."""
+    return _dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(r)}
+        for (t, p), r in sorted(partitions.items())]})
+
+
+def decode_reassignment(data: bytes, what: str = "/admin/reassign_partitions"
+                        ) -> dict[tuple[str, int], list[int]]:
+    """The partitions and new replica lists of a reassignment (Kafka's JSON; ``log_dirs``
+    and other fields are ignored).  Raises ``RemoteProtocolError`` when malformed: not
+    JSON, a field missing or of the wrong type, a partition listed twice, a replica list
+    empty or with a broker twice."""
+    value = _loads(data, what)
+    entries = value.get("partitions")
+    if value.get("version", 1) != 1 or not isinstance(entries, list):
+        raise RemoteProtocolError(f"{what}: expected {{\"version\":1,\"partitions\":[..]}}")
+    out: dict[tuple[str, int], list[int]] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise RemoteProtocolError(f"{what}: a partition entry is not an object: {entry!r}")
+        topic, partition, replicas = (entry.get("topic"), entry.get("partition"),
+                                      entry.get("replicas"))
+        if (not isinstance(topic, str) or type(partition) is not int
+                or not isinstance(replicas, list)
+                or not all(type(r) is int for r in replicas)):
+            raise RemoteProtocolError(f"{what}: an entry needs \"topic\" (a string), "
+                                      f"\"partition\" and \"replicas\" (integers): {entry!r}")
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise RemoteProtocolError(f"{what}: {topic}-{partition}: the replica list "
+                                      f"{replicas} is empty or names a broker twice")
+        if (topic, partition) in out:
+            raise RemoteProtocolError(f"{what}: {topic}-{partition} is listed twice")
+        out[(topic, partition)] = list(replicas)
+    return out
 
 
 def encode_controller(broker_id: int) -> bytes:
