@@ -1,11 +1,13 @@
 """``trilog topics``: create, list, describe, alter and delete topics (like
-``kafka-topics.sh``)."""
+``kafka-topics.sh``); elect leaders (``kafka-leader-election.sh``) and reassign partitions
+(``kafka-reassign-partitions.sh``), in ``_reassign.py``."""
 
 from __future__ import annotations
 
 import argparse
 
 from trilog.cli._common import UsageError, parse_config_pairs, run_tool
+from trilog.cli._reassign import elect_leaders, reassign
 from trilog.client import Admin, TopicInfo, open_admin
 from trilog.errors import TopicAlreadyExistsError
 
@@ -18,8 +20,9 @@ def add_parser(sub) -> None:
         description=(
             "Manage topics through a broker (--bootstrap-server) or directly in ZooKeeper\n"
             "(--zookeeper), like kafka-topics.sh. Exactly one action: --create, --list,\n"
-            "--describe, --alter, --delete. --describe shows each topic's settings that are\n"
-            "not defaults on its first line (Configs:); `trilog configs` changes them."
+            "--describe, --alter, --delete, --elect-leaders (brokers only), --reassign\n"
+            "(ZooKeeper only). --describe shows each topic's settings that are not defaults\n"
+            "on its first line (Configs:); `trilog configs` changes them."
         ),
         epilog=(
             "examples:\n"
@@ -27,7 +30,10 @@ def add_parser(sub) -> None:
             "      --config retention.ms=86400000 --config cleanup.policy=compact\n"
             "  trilog topics --describe --topic orders\n"
             "  trilog topics --alter --topic orders --partitions 6\n"
-            "  trilog topics --list --exclude-internal"
+            "  trilog topics --list --exclude-internal\n"
+            "  trilog topics --elect-leaders --topic orders --election-type preferred\n"
+            "  trilog topics --zookeeper 127.0.0.1:2181 --reassign \\\n"
+            "      --reassignment-json-file plan.json --execute   (then --verify)"
         ),
     )
     where = p.add_mutually_exclusive_group()
@@ -44,6 +50,12 @@ def add_parser(sub) -> None:
     action.add_argument("--alter", action="store_true",
                         help="add partitions to --topic: --partitions N (the new total)")
     action.add_argument("--delete", action="store_true", help="delete --topic")
+    action.add_argument("--elect-leaders", action="store_true",
+                        help="leader elections by the controller (ElectLeaders) for "
+                             "--topic's partitions (or --partition), or every partition")
+    action.add_argument("--reassign", action="store_true",
+                        help="move partitions to new replicas: --reassignment-json-file "
+                             "with --execute or --verify (needs --zookeeper)")
     p.add_argument("--topic", help="the topic (for --create, --alter, --delete; optional for "
                                    "--describe)")
     p.add_argument("--partitions", type=int, default=-1, metavar="N",
@@ -64,6 +76,21 @@ def add_parser(sub) -> None:
                         "replicas")
     p.add_argument("--unavailable-partitions", action="store_true",
                    help="with --describe: only partitions without a leader")
+    p.add_argument("--partition", type=int, metavar="N",
+                   help="with --elect-leaders and --topic: only this partition")
+    p.add_argument("--election-type", choices=["preferred", "unclean"], default="preferred",
+                   help="with --elect-leaders: preferred (the first replica leads, if in "
+                        "sync; default) or unclean (a partition without a live leader goes "
+                        "to any live replica: records it lacks are lost)")
+    p.add_argument("--reassignment-json-file", metavar="FILE",
+                   help='with --reassign: {"version":1,"partitions":[{"topic":"t",'
+                        '"partition":0,"replicas":[2,3]},...]} (the first replica is the '
+                        "preferred leader)")
+    p.add_argument("--execute", action="store_true",
+                   help="with --reassign: start the reassignment (refused while one is in "
+                        "progress); prints the current assignment, to roll back with")
+    p.add_argument("--verify", action="store_true",
+                   help="with --reassign: whether each partition's reassignment is complete")
     p.add_argument("--exclude-internal", action="store_true",
                    help="with --list and --describe: leave out internal topics "
                         "(__consumer_offsets)")
@@ -84,6 +111,20 @@ def _check(args) -> dict[str, str]:
         raise UsageError("--alter needs --partitions N: the topic's new number of partitions")
     if args.exclude_internal and not (args.list or args.describe):
         raise UsageError("--exclude-internal goes with --list and --describe")
+    if args.partition is not None and not (args.elect_leaders and args.topic):
+        raise UsageError("--partition goes with --elect-leaders --topic T")
+    if args.elect_leaders and args.zookeeper is not None:
+        raise UsageError("--elect-leaders asks the controller: use --bootstrap-server")
+    if args.reassign:
+        if args.zookeeper is None:
+            raise UsageError("--reassign writes ZooKeeper's /admin/reassign_partitions: use "
+                             "--zookeeper")
+        if not args.reassignment_json_file:
+            raise UsageError("--reassign needs --reassignment-json-file")
+        if args.execute == args.verify:
+            raise UsageError("--reassign needs one of --execute and --verify")
+    elif args.reassignment_json_file or args.execute or args.verify:
+        raise UsageError("--reassignment-json-file, --execute and --verify go with --reassign")
     configs = parse_config_pairs(args.config, "--config")
     if configs and args.zookeeper is not None:
         raise UsageError("--config needs the brokers (they validate configs): use "
@@ -114,6 +155,10 @@ async def _main(args) -> int:
         elif args.delete:
             await admin.delete_topic(args.topic)
             print(f"Deleted topic {args.topic}.")
+        elif args.elect_leaders:
+            return await elect_leaders(admin, args)
+        elif args.reassign:
+            return await reassign(admin, args)
         else:
             return await _describe(admin, args)
     return 0

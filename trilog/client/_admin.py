@@ -7,6 +7,11 @@ and writes the seeds' layout (``/brokers/topics/<topic>`` assignments over
 ``/brokers/ids``) directly, as Kafka's ``kafka-topics.sh --zookeeper`` did.  Both give the
 same ``Admin`` interface; the ZooKeeper one cannot touch records, log dirs or configs (the
 brokers validate configs: ``describe_configs`` and ``alter_configs`` go through them).
+
+Leader elections are the controller's (ElectLeaders goes to the broker Metadata names as
+controller: brokers only); partition reassignments are plans written to ZooKeeper's
+``/admin/reassign_partitions`` for the controller to carry out (ZooKeeper only, as
+``kafka-reassign-partitions.sh --zookeeper``).
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ from trilog.client._connection import BrokerConnection, open_connection
 from trilog.client._retry import REQUEST_RETRY
 from trilog.errors import (
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidRequestError,
     LeaderNotAvailableError,
     NetworkError,
+    NotControllerError,
+    ReassignmentInProgressError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
     TrilogError,
@@ -39,6 +47,7 @@ from trilog.protocol import (
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
+    ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     MetadataRequest,
 )
@@ -107,6 +116,8 @@ CONFIG_SOURCES = {
 #: Kafka's ConfigResource.Type codes, by the names ``ConfigResource.kind`` uses.
 _RESOURCE_TYPES = {"topic": 2, "broker": 4}
 _SET, _DELETE = 0, 1  # IncrementalAlterConfigs' operations
+#: ElectLeaders' election_type codes
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 
 @dataclass(frozen=True)
@@ -208,9 +219,41 @@ class Admin:
         checks and changes nothing.  Needs brokers."""
         raise _needs_brokers("alter_configs")
 
+    async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None,
+                            election: str = "preferred") -> dict[TopicPartition, str | None]:
+        """Ask the controller for leader elections (Kafka's ElectLeaders): ``"preferred"``
+        moves each partition's leadership to its first replica if that one is in sync;
+        ``"unclean"`` gives a partition without a live leader to any live replica (records
+        it lacks are lost).  ``partitions`` None: every partition, and the answer lists only
+        those that needed an election.  Returns ``{(topic, partition): None}`` for an
+        election done, or Kafka's error name (``"ELECTION_NOT_NEEDED"``: it leads already;
+        ``"PREFERRED_LEADER_NOT_AVAILABLE"``, ``"ELIGIBLE_LEADERS_NOT_AVAILABLE"``,
+        ``"UNKNOWN_TOPIC_OR_PARTITION"``).  Needs brokers."""
+        raise _needs_brokers("elect_leaders")
+
+    async def alter_partition_reassignments(
+            self, plan: Mapping[TopicPartition, Iterable[int]]) -> dict[TopicPartition, list[int]]:
+        """Start moving each partition of ``plan`` to its new replica list (the first one
+        preferred as leader); the controller adds the new replicas, waits until they are in
+        sync, moves leadership and removes the old ones.  Returns the partitions' current
+        replicas (a plan to roll back with).  Raises ``ReassignmentInProgressError`` while
+        one is under way, ``UnknownTopicOrPartitionError``, ``InvalidReplicaAssignmentError``
+        (an unregistered broker, an empty list, a broker twice).  Needs ZooKeeper
+        (``open_admin(zookeeper=...)``)."""
+        raise _needs_zookeeper("alter_partition_reassignments")
+
+    async def list_partition_reassignments(self) -> dict[TopicPartition, list[int]]:
+        """The reassignments under way: each partition's target replicas.  Needs ZooKeeper."""
+        raise _needs_zookeeper("list_partition_reassignments")
+
 
 def _needs_brokers(what: str) -> TrilogError:
     return TrilogError(f"{what} is done by the brokers: open the admin with bootstrap_servers")
+
+
+def _needs_zookeeper(what: str) -> TrilogError:
+    return TrilogError(f"{what} writes ZooKeeper's /admin/reassign_partitions: open the "
+                       "admin with zookeeper")
 
 
 class _BrokerAdmin(Admin):
@@ -438,6 +481,48 @@ class _BrokerAdmin(Admin):
                        result.error_message)
 
 
+    async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None,
+                            election: str = "preferred") -> dict[TopicPartition, str | None]:
+        if election not in ELECTION_TYPES:
+            raise ValueError(f"election must be one of {sorted(ELECTION_TYPES)}, "
+                             f"not {election!r}")
+        R = ElectLeadersRequest
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, set[int]] = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, set()).add(partition)
+            topics = [R.TopicPartitions(topic=t, partitions=sorted(ps))
+                      for t, ps in sorted(by_topic.items())]
+        request = R(election_type=ELECTION_TYPES[election], topic_partitions=topics,
+                    timeout_ms=int(self.conn.request_timeout_s * 1000))
+        tries = REQUEST_RETRY.attempts()
+        async for _ in tries:
+            # The controller as the brokers know it now: after NOT_CONTROLLER or a lost
+            # connection, metadata is asked again.
+            meta = await self._metadata([])
+            controller = getattr(meta, "controller_id", -1)
+            node = next((BrokerAddress(b.node_id, b.host, b.port) for b in meta.brokers
+                         if b.node_id == controller), None)
+            try:
+                if node is None:
+                    raise NotControllerError("the brokers know no controller now")
+                conn = await self._connection(node)
+                response = await conn.request(request, version=1)
+                if response.error_code == NotControllerError.code:
+                    raise NotControllerError(f"broker {controller} is no longer the "
+                                             "controller")
+            except (NotControllerError, NetworkError, RequestTimedOutError):
+                if tries.last:
+                    raise
+                continue
+            _raise_for(response.error_code, "cannot elect leaders")
+            return {(r.topic, x.partition_id):
+                    error_for_code(x.error_code).name if x.error_code else None
+                    for r in response.replica_election_results for x in r.partition_result}
+        raise AssertionError("unreachable: the last try raises")
+
+
 def _as_id(name: str) -> tuple[int, str]:
     return (int(name), "") if name.lstrip("-").isdigit() else (0, name)
 
@@ -569,6 +654,65 @@ class _ZooKeeperAdmin(Admin):
         if not validate_only:
             # The brokers follow the assignment znode and create what they are given.
             await self.zk.set(topic_path(name), encode_topic_assignment({**current, **new}))
+
+    async def alter_partition_reassignments(
+            self, plan: Mapping[TopicPartition, Iterable[int]]) -> dict[TopicPartition, list[int]]:
+        from trilog.zk import (
+            REASSIGN_PARTITIONS,
+            NodeExistsError,
+            NoNodeError,
+            decode_topic_assignment,
+            encode_reassignment,
+            topic_path,
+        )
+
+        wanted = {tp: list(replicas) for tp, replicas in plan.items()}
+        if not wanted:
+            raise InvalidReplicaAssignmentError("the reassignment lists no partition")
+        if await self.zk.exists(REASSIGN_PARTITIONS):
+            raise ReassignmentInProgressError(
+                "a partition reassignment is in progress (/admin/reassign_partitions): "
+                "wait for it to complete (--verify)")
+        registered = {b.node_id for b in await self.brokers()}
+        current: dict[TopicPartition, list[int]] = {}
+        assignments: dict[str, dict[int, list[int]]] = {}
+        for (topic, partition), replicas in sorted(wanted.items()):
+            if topic not in assignments:
+                try:
+                    assignments[topic] = decode_topic_assignment(
+                        topic, await self.zk.get(topic_path(topic)))
+                except NoNodeError:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {topic!r} does not exist") from None
+            if partition not in assignments[topic]:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has no partition {partition}")
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"{topic}-{partition}: the replica list {replicas} is empty or names a "
+                    "broker twice")
+            unknown = sorted(set(replicas) - registered)
+            if unknown:
+                raise InvalidReplicaAssignmentError(
+                    f"{topic}-{partition}: brokers {unknown} are not registered (the "
+                    f"brokers are {sorted(registered)})")
+            current[(topic, partition)] = list(assignments[topic][partition])
+        try:
+            await self.zk.create(REASSIGN_PARTITIONS, encode_reassignment(wanted),
+                                 makepath=True)
+        except NodeExistsError:
+            raise ReassignmentInProgressError(
+                "a partition reassignment is in progress (/admin/reassign_partitions)"
+            ) from None
+        return current
+
+    async def list_partition_reassignments(self) -> dict[TopicPartition, list[int]]:
+        from trilog.zk import REASSIGN_PARTITIONS, NoNodeError, decode_reassignment
+
+        try:
+            return decode_reassignment(await self.zk.get(REASSIGN_PARTITIONS))
+        except NoNodeError:
+            return {}
 
 
 @asynccontextmanager
