@@ -31,8 +31,9 @@ What the brokers are told:
 - UpdateMetadata (v4) to every live broker after every change.  It always carries *every*
   partition and every live broker: a broker may replace its metadata with it (a deleted
   topic is one that is no longer listed).
-- StopReplica (v0): ``delete_partitions`` to the replicas of a deleted topic; without it to
-  a broker shutting down, for the partitions it no longer leads.
+- StopReplica (v0): ``delete_partitions`` to the replicas of a deleted topic and to those a
+  reassignment removed; without it to a broker shutting down, for the partitions it no
+  longer leads.
 
 **Partition reassignment** (Kafka's ``onPartitionReassignment``, for each partition listed
 in ``/admin/reassign_partitions`` with its new replicas, the *target*):
