@@ -103,7 +103,13 @@ def three(broker_process, zookeeper):
     def start(i: int, log_dir=None):
         return broker_process(log_dir, broker_id=i, zookeeper=zookeeper, overrides=SETTINGS)
     brokers = {i: start(i) for i in (1, 2, 3)}
+    wait_for(lambda: len(live_brokers(brokers[1])) == 3, what="three brokers registered")
     return brokers, start
+
+
+def live_brokers(broker) -> list[int]:
+    with connect(broker.bootstrap) as sock:
+        return [b.node_id for b in roundtrip(sock, p.MetadataRequest(topics=[]), 1).brokers]
 
 
 def test_a_replicated_topic_survives_its_leaders_death(three):
