@@ -1,0 +1,248 @@
+"""Replication under load, on real broker processes, a real ZooKeeper and trilog's own
+producer: a rolling restart (SIGTERM, controlled shutdown) and a loop of leader SIGKILLs
+while an idempotent ``acks="all"`` producer sends; every acknowledged record ends up
+exactly once, in order, at its acknowledged offset, and the replicas' logs are identical."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from broker_helpers import connect, roundtrip
+from kazoo.client import KazooClient
+
+import trilog.sync
+from trilog import protocol as p
+from trilog.records import iter_batches
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "load"
+PARTITIONS = 6
+SETTINGS = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 3000,
+            "replica.fetch.wait.max.ms": 100, "log.segment.bytes": 64 * 1024,
+            "default.replication.factor": 3}
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def metadata_response(broker):
+    try:
+        with connect(broker.bootstrap) as sock:
+            return roundtrip(sock, p.MetadataRequest(topics=[
+                p.MetadataRequest.MetadataRequestTopic(name=TOPIC)],
+                allow_auto_topic_creation=False), 5)
+    except OSError:
+        return None
+
+
+def metadata(broker):
+    response = metadata_response(broker)
+    if response is None:
+        return None
+    (t,) = response.topics
+    return {x.partition_index: x for x in t.partitions} if t.error_code == 0 else None
+
+
+def create(broker, configs) -> None:
+    wait_for(lambda: (m := metadata_response(broker)) and len(m.brokers) == 3,
+             what="three live brokers")
+    R = p.CreateTopicsRequest
+    with connect(broker.bootstrap) as sock:
+        (result,) = roundtrip(sock, R(topics=[R.CreatableTopic(
+            name=TOPIC, num_partitions=PARTITIONS, replication_factor=3, assignments=[],
+            configs=[R.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                     for k, v in configs.items()])], timeout_ms=15_000), 3).topics
+    assert result.error_code == 0, result
+
+
+def fully_replicated(brokers):
+    for b in brokers:
+        meta = metadata(b)
+        if not meta or len(meta) != PARTITIONS:
+            return False
+        if any(x.leader_id < 0 or len(x.isr_nodes) != 3 for x in meta.values()):
+            return False
+    return metadata(brokers[0])
+
+
+def log_bytes(log_dir: Path, partition: int) -> bytes:
+    directory = log_dir / f"{TOPIC}-{partition}"
+    return b"".join((directory / name).read_bytes()
+                    for name in sorted(os.listdir(directory)) if name.endswith(".log"))
+
+
+def registered(zookeeper: str) -> set[int]:
+    client = KazooClient(zookeeper)
+    client.start(timeout=10)
+    try:
+        return {int(x) for x in client.get_children("/brokers/ids")}
+    finally:
+        client.stop()
+        client.close()
+
+
+class Load:
+    """A thread sending ``p<partition>-<n>`` to every partition in turn through one
+    idempotent ``acks="all"`` trilog producer, about ``rate`` records/s, keeping every
+    delivery."""
+
+    def __init__(self, bootstrap: str, rate: int = 400) -> None:
+        self.producer = trilog.sync.Producer(
+            bootstrap, acks="all", enable_idempotence=True, retries=1_000_000,
+            retry_backoff_ms=100, delivery_timeout_ms=60_000, request_timeout_ms=10_000,
+            linger_ms=5, metadata_max_age_ms=2_000)
+        self.rate = rate
+        self.sent: dict[int, list[tuple[bytes, object]]] = {i: [] for i in range(PARTITIONS)}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            for partition in range(PARTITIONS):
+                value = b"p%d-%06d" % (partition, n)
+                self.sent[partition].append(
+                    (value, self.producer.send(TOPIC, value, partition=partition)))
+            n += 1
+            time.sleep(PARTITIONS / self.rate)
+
+    def finish(self) -> tuple[dict[int, list[tuple[bytes, int]]], list]:
+        """Stop sending and wait for every outcome: ``({partition: [(value, offset)]},
+        [errors])``."""
+        self._stop.set()
+        self._thread.join(10)
+        self.producer.flush()
+        acked: dict[int, list[tuple[bytes, int]]] = {}
+        errors = []
+        for partition, sent in self.sent.items():
+            acked[partition] = []
+            for value, delivery in sent:
+                try:
+                    acked[partition].append((value, delivery.get(timeout=60).offset))
+                except Exception as exc:  # every failed delivery is reported
+                    errors.append((partition, value, repr(exc)))
+        self.producer.close()
+        return acked, errors
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.producer.close()
+
+
+def check_logs(brokers, acked) -> None:
+    """Every replica's log of every partition is the same bytes, and holds each
+    acknowledged record exactly once, at its acknowledged offset, in the order sent."""
+    for partition, records in acked.items():
+        wait_for(lambda p=partition: len({log_bytes(b.log_dir, p) for b in brokers}) == 1,
+                 what=f"identical logs of partition {partition}")
+        stored = [(r.value, r.offset) for b in iter_batches(log_bytes(brokers[0].log_dir,
+                                                                      partition))
+                  for r in b.records()]
+        values = [v for v, _ in stored]
+        assert len(values) == len(set(values)), f"duplicates in partition {partition}"
+        at = dict((o, v) for v, o in stored)
+        for value, offset in records:
+            assert at.get(offset) == value, (partition, offset, value, at.get(offset))
+        offsets = [o for _, o in records]
+        assert offsets == sorted(offsets), f"acknowledged out of order in {partition}"
+        # The producer had no failed delivery: nothing else is in the log either.
+        assert values == [v for v, _ in records], f"partition {partition} differs"
+
+
+@pytest.fixture
+def cluster(broker_process, zookeeper):
+    def start(i: int, log_dir=None, port: int = 0):
+        return broker_process(log_dir, broker_id=i, zookeeper=zookeeper, overrides=SETTINGS,
+                              port=port)
+    brokers = {i: start(i) for i in (1, 2, 3)}
+    return brokers, start
+
+
+# -- 3. a rolling restart under load ---------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "flaky through the bug tests/broker/test_replication_faults.py::"
+    "test_a_follower_keeps_fetching_when_it_hears_of_its_leader_first reduces "
+    "(trilog/broker/_fetcher.py drops a partition answered NOT_LEADER_OR_FOLLOWER/"
+    "UNKNOWN_LEADER_EPOCH): after a leader change a follower that heard first never fetches "
+    "again, so full ISRs or identical logs never come"))
+def test_a_rolling_restart_under_load_loses_nothing(cluster):
+    brokers, start = cluster
+    create(brokers[1], {"min.insync.replicas": "2"})
+    wait_for(lambda: fully_replicated(list(brokers.values())), what="full ISRs")
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    with Load(bootstrap) as load:
+        time.sleep(1.5)
+        for i in (1, 2, 3):
+            old = brokers[i]
+            assert old.stop() == 0, old.stderr()
+            # The same port again: the clients' bootstrap list stays valid.
+            brokers[i] = start(i, old.log_dir, port=old.port)
+            wait_for(lambda: fully_replicated(list(brokers.values())),
+                     what=f"full ISRs after restarting broker {i}")
+            time.sleep(1.0)
+        acked, errors = load.finish()
+    assert errors == [], errors[:5]
+    assert sum(len(r) for r in acked.values()) > 1000
+    check_logs(list(brokers.values()), acked)
+
+
+# -- 4. a loop of leader SIGKILLs ------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "flaky through the bug tests/broker/test_replication_faults.py::"
+    "test_a_follower_keeps_fetching_when_it_hears_of_its_leader_first reduces "
+    "(trilog/broker/_fetcher.py drops a partition answered NOT_LEADER_OR_FOLLOWER/"
+    "UNKNOWN_LEADER_EPOCH): after a leader change a follower that heard first never fetches "
+    "again, so full ISRs or identical logs never come"))
+def test_leaders_killed_in_a_loop_lose_no_acknowledged_record(cluster, zookeeper):
+    seed = int(os.environ.get("TRILOG_KILL_SEED", time.time_ns() % 1_000_000))
+    print(f"kill-loop seed: {seed} (TRILOG_KILL_SEED={seed} repeats it)")
+    rng = random.Random(seed)
+    brokers, start = cluster
+    create(brokers[1], {"min.insync.replicas": "2"})
+    wait_for(lambda: fully_replicated(list(brokers.values())), what="full ISRs")
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    # Three kills: the leader of a random partition, the controller, another leader.
+    with Load(bootstrap) as load:
+        for round_ in range(3):
+            time.sleep(rng.uniform(1.0, 2.5))
+            live = list(brokers.values())
+            if round_ == 1:
+                victim = metadata_response(live[0]).controller_id
+                what = "the controller"
+            else:
+                partition = rng.randrange(PARTITIONS)
+                victim = metadata(live[0])[partition].leader_id
+                what = f"the leader of partition {partition}"
+            print(f"round {round_}: SIGKILL broker {victim}, {what}")
+            old = brokers[victim]
+            old.kill()
+            wait_for(lambda v=victim: v not in registered(zookeeper), what="its session end")
+            brokers[victim] = start(victim, old.log_dir, port=old.port)
+            wait_for(lambda: fully_replicated(list(brokers.values())),
+                     what=f"full ISRs after restarting broker {victim}")
+        time.sleep(1.0)
+        acked, errors = load.finish()
+    assert errors == [], errors[:5]
+    check_logs(list(brokers.values()), acked)
