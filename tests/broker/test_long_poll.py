@@ -181,3 +181,19 @@ async def test_many_parked_fetches_all_wake(broker):
             assert [r.value for r in records_of(only_partition(response).records)] == [
                 b"for everyone"
             ]
+
+
+async def test_bytes_appended_while_a_fetch_reads_wake_it_at_once():
+    from trilog.broker._purgatory import FetchPurgatory
+
+    purgatory = FetchPurgatory()
+    tps = [("t", 0), ("t", 1)]
+    mark = purgatory.mark(tps)  # before the fetch's read (in a worker thread) ...
+    purgatory.data_appended(("t", 1), 10)  # ... an append lands meanwhile
+    with trio.fail_after(1):  # without the mark it would sleep the whole max_wait
+        await purgatory.wait(tps, 5, timeout_s=30, since=mark)
+    mark = purgatory.mark(tps)
+    purgatory.data_appended(("u", 0), 10)  # another partition's append counts for nothing
+    with trio.move_on_after(0.05) as scope:
+        await purgatory.wait(tps, 5, timeout_s=30, since=mark)
+    assert scope.cancelled_caught

@@ -204,10 +204,6 @@ def test_a_returning_leader_truncates_its_divergent_tail(three, zookeeper):
 # -- 2. every in-sync replica down ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flaky through the bug test_a_follower_keeps_fetching_when_it_hears_of_its_leader_first "
-    "reduces: a returning broker made leader while a follower hears first leaves that "
-    "follower out of the ISR for good (often here: the controller is that follower)"))
 def test_a_partition_without_live_isr_stays_offline_unless_unclean(three, zookeeper):
     """Two topics, one allowing unclean leader election: two brokers die, the third (the
     last ISR) takes acks=1 writes and refuses acks=all; then it dies too.  One of the first
@@ -287,12 +283,6 @@ def controller_id(broker) -> int:
         return roundtrip(sock, p.MetadataRequest(topics=[]), 5).controller_id
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trilog/broker/_fetcher.py: _Fetcher._truncate (and _fetch) drop a partition for good "
-    "when its leader answers NOT_LEADER_OR_FOLLOWER/UNKNOWN_LEADER_EPOCH (_WAIT_FOR_LEADER); "
-    "a follower whose LeaderAndIsr arrives before its leader's gets exactly that answer, no "
-    "further LeaderAndIsr comes, and the follower never fetches again (out of the ISR for "
-    "good)"))
 def test_a_follower_keeps_fetching_when_it_hears_of_its_leader_first(three):
     """A new partition's leader is paused while the controller tells every replica: the
     followers' first requests (OffsetForLeaderEpoch) wait at the leader beside its own

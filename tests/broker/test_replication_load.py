@@ -179,12 +179,6 @@ def cluster(broker_process, zookeeper):
 # -- 3. a rolling restart under load ---------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flaky through the bug tests/broker/test_replication_faults.py::"
-    "test_a_follower_keeps_fetching_when_it_hears_of_its_leader_first reduces "
-    "(trilog/broker/_fetcher.py drops a partition answered NOT_LEADER_OR_FOLLOWER/"
-    "UNKNOWN_LEADER_EPOCH): after a leader change a follower that heard first never fetches "
-    "again, so full ISRs or identical logs never come"))
 def test_a_rolling_restart_under_load_loses_nothing(cluster):
     brokers, start = cluster
     create(brokers[1], {"min.insync.replicas": "2"})
@@ -209,12 +203,6 @@ def test_a_rolling_restart_under_load_loses_nothing(cluster):
 # -- 4. a loop of leader SIGKILLs ------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flaky through the bug tests/broker/test_replication_faults.py::"
-    "test_a_follower_keeps_fetching_when_it_hears_of_its_leader_first reduces "
-    "(trilog/broker/_fetcher.py drops a partition answered NOT_LEADER_OR_FOLLOWER/"
-    "UNKNOWN_LEADER_EPOCH): after a leader change a follower that heard first never fetches "
-    "again, so full ISRs or identical logs never come"))
 def test_leaders_killed_in_a_loop_lose_no_acknowledged_record(cluster, zookeeper):
     seed = int(os.environ.get("TRILOG_KILL_SEED", time.time_ns() % 1_000_000))
     print(f"kill-loop seed: {seed} (TRILOG_KILL_SEED={seed} repeats it)")

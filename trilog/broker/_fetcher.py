@@ -11,9 +11,12 @@ A partition newly followed first asks the leader where their logs diverge
 tail there: records a dead leader wrote past the high watermark that no other replica
 took are dropped, so that the replicas' logs end up identical.
 
-A partition whose leader answers NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH or
-UNKNOWN_TOPIC_OR_PARTITION waits for the controller's next LeaderAndIsr; a lost connection
-is retried after ``replica.fetch.backoff.ms``.
+A partition whose leader answers FENCED_LEADER_EPOCH (our epoch is older: a newer
+LeaderAndIsr is on its way) is dropped until the controller's next LeaderAndIsr.  One it
+answers NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_LEADER_EPOCH is
+retried after ``replica.fetch.backoff.ms``: the controller tells the leader and its followers
+at once, and a follower's first fetch may reach the leader before its LeaderAndIsr does.  A
+lost connection is retried after the same backoff.
 """
 
 from __future__ import annotations
@@ -46,14 +49,21 @@ log = logging.getLogger("trilog.broker.fetcher")
 TopicPartition = tuple[str, int]
 FETCH_VERSION = 10
 EPOCH_VERSION = 3
-_WAIT_FOR_LEADER = {NotLeaderOrFollowerError.code, FencedLeaderEpochError.code,
-                    UnknownLeaderEpochError.code, UnknownTopicOrPartitionError.code}
+#: our leader epoch is older than the leader's: wait for the controller's LeaderAndIsr
+_FENCED = {FencedLeaderEpochError.code}
+#: the leader does not know (yet) that it leads at our epoch: try again after a backoff
+_NOT_YET = {NotLeaderOrFollowerError.code, UnknownLeaderEpochError.code,
+            UnknownTopicOrPartitionError.code}
 
 
 @dataclasses.dataclass(eq=False)
 class FetchState:
     leader_epoch: int
     truncating: bool = True  # ask the leader where our logs diverge first
+    retry_at: float = 0.0  # trio time before which this partition is not asked for
+
+    def ready(self) -> bool:
+        return trio.current_time() >= self.retry_at
 
 
 class ReplicaFetchers:
@@ -134,7 +144,8 @@ class _Fetcher:
     # -- truncation -------------------------------------------------------------------------
 
     async def _truncate(self, conn) -> None:
-        pending = {tp: st for tp, st in self.partitions.items() if st.truncating}
+        pending = {tp: st for tp, st in self.partitions.items()
+                   if st.truncating and st.ready()}
         if not pending:
             return
         logs = self.manager.logs
@@ -160,11 +171,12 @@ class _Fetcher:
                 if entry is None or self.partitions.get(tp) is not entry[0]:
                     continue
                 st, our_epoch = entry
-                if p.error_code in _WAIT_FOR_LEADER:
+                if p.error_code in _FENCED:
                     self.partitions.pop(tp, None)
                     continue
                 if p.error_code != NO_ERROR:
-                    continue  # retried on the next round
+                    st.retry_at = trio.current_time() + self.backoff_s
+                    continue
                 lg = logs.get_log(*tp)
                 if lg is None:
                     continue
@@ -186,7 +198,7 @@ class _Fetcher:
         by_topic: dict[str, list] = {}
         for tp, st in self.partitions.items():
             lg = logs.get_log(*tp)
-            if st.truncating or lg is None:
+            if st.truncating or lg is None or not st.ready():
                 continue
             sent[tp] = st
             by_topic.setdefault(tp[0], []).append(R.FetchTopic.FetchPartition(
@@ -194,7 +206,9 @@ class _Fetcher:
                 fetch_offset=lg.log_end_offset, log_start_offset=lg.log_start_offset,
                 partition_max_bytes=self.max_bytes))
         if not sent:
-            await trio.sleep(self.backoff_s)
+            soonest = min((st.retry_at for st in self.partitions.values()),
+                          default=trio.current_time() + self.backoff_s)
+            await trio.sleep_until(max(soonest, trio.current_time() + 0.01))
             return
         request = R(replica_id=self.manager.broker_id, max_wait_ms=self.wait_ms,
                     min_bytes=self.min_bytes, max_bytes=0x7FFFFFFF, isolation_level=0,
@@ -211,8 +225,10 @@ class _Fetcher:
                 lg = logs.get_log(*tp)
                 if lg is None:
                     continue
-                if p.error_code in _WAIT_FOR_LEADER:
+                if p.error_code in _FENCED:
                     self.partitions.pop(tp, None)
+                elif p.error_code in _NOT_YET:
+                    sent_state.retry_at = trio.current_time() + self.backoff_s
                 elif p.error_code == OffsetOutOfRangeError.code:
                     await self._out_of_range(lg, p)
                 elif p.error_code == NO_ERROR:

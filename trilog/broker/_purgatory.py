@@ -4,6 +4,11 @@ A fetch that finds fewer than ``min_bytes`` parks a ``FetchWaiter`` on the parti
 asked for.  Each append reports its partition and byte count; a waiter wakes once its
 partitions received ``min_bytes`` in total, when its ``max_wait_ms`` passes, or when the
 broker shuts down.  Nothing polls.  Runs in the trio thread only (not thread-safe).
+
+A fetch reads (in a worker thread) before it parks: bytes appended meanwhile would wake
+nobody.  So it takes a ``mark`` of its partitions' append counters before reading, and
+``wait(..., since=mark)`` counts what arrived after the mark (Kafka checks again after
+registering its delayed fetch, for the same reason).
 """
 
 from __future__ import annotations
@@ -25,12 +30,19 @@ class FetchWaiter:
 class FetchPurgatory:
     def __init__(self) -> None:
         self._waiters: dict[TopicPartition, set[FetchWaiter]] = {}
+        self._appended: dict[TopicPartition, int] = {}  # bytes reported per partition
         self._closed = False
 
     def __len__(self) -> int:
         return len({w for ws in self._waiters.values() for w in ws})
 
+    def mark(self, partitions: list[TopicPartition]) -> int:
+        """The partitions' append counter now, for ``wait(since=...)``."""
+        appended = self._appended
+        return sum(appended.get(tp, 0) for tp in partitions)
+
     def data_appended(self, tp: TopicPartition, size: int) -> None:
+        self._appended[tp] = self._appended.get(tp, 0) + size
         waiters = self._waiters.get(tp)
         if not waiters:
             return
@@ -39,8 +51,12 @@ class FetchPurgatory:
             if waiter.needed <= 0:
                 waiter.event.set()
 
-    async def wait(self, partitions: list[TopicPartition], needed: int, timeout_s: float) -> None:
-        """Wait until ``needed`` more bytes arrived on ``partitions``, or the timeout."""
+    async def wait(self, partitions: list[TopicPartition], needed: int, timeout_s: float,
+                   since: int | None = None) -> None:
+        """Wait until ``needed`` more bytes arrived on ``partitions`` (counting from the
+        ``mark`` ``since`` when given), or the timeout."""
+        if since is not None:
+            needed -= self.mark(partitions) - since
         if self._closed or needed <= 0:
             await trio.lowlevel.checkpoint()
             return

@@ -368,6 +368,7 @@ class ReplicaManager:
                          for p in response.remaining_partitions]
             if response.error_code == NO_ERROR and not remaining:
                 log.info("controlled shutdown done: this broker leads no partition")
+                self._step_down()
                 return True
             log.info("controlled shutdown: error %d, %d partitions still led here",
                      response.error_code, len(remaining))
@@ -378,6 +379,15 @@ class ReplicaManager:
                 return False
         log.warning("controlled shutdown did not complete; stopping anyway")
         return False
+
+    def _step_down(self) -> None:
+        """After a controlled shutdown: lead nothing here any more (the new leaders have the
+        controller's word; a produce that still reaches this broker is sent elsewhere at once
+        instead of being appended and never acknowledged)."""
+        for part in self.partitions.values():
+            if part.leader == self.broker_id:
+                part.leader = -1
+                part.signal()
 
     # -- the controller's requests --------------------------------------------------------------
 
