@@ -388,6 +388,7 @@ class ReplicaManager:
             if part.leader == self.broker_id:
                 part.leader = -1
                 part.signal()
+        self.cluster.step_down()
 
     # -- the controller's requests --------------------------------------------------------------
 

@@ -169,6 +169,15 @@ class ZooKeeperCluster(Cluster):
         if meta is not None:
             self._states = {**self._states, tp: meta._replace(isr=isr)}
 
+    def step_down(self) -> None:
+        """This broker's controlled shutdown is done: its metadata no longer names it the
+        leader of anything (the controller's UpdateMetadata may not reach a broker that is
+        draining), so clients asking it look elsewhere."""
+        me = self.broker.node_id
+        self._states = {tp: (m._replace(leader=-1) if m.leader == me else m)
+                        for tp, m in self._states.items()}
+        self._rebuild_view()
+
     def leadership_changed(self) -> None:
         """A LeaderAndIsr or StopReplica was applied: wake whoever follows leadership."""
         self.changed.set()
