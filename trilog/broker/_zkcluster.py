@@ -161,6 +161,16 @@ class ZooKeeperCluster(Cluster):
             states[(topic, st.partition_index)] = PartitionMeta(
                 st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas))
         self._states = states
+        # The controller's live brokers carry their current addresses: a broker restarted
+        # on another port quickly enough may look unchanged in /brokers/ids' children.
+        brokers = dict(self._brokers)
+        for b in getattr(request, "live_brokers", None) or ():
+            endpoints = getattr(b, "endpoints", None)
+            if endpoints:
+                brokers[b.id] = BrokerInfo(b.id, endpoints[0].host, endpoints[0].port)
+            elif getattr(b, "v0_host", None):
+                brokers[b.id] = BrokerInfo(b.id, b.v0_host, b.v0_port)
+        self._brokers = brokers
         self._rebuild_view()
 
     def update_isr(self, tp: tuple[str, int], isr: tuple[int, ...]) -> None:
@@ -250,10 +260,7 @@ class ZooKeeperCluster(Cluster):
         ids = {int(c) for c in children if c.isdigit()}
         brokers = {}
         for node_id in ids:
-            known = self._brokers.get(node_id)
-            if known is not None:
-                brokers[node_id] = known
-                continue
+            # Read again even when known: a broker restarted on another port keeps its id.
             try:
                 reg = BrokerRegistration.decode(node_id, await self.zk.get(broker_path(node_id)))
             except NoNodeError:
