@@ -11,105 +11,24 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_helpers import (
-    batch,
-    connect,
-    fetch_request,
-    only_partition,
-    produce_request,
-    roundtrip,
-    send_request,
-)
+from broker_helpers import connect, roundtrip, send_request
 from kazoo.client import KazooClient
+from replication_helpers import (
+    NOT_ENOUGH_REPLICAS,
+    SETTINGS,
+    create,
+    fully_replicated,
+    log_bytes,
+    metadata,
+    produce_all,
+    read_all,
+    wait_for,
+)
 
 from trilog import protocol as p
 from trilog.records import iter_batches
 
 pytestmark = pytest.mark.slow
-
-NOT_ENOUGH_REPLICAS = 19
-SETTINGS = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 3000,
-            "replica.fetch.wait.max.ms": 100, "log.segment.bytes": 64 * 1024,
-            "default.replication.factor": 3}
-
-
-# -- helpers (the pattern of test_replication.py) -----------------------------------------------
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def metadata(broker, topic: str):
-    """``{partition: PartitionMetadata}`` as ``broker`` answers (None if unreachable or the
-    topic is unknown); partitions without a leader are included (``leader_id`` -1)."""
-    try:
-        with connect(broker.bootstrap) as sock:
-            response = roundtrip(sock, p.MetadataRequest(topics=[
-                p.MetadataRequest.MetadataRequestTopic(name=topic)]), 5)
-    except OSError:
-        return None
-    (t,) = response.topics
-    return {x.partition_index: x for x in t.partitions} if t.error_code == 0 else None
-
-
-def create(broker, topic: str, partitions: int, factor: int, configs=None) -> None:
-    R = p.CreateTopicsRequest
-    with connect(broker.bootstrap) as sock:
-        (result,) = roundtrip(sock, R(topics=[R.CreatableTopic(
-            name=topic, num_partitions=partitions, replication_factor=factor, assignments=[],
-            configs=[R.CreatableTopic.CreatableTopicConfig(name=k, value=v)
-                     for k, v in (configs or {}).items()])], timeout_ms=15_000), 3).topics
-    assert result.error_code == 0, result
-
-
-def fully_replicated(brokers, topic: str, partitions: int, factor: int):
-    for b in brokers:
-        meta = metadata(b, topic)
-        if not meta or len(meta) != partitions:
-            return False
-        if any(x.leader_id < 0 or len(x.isr_nodes) != factor for x in meta.values()):
-            return False
-    return metadata(brokers[0], topic)
-
-
-def produce_all(broker, topic: str, partition: int, values, acks: int = -1) -> int:
-    try:
-        with connect(broker.bootstrap) as sock:
-            part = only_partition(roundtrip(sock, produce_request(
-                topic, partition, batch(values), acks=acks), 3))
-    except OSError:
-        return -1
-    return part.error_code
-
-
-def read_all(broker, topic: str, partition: int) -> list[bytes] | None:
-    """Every record value below the high watermark, read from ``broker`` (None if it
-    answers with an error: not the leader yet, say)."""
-    out: list[bytes] = []
-    offset = 0
-    with connect(broker.bootstrap) as sock:
-        while True:
-            part = only_partition(roundtrip(sock, fetch_request(topic, partition, offset), 4))
-            if part.error_code != 0:
-                return None
-            for b in iter_batches(bytes(part.records or b"")):
-                out.extend(r.value for r in b.records() if r.offset >= offset)
-                offset = max(offset, b.next_offset)
-            if offset >= part.high_watermark:
-                return out
-
-
-def log_bytes(log_dir: Path, topic: str, partition: int) -> bytes:
-    directory = log_dir / f"{topic}-{partition}"
-    return b"".join((directory / name).read_bytes()
-                    for name in sorted(os.listdir(directory)) if name.endswith(".log"))
 
 
 def log_values(log_dir: Path, topic: str, partition: int) -> list[bytes]:

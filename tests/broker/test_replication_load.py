@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from broker_helpers import connect, roundtrip
 from kazoo.client import KazooClient
+from replication_helpers import SETTINGS, wait_for
 
 import trilog.sync
 from trilog import protocol as p
@@ -23,21 +24,6 @@ pytestmark = pytest.mark.slow
 
 TOPIC = "load"
 PARTITIONS = 6
-SETTINGS = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 3000,
-            "replica.fetch.wait.max.ms": 100, "log.segment.bytes": 64 * 1024,
-            "default.replication.factor": 3}
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def metadata_response(broker):
     try:
         with connect(broker.bootstrap) as sock:
