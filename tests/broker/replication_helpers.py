@@ -42,6 +42,9 @@ def metadata(broker, topic: str):
 
 
 def create(broker, topic: str, partitions: int, factor: int, configs=None) -> None:
+    """Create ``topic`` through ``broker`` once it knows ``factor`` live brokers (the
+    controller's word, which may come a moment after the brokers registered)."""
+    wait_for(lambda: len(live_brokers(broker)) >= factor, what=f"{factor} live brokers")
     R = p.CreateTopicsRequest
     with connect(broker.bootstrap) as sock:
         (result,) = roundtrip(sock, R(topics=[R.CreatableTopic(

@@ -161,16 +161,20 @@ class ZooKeeperCluster(Cluster):
             states[(topic, st.partition_index)] = PartitionMeta(
                 st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas))
         self._states = states
-        # The controller's live brokers carry their current addresses: a broker restarted
-        # on another port quickly enough may look unchanged in /brokers/ids' children.
-        brokers = dict(self._brokers)
-        for b in getattr(request, "live_brokers", None) or ():
-            endpoints = getattr(b, "endpoints", None)
-            if endpoints:
-                brokers[b.id] = BrokerInfo(b.id, endpoints[0].host, endpoints[0].port)
-            elif getattr(b, "v0_host", None):
-                brokers[b.id] = BrokerInfo(b.id, b.v0_host, b.v0_port)
-        self._brokers = brokers
+        # The controller's live brokers replace this broker's list, as in Kafka's metadata
+        # cache: they carry current addresses (a broker restarted on another port quickly
+        # enough may look unchanged in /brokers/ids' children), and a broker that left is
+        # gone from them (kept, it would look like a replica able to take leadership).
+        live = getattr(request, "live_brokers", None)
+        if live:
+            brokers = {}
+            for b in live:
+                endpoints = getattr(b, "endpoints", None)
+                if endpoints:
+                    brokers[b.id] = BrokerInfo(b.id, endpoints[0].host, endpoints[0].port)
+                elif getattr(b, "v0_host", None):
+                    brokers[b.id] = BrokerInfo(b.id, b.v0_host, b.v0_port)
+            self._brokers = brokers
         self._rebuild_view()
 
     def update_isr(self, tp: tuple[str, int], isr: tuple[int, ...]) -> None:
