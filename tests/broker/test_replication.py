@@ -4,6 +4,9 @@ survives the loss of its leader, followers converge to the leader's log byte for
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from replication_helpers import (
     NOT_ENOUGH_REPLICAS,
@@ -17,6 +20,8 @@ from replication_helpers import (
     read_all,
     wait_for,
 )
+
+import trilog.sync
 
 pytestmark = pytest.mark.slow
 
@@ -77,3 +82,42 @@ def test_acks_all_needs_min_insync_replicas(three):
     wait_for(lambda: produce_all(brokers[leader_id], "m", 0, [b"two"]) ==
              NOT_ENOUGH_REPLICAS, what="NOT_ENOUGH_REPLICAS")
     assert produce_all(brokers[leader_id], "m", 0, [b"three"], acks=1) == 0
+
+
+def test_the_producer_follows_a_leader_restarted_on_another_port(three):
+    """trilog's producer keeps one writer per broker id: when a broker comes back on a new
+    port and leads again, the producer reaches it at its new address (it kept connecting
+    to the old one, and every record timed out)."""
+    brokers, start = three
+    create(brokers[1], "moved", 1, 3, {"min.insync.replicas": "2"})
+    meta = wait_for(lambda: fully_replicated(list(brokers.values()), "moved", 1, 3),
+                    what="three in-sync replicas")
+    first = meta[0].leader_id  # the preferred leader
+    other = next(i for i in brokers if i != first)
+    producer = trilog.sync.Producer(
+        ",".join(b.bootstrap for b in brokers.values()), acks="all", linger_ms=0,
+        retries=1000, retry_backoff_ms=20, delivery_timeout_ms=20_000)
+    try:
+        def send(value: bytes) -> int:
+            return producer.send("moved", value, partition=0).get(timeout=30).offset
+
+        assert send(b"to the first leader") == 0  # the producer's writer for `first` exists
+        old_port = brokers[first].port
+        brokers[first].kill()
+        assert send(b"to the second leader") == 1
+        brokers[first] = start(first, brokers[first].log_dir)
+        assert brokers[first].port != old_port
+        wait_for(lambda: fully_replicated(list(brokers.values()), "moved", 1, 3),
+                 what="the restarted broker back in the ISR")
+        elect = subprocess.run(
+            [sys.executable, "-m", "trilog", "topics", "--bootstrap-server",
+             brokers[other].bootstrap, "--elect-leaders", "--topic", "moved"],
+            capture_output=True, text=True, timeout=60)
+        assert elect.returncode == 0, elect.stderr
+        wait_for(lambda: metadata(brokers[other], "moved")[0].leader_id == first,
+                 what="the restarted broker leading again")
+        assert send(b"to the restarted leader") == 2
+    finally:
+        producer.close()
+    assert read_all(brokers[first], "moved", 0) == [
+        b"to the first leader", b"to the second leader", b"to the restarted leader"]

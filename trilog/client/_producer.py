@@ -691,7 +691,8 @@ class Producer:
 
         Only this task writes to the broker, so two requests holding batches of one
         partition reach it in order; their responses are awaited by separate tasks, so
-        several requests are in flight at once.
+        several requests are in flight at once.  The broker's address is looked up for each
+        request: a broker restarted on another port keeps its id and its writer.
         """
         async for slots, batches in queue:
             request = self._produce_request(batches)
@@ -700,6 +701,7 @@ class Producer:
                 # delivery deadline bounds that wait (not the send itself: a frame cut in
                 # half would poison the connection).
                 conn = None
+                node = self._client.metadata.value.brokers.get(node.node_id, node)
                 with trio.move_on_at(min(b.deadline for b in batches)):
                     conn = await self._client.connection(node)
                 if conn is None:
