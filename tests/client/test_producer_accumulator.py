@@ -80,3 +80,23 @@ async def test_a_fatal_producer_id_renewal_fails_the_records_and_closes_the_prod
         pass
     else:
         raise AssertionError("the producer should be closed")
+
+
+async def test_a_partition_busy_with_a_batch_in_flight_keeps_its_next_batch_open():
+    """Kafka's accumulator: linger makes a batch ready, but while its partition has a batch
+    in flight (acks=all waiting for the followers) it keeps taking records, instead of a
+    row of one-record batches each waiting for its own round trip."""
+    producer = _producer(batch_size=1 << 20)
+    tp = ("t", 0)
+    producer._busy_partitions.add(tp)
+    first = producer.send_nowait("t", b"a", partition=0)
+    later = trio.current_time() + 1.0  # well past linger_ms
+    producer._seal_lingering(later)
+    assert producer._open.get(tp) is first._batch and not producer._ready.get(tp)
+    second = producer.send_nowait("t", b"b", partition=0)
+    assert second._batch is first._batch  # the same open batch grew
+    producer._busy_partitions.discard(tp)  # the request in flight was answered
+    producer._seal_lingering(later)
+    assert tp not in producer._open
+    assert [len(b.builder) for b in producer._ready[tp]] == [2]
+    await trio.lowlevel.checkpoint()

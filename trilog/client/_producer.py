@@ -602,9 +602,19 @@ class Producer:
                     await self._wakeup.wait()
 
     def _seal_lingering(self, now: float) -> float | None:
-        """Seal open batches whose linger time passed; return the next deadline."""
+        """Seal open batches whose linger time passed; return the next deadline.
+
+        A batch whose partition cannot take it yet (a batch of the partition is in flight,
+        or sealed and waiting) stays open and keeps taking records, as in Kafka's record
+        accumulator: sealing it would queue a row of tiny batches behind a slow
+        acknowledgement (``acks=all`` waits for the followers), each sent alone.  The
+        request that frees the partition wakes the sender, which seals it then.
+        """
         next_deadline = None
         for batch in list(self._open.values()):
+            tp = (batch.topic, batch.partition)
+            if tp in self._busy_partitions or self._ready.get(tp):
+                continue
             due = batch.created + self._linger_s
             if due <= now or self._flushing:
                 self._seal(batch)
