@@ -73,10 +73,6 @@ class Broker:
         self.descriptors = DescriptorBudget(fd_limit, logs.open_files)
         self.purgatory = FetchPurgatory()
         self.handler = RequestHandler(config, cluster, logs, self.purgatory, limiter)
-        self.coordinator = GroupCoordinator(config, cluster, logs, limiter)
-        self.coordinator.register(self.handler)
-        AdminApis(cluster, logs, self.coordinator, limiter).register(self.handler)
-        ConfigApis(config, cluster).register(self.handler)
         #: the replicas this broker holds (a ZooKeeper cluster; None standalone)
         self.replicas: ReplicaManager | None = None
         #: the controller's work, done while this broker is the controller (a ZooKeeper
@@ -87,7 +83,12 @@ class Broker:
             self.replicas.register(self.handler)
             self.replicas.on_leadership_change.append(self.handler.producers.forget)
             self.handler.replicas = self.replicas
-            self.coordinator.offsets.replicas = self.replicas
+        self.coordinator = GroupCoordinator(config, cluster, logs, limiter,
+                                            purgatory=self.purgatory, replicas=self.replicas)
+        self.coordinator.register(self.handler)
+        AdminApis(cluster, logs, self.coordinator, limiter).register(self.handler)
+        ConfigApis(config, cluster).register(self.handler)
+        if isinstance(cluster, ZooKeeperCluster):
             self.controller = Controller(
                 cluster.zk, cluster.controller, config.broker_id, config,
                 lambda topic: cluster.topic_configs.config_for(

@@ -225,6 +225,10 @@ PROPERTIES: tuple[Property, ...] = (
     Property("offsets.topic.segment.bytes", _int, 100 * _MB,
              "Segment size of __consumer_offsets, a compacted topic: the log cleaner compacts "
              "the segments before the active one.", low=1024),
+    Property("offsets.commit.timeout.ms", _int, 5000,
+             "How long an offset commit waits for every in-sync replica of its "
+             "__consumer_offsets partition (COORDINATOR_NOT_AVAILABLE after that; the client "
+             "retries).", low=1),
     Property("offsets.retention.minutes", _int, 10080,
              "Committed offsets of a group with no members are deleted this long after their "
              "commit.", low=1),

@@ -79,6 +79,8 @@ from trilog.storage import LogManager
 
 if TYPE_CHECKING:
     from trilog.broker._handlers import RequestHandler
+    from trilog.broker._purgatory import FetchPurgatory
+    from trilog.broker._replicas import ReplicaManager
 
 log = logging.getLogger("trilog.broker.groups")
 
@@ -99,15 +101,19 @@ class GroupCoordinator:
     ``run()`` in the broker's nursery."""
 
     def __init__(self, config: BrokerConfig, cluster: Cluster, logs: LogManager,
-                 limiter: trio.CapacityLimiter) -> None:
+                 limiter: trio.CapacityLimiter, *, purgatory: FetchPurgatory | None = None,
+                 replicas: ReplicaManager | None = None) -> None:
         self.config = config
         self.cluster = cluster
         self.logs = logs
         segment_bytes = config["offsets.topic.segment.bytes"]
         logs.update_topic_config(
             OFFSETS_TOPIC, OffsetManager.topic_config(logs.default_config, segment_bytes))
-        self.offsets = OffsetManager(logs, limiter, segment_bytes=segment_bytes,
-                                     retention_ms=config["offsets.retention.minutes"] * 60_000)
+        self.offsets = OffsetManager(
+            logs, limiter, segment_bytes=segment_bytes,
+            retention_ms=config["offsets.retention.minutes"] * 60_000,
+            commit_timeout_ms=config["offsets.commit.timeout.ms"], purgatory=purgatory,
+            replicas=replicas)
         self.groups: dict[str, Group] = {}
         self._min_session_ms = config["group.min.session.timeout.ms"]
         self._max_session_ms = config["group.max.session.timeout.ms"]

@@ -15,7 +15,12 @@ drops tombstones after ``delete.retention.ms``.  The cleaner never changes what 
 reads back: offsets keep their order, and every key's latest record stays.
 
 Appends to one partition are serialised by a trio lock (commits, tombstones, snapshots), so
-the cache and the log agree; the log work runs in worker threads.
+the cache and the log agree; the log work runs in worker threads.  An append wakes the
+fetches parked on its partition (the followers' among them), and in a cluster it is done
+only once every in-sync replica has it, as Kafka's commits are written with ``acks=-1``
+(``offsets.commit.timeout.ms``): a commit acknowledged to a client survives the loss of
+its coordinator.  Kafka's error mapping applies: too few in-sync replicas or a timeout
+answer COORDINATOR_NOT_AVAILABLE (the client retries), lost leadership NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -39,7 +44,11 @@ from trilog.errors import (
     InvalidFetchSizeError,
     MessageTooLargeError,
     NotCoordinatorError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
     RecordListTooLargeError,
+    RequestTimedOutError,
     UnknownServerError,
 )
 from trilog.protocol import (
@@ -53,6 +62,10 @@ from trilog.protocol import (
 )
 from trilog.records import CorruptRecordsError, RecordBatchBuilder, iter_batches
 from trilog.storage import Log, LogConfig, LogManager
+
+if TYPE_CHECKING:
+    from trilog.broker._purgatory import FetchPurgatory
+    from trilog.broker._replicas import ReplicaManager
 
 log = logging.getLogger("trilog.broker.offsets")
 #: A full disk fails every commit: one line per partition and minute.
@@ -185,15 +198,20 @@ class OffsetManager:
     """
 
     def __init__(self, logs: LogManager, limiter: trio.CapacityLimiter, *,
-                 segment_bytes: int, retention_ms: int) -> None:
+                 segment_bytes: int, retention_ms: int, commit_timeout_ms: int = 5000,
+                 purgatory: FetchPurgatory | None = None,
+                 replicas: ReplicaManager | None = None) -> None:
         self.logs = logs
         self.limiter = limiter
         self.segment_bytes = segment_bytes
         self.retention_ms = retention_ms
+        self.commit_timeout_s = commit_timeout_ms / 1000
         self.partitions: dict[int, OffsetsPartition] = {}
-        #: the broker's replica manager in a cluster: commits carry the leader's epoch and
-        #: move the high watermark (None standalone)
-        self.replicas: Any = None
+        #: the broker's fetch purgatory: appends wake the fetches parked on the partition
+        self.purgatory = purgatory
+        #: the broker's replica manager in a cluster (None standalone): appends carry the
+        #: leader's epoch and wait for the in-sync replicas
+        self.replicas = replicas
 
     @staticmethod
     def topic_config(base: LogConfig, segment_bytes: int) -> LogConfig:
@@ -350,9 +368,19 @@ class OffsetManager:
             await trio.lowlevel.checkpoint()
             return NotCoordinatorError.code
         tp = (OFFSETS_TOPIC, partition)
-        epoch = self.replicas.leader_epoch(tp) if self.replicas is not None else None
+        replicas = self.replicas
+        epoch = None
+        if replicas is not None:
+            try:
+                replicas.check_produce(tp, -1)
+                epoch = replicas.leader_epoch(tp)
+            except (ApiError, KeyError) as exc:
+                await trio.lowlevel.checkpoint()
+                return _commit_error(exc.code if isinstance(exc, ApiError)
+                                     else NotLeaderOrFollowerError.code)
         try:
-            await trio.to_thread.run_sync(_append_all, lg, batches, epoch, limiter=self.limiter)
+            end = await trio.to_thread.run_sync(_append_all, lg, batches, epoch,
+                                                limiter=self.limiter)
         except (MessageTooLargeError, RecordListTooLargeError, InvalidFetchSizeError):
             return InvalidCommitOffsetSizeError.code
         except CorruptMessageError:
@@ -368,14 +396,32 @@ class OffsetManager:
             # A closed log (shutdown): the client retries elsewhere/later.
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition)
             return CoordinatorNotAvailableError.code
-        if self.replicas is not None:
-            self.replicas.appended(tp)
-        return NO_ERROR
+        if self.purgatory is not None:
+            self.purgatory.data_appended(tp, sum(map(len, batches)))
+        if replicas is None:
+            return NO_ERROR
+        replicas.appended(tp)
+        code = await replicas.wait_replicated(tp, end, trio.current_time() +
+                                              self.commit_timeout_s)
+        return _commit_error(code)
 
 
-def _append_all(lg: Log, batches: list[bytes], leader_epoch: int | None) -> None:
+def _commit_error(code: int) -> int:
+    """The answer to a commit whose append answered ``code`` (Kafka's mapping in
+    ``GroupMetadataManager``): the client finds the coordinator again, or retries."""
+    if code in (NotEnoughReplicasError.code, NotEnoughReplicasAfterAppendError.code,
+                RequestTimedOutError.code):
+        return CoordinatorNotAvailableError.code
+    if code == NotLeaderOrFollowerError.code:
+        return NotCoordinatorError.code
+    return code
+
+
+def _append_all(lg: Log, batches: list[bytes], leader_epoch: int | None) -> int:
+    """Blocking: append ``batches``; the log end offset after them."""
     for batch in batches:
         if leader_epoch is None:
             lg.append(batch)
         else:
             lg.append(batch, leader_epoch=leader_epoch)
+    return lg.log_end_offset
