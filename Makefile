@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install compiler zookeeper run test bench clean
+.PHONY: install compiler zookeeper kcat run test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +36,17 @@ zookeeper: $(VENV)/.installed
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y zookeeper; \
 	  $(BIN)/trilog zookeeper --check; }
 
+# kcat (Debian's package), one of the independent Kafka clients the tests check trilog with.
+kcat:
+	@command -v kcat >/dev/null || { \
+	  echo "installing Debian's kcat package (for the tests)"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y kcat; }
+
 # The main job: one standalone broker on 127.0.0.1:9092, data in ./trilog-data (Ctrl-C stops it).
 run: install
 	$(BIN)/trilog broker
 
-test: install
+test: install kcat
 	$(BIN)/python -m pytest
 
 bench: install
