@@ -77,7 +77,14 @@ def produce_all(broker, topic: str, partition: int, values, acks: int = -1) -> i
 def read_all(broker, topic: str, partition: int) -> list[bytes] | None:
     """Every record value below the high watermark, read from ``broker`` (None if it
     answers with an error: not the leader yet, say)."""
-    out: list[bytes] = []
+    records = read_records(broker, topic, partition)
+    return None if records is None else [value for _offset, value in records]
+
+
+def read_records(broker, topic: str, partition: int) -> list[tuple[int, bytes]] | None:
+    """``(offset, value)`` of every record below the high watermark, read from ``broker``
+    (None if it answers with an error)."""
+    out: list[tuple[int, bytes]] = []
     offset = 0
     with connect(broker.bootstrap) as sock:
         while True:
@@ -85,7 +92,7 @@ def read_all(broker, topic: str, partition: int) -> list[bytes] | None:
             if part.error_code != 0:
                 return None
             for b in iter_batches(bytes(part.records or b"")):
-                out.extend(r.value for r in b.records() if r.offset >= offset)
+                out.extend((r.offset, r.value) for r in b.records() if r.offset >= offset)
                 offset = max(offset, b.next_offset)
             if offset >= part.high_watermark:
                 return out
