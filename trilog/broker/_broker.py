@@ -46,7 +46,7 @@ from trilog.broker._limits import (
     raise_fd_limit,
 )
 from trilog.broker._metrics import FLUSH_BUCKETS_S, BrokerSource, Buckets, serve_metrics
-from trilog.broker._network import ConnectionLimits, Network, ResponseParts
+from trilog.broker._network import ConnectionLimits, Later, Network, ResponseParts
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.broker._replicas import ReplicaManager
 from trilog.broker._zkcluster import ZooKeeperCluster, open_zookeeper_cluster
@@ -161,7 +161,7 @@ class Broker:
             "descriptor_limit": self.descriptors.limit,
         }
 
-    async def _handle(self, frame: memoryview, peer: str) -> ResponseParts | None:
+    async def _handle(self, frame: memoryview, peer: str) -> ResponseParts | Later | None:
         client_address.set(peer)
         return await self.handler.handle(frame, peer)
 

@@ -34,6 +34,7 @@ from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker._config import BrokerConfig
 from trilog.broker._limits import RateLimitedLog
 from trilog.broker._metrics import RequestMetrics, api_name, error_counts, error_name
+from trilog.broker._network import Later
 from trilog.broker._producer_state import ProducerStateTable
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.errors import (
@@ -144,39 +145,60 @@ class RequestHandler:
         self._handlers[api_key] = handler
         self.supported[api_key] = API_VERSIONS[ApiKey(api_key)]
 
-    async def handle(self, frame: memoryview, peer: str) -> list[Any] | None:
-        """The response's parts (None: no response is due); counted in ``metrics`` and, at
-        DEBUG, logged on ``trilog.broker.requests`` (one line per request)."""
+    async def handle(self, frame: memoryview, peer: str) -> list[Any] | Later | None:
+        """The response's parts (None: no response is due; ``Later``: the request is done,
+        its answer comes once a wait is over); counted in ``metrics`` and, at DEBUG, logged
+        on ``trilog.broker.requests`` (one line per request, once answered)."""
         started = time.perf_counter()
+        request_bytes = len(frame) + 4
         try:
-            header, parts, errors = await self._respond(frame, peer)
+            header, response = await self._respond(frame, peer)
         except ProtocolError as exc:  # the connection closes: no answer
             api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
             self.metrics.request_refused(api_key)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s refused peer=%s request_bytes=%d: %s", api_name(api_key), peer,
-                          len(frame) + 4, exc)
+                          request_bytes, exc)
             raise
+        if isinstance(response, Later):
+            later = response
+
+            async def answer() -> list[Any] | None:
+                return self._answer(header, await later.result(), peer, request_bytes,
+                                    started)
+
+            return Later(answer)
+        return self._answer(header, response, peer, request_bytes, started)
+
+    def _answer(self, header, response, peer: str, request_bytes: int, started: float
+                ) -> list[Any] | None:
+        """Encode ``response`` (a message, ready parts, or None) and count it."""
+        if isinstance(response, list):  # already encoded (the ApiVersions fallback)
+            parts, errors = response, {UnsupportedVersionError.code: 1}
+        elif response is None:
+            parts, errors = None, {}
+        else:
+            parts = encode_response_parts(response, header.api_version, header.correlation_id)
+            errors = error_counts(response)
         seconds = time.perf_counter() - started
         sent = _parts_size(parts)
-        self.metrics.request_done(header.api_key, header.api_version, seconds, len(frame) + 4,
+        self.metrics.request_done(header.api_key, header.api_version, seconds, request_bytes,
                                   sent, errors)
         if log.isEnabledFor(logging.DEBUG):
             _log_request(header.api_key, header.api_version, header.client_id, peer,
-                         len(frame) + 4, sent, seconds, errors)
+                         request_bytes, sent, seconds, errors)
         return parts
 
-    async def _respond(self, frame: memoryview, peer: str
-                       ) -> tuple[Any, list[Any] | None, dict[int, int]]:
-        """``(header, response parts or None, error counts)`` of a request frame."""
+    async def _respond(self, frame: memoryview, peer: str) -> tuple[Any, Any]:
+        """``(header, response)`` of a request frame: a message, ``Later`` (its message
+        comes later), None (no answer is due), or ready parts (the ApiVersions fallback)."""
         try:
             header, request = decode_request(frame, max_length=self._max_request)
         except UnsupportedVersionError:
             header = peek_request_header(frame)
             if header.api_key == ApiKey.API_VERSIONS:
-                return (header, [encode_api_versions_fallback(header.correlation_id,
-                                                              self.supported)],
-                        {UnsupportedVersionError.code: 1})
+                return header, [encode_api_versions_fallback(header.correlation_id,
+                                                             self.supported)]
             raise RemoteProtocolError(
                 f"{_api_name(header.api_key)} v{header.api_version} is not supported"
             ) from None
@@ -184,16 +206,12 @@ class RequestHandler:
         if handler is None:
             raise RemoteProtocolError(f"{_api_name(header.api_key)} is not served by this broker")
         try:
-            response = await handler(request, header)
+            return header, await handler(request, header)
         except ProtocolError:
             raise
         except ApiError as exc:  # a request-level error a handler did not map
             log.warning("%s from %s failed: %s", _api_name(header.api_key), peer, exc)
             raise RemoteProtocolError(f"request failed: {exc}") from exc
-        if response is None:
-            return header, None, {}
-        return (header, encode_response_parts(response, header.api_version,
-                                              header.correlation_id), error_counts(response))
 
     # -- ApiVersions -------------------------------------------------------------------------
 
@@ -312,9 +330,21 @@ class RequestHandler:
                     if self.replicas is not None:
                         self.replicas.appended(key)
             if acks == -1 and self.replicas is not None:
-                await self._wait_replicated(results, request.timeout_ms)
+                # The records are appended: the connection's next request need not wait
+                # for the in-sync replicas too (the answers still leave in order).
+                deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
+
+                async def replicated() -> Any:
+                    await self._wait_replicated(results, deadline)
+                    return self._produce_response(results)
+
+                return Later(replicated)
         if acks == 0:
             return None
+        return self._produce_response(results)
+
+    @staticmethod
+    def _produce_response(results) -> Any:
         R = ProduceResponse
         by_topic: dict[str, list] = {}
         for (name, index), outcome in results.items():
@@ -331,11 +361,10 @@ class RequestHandler:
             throttle_time_ms=0,
         )
 
-    async def _wait_replicated(self, results, timeout_ms: int) -> None:
+    async def _wait_replicated(self, results, deadline: float) -> None:
         """``acks=all``: hold the answer until every in-sync replica has each partition's
-        records (its high watermark passed them), or ``timeout_ms``."""
+        records (its high watermark passed them), or the request's ``deadline``."""
         assert self.replicas is not None
-        deadline = trio.current_time() + max(timeout_ms, 0) / 1000
         for key, outcome in list(results.items()):
             if outcome[0] == 0 and len(outcome) > 5:
                 code = await self.replicas.wait_replicated(key, outcome[5], deadline)

@@ -8,8 +8,14 @@ is two tasks:
 
 - a *reader* that splits the byte stream into size-delimited frames and queues them (a frame
   over ``socket.request.max.bytes`` closes the connection, with a log line);
-- a *responder* that takes frames in order, asks the request handler for the response and
-  writes it, so responses leave in request order (Kafka's guarantee per connection).
+- a *responder* that takes frames in order and asks the request handler for each response,
+  which a *writer* task writes in the same order (Kafka's guarantee per connection).  A
+  handler may answer ``Later(...)``: the request is done (a produce appended) but its
+  response waits for something (``acks=all``: the in-sync replicas).  The responder goes on
+  with the connection's next requests meanwhile, and the writer sends that response in its
+  turn, so a client pipelining ``acks=all`` produces has their replication waits overlap
+  instead of queueing one after another.  Requests are still handled one at a time, in
+  order.
 
 A response is a list of parts: ``bytes`` written with ``send_all``, and file slices (an
 object with ``fileno()``, ``position`` and ``length``) sent from the segment file to the
@@ -43,7 +49,7 @@ import select
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 import trio
 
@@ -79,8 +85,24 @@ class FileSlice(Protocol):
 
 
 ResponseParts = Sequence["bytes | bytearray | memoryview | FileSlice"]
-#: ``handler(frame, peer) -> parts or None`` (None: no response, e.g. a Produce with acks=0).
-Handler = Callable[[memoryview, str], Awaitable["ResponseParts | None"]]
+
+
+class Later:
+    """A response that is not ready when its request has been handled: ``await
+    later.result()`` gives its parts (or None), and the writer sends them in turn."""
+
+    __slots__ = ("_result",)
+
+    def __init__(self, result: Callable[[], Awaitable[ResponseParts | None]]) -> None:
+        self._result = result
+
+    async def result(self) -> ResponseParts | None:
+        return await self._result()
+
+
+#: ``handler(frame, peer) -> parts, Later or None`` (None: no response, e.g. a Produce with
+#: acks=0).
+Handler = Callable[[memoryview, str], Awaitable["ResponseParts | Later | None"]]
 
 
 @dataclass(frozen=True)
@@ -409,19 +431,46 @@ class Network:
             conn.last_active = trio.current_time()  # a request is being answered: not idle
 
     async def _responder(self, conn: _Connection, requests: trio.MemoryReceiveChannel) -> None:
-        memory = self.memory
-        async for frame in requests:
-            size = len(frame) + 4
+        """Handle the connection's requests in order; the writer sends their answers.  A
+        request the handler refuses (a ProtocolError) closes the connection once the
+        answers before it are sent."""
+        answers_send, answers_receive = trio.open_memory_channel[
+            "tuple[ResponseParts | Later | None, int]"](MAX_QUEUED_REQUESTS)
+        refused: ProtocolError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._writer, conn, answers_receive)
+            async with answers_send:
+                async for frame in requests:
+                    size = len(frame) + 4
+                    try:
+                        parts = await self._handler(frame, conn.peer)
+                    except BaseException as exc:
+                        self._answered(conn, size)
+                        if isinstance(exc, ProtocolError):
+                            refused = exc
+                            break
+                        raise
+                    del frame
+                    await answers_send.send((parts, size))
+        if refused is not None:
+            raise refused
+
+    async def _writer(self, conn: _Connection,
+                      answers: trio.MemoryReceiveChannel) -> None:
+        async for parts, size in answers:
             try:
-                parts = await self._handler(frame, conn.peer)
-                del frame
+                if isinstance(parts, Later):
+                    parts = await parts.result()
                 if parts:
                     await self._send(conn.stream, parts)
             finally:
-                conn.in_flight -= 1
-                conn.charged -= size
-                memory.give_back(size)
+                self._answered(conn, size)
             conn.last_active = trio.current_time()
+
+    def _answered(self, conn: _Connection, size: int) -> None:
+        conn.in_flight -= 1
+        conn.charged -= size
+        self.memory.give_back(size)
 
     async def _send(self, stream: trio.SocketStream, parts: ResponseParts) -> None:
         try:

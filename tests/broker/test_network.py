@@ -1,0 +1,94 @@
+"""The network layer's ordering with answers that come later (``Later``): a connection's
+requests are handled one at a time and in order, and answered in order, but a request whose
+answer waits (an ``acks=all`` produce waiting for the in-sync replicas) does not hold up the
+handling of the requests behind it."""
+
+from __future__ import annotations
+
+import trio
+
+from trilog import protocol as p
+from trilog.broker._network import Later, Network
+from trilog.errors import RemoteProtocolError
+
+
+async def _serve(handler, body):
+    """Run a ``Network`` with ``handler`` around ``body(stream)``, a connected client."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    network = Network(handler, listeners, max_request_bytes=1 << 20)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(network.serve)
+            stream = await trio.open_tcp_stream("127.0.0.1", network.port)
+            try:
+                await body(stream)
+            finally:
+                await stream.aclose()
+            nursery.cancel_scope.cancel()
+    for listener in listeners:
+        await listener.aclose()
+
+
+async def _receive_frames(stream, count: int) -> list[bytes]:
+    data = b""
+    frames = []
+    while len(frames) < count:
+        chunk = await stream.receive_some(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+        while len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big"):
+            size = int.from_bytes(data[:4], "big")
+            frames.append(data[4:4 + size])
+            data = data[4 + size:]
+    return frames
+
+
+async def test_a_later_answer_does_not_hold_up_the_next_request_and_answers_keep_order():
+    handled: list[bytes] = []
+    release = trio.Event()
+
+    async def handler(frame, peer):
+        body = bytes(frame)
+        handled.append(body)
+        if body == b"slow":
+            async def answer():
+                await release.wait()
+                return [p.frame(b"slow answered")]
+            return Later(answer)
+        return [p.frame(body + b" answered")]
+
+    async def body(stream):
+        await stream.send_all(p.frame(b"slow") + p.frame(b"fast") + p.frame(b"last"))
+        with trio.fail_after(5):
+            while len(handled) < 3:  # the requests behind the slow one were handled ...
+                await trio.sleep(0.01)
+        with trio.move_on_after(0.2):  # ... but nothing is answered before the slow one
+            assert await stream.receive_some(1) == b"", "an answer overtook the slow one"
+        release.set()
+        assert await _receive_frames(stream, 3) == [
+            b"slow answered", b"fast answered", b"last answered"]
+
+    await _serve(handler, body)
+    assert handled == [b"slow", b"fast", b"last"]
+
+
+async def test_a_refused_request_closes_the_connection_after_the_answers_before_it():
+    release = trio.Event()
+
+    async def handler(frame, peer):
+        if bytes(frame) == b"bad":
+            release.set()
+            raise RemoteProtocolError("a malformed request")
+
+        async def answer():
+            await release.wait()
+            return [p.frame(b"good answered")]
+        return Later(answer)
+
+    async def body(stream):
+        await stream.send_all(p.frame(b"good") + p.frame(b"bad") + p.frame(b"ignored"))
+        frames = await _receive_frames(stream, 2)
+        assert frames == [b"good answered"]  # then the connection closed
+
+    await _serve(handler, body)
