@@ -471,3 +471,23 @@ def test_the_broker_raises_its_soft_descriptor_limit_and_logs_the_budget(broker_
         (line,) = [x for x in f if x.startswith("Max open files")]
     assert line.split()[3:5] == ["2048", "2048"]
     assert "descriptor limit 2048" in Path(broker.stderr_path).read_text()
+
+
+# -- appends on the event loop ------------------------------------------------------------------
+
+
+async def test_small_appends_run_on_the_event_loop_unless_a_log_fsyncs_per_message(tmp_path):
+    """A small produce is appended on the event loop (no worker-thread hop); a large one,
+    or one to a log that fsyncs every few messages, goes to a worker thread."""
+    from trilog.storage import LogConfig
+
+    async with open_broker({"port": 0, "log.dirs": str(tmp_path / "data")}) as broker:
+        logs = broker.logs
+        logs.get_or_create_log("plain", 0)
+        logs.get_or_create_log("synced", 0, LogConfig(flush_interval_messages=1))
+        small, large = b"r" * 1000, b"r" * (65 * 1024)
+        inline = broker.handler._append_inline
+        assert inline([("plain", 0, small, None)])
+        assert not inline([("plain", 0, large, None)])
+        assert not inline([("plain", 0, small, None), ("synced", 0, small, None)])
+        assert not inline([("missing", 0, small, None)])
