@@ -238,8 +238,12 @@ class _Fetcher:
         data = p.records
         size = _whole_batches_length(data) if data else 0
         if size:
-            await trio.to_thread.run_sync(_append_as_follower, lg, memoryview(data)[:size],
-                                          limiter=self.manager.limiter)
+            if lg.cheap_append(size):  # a page-cache write: no hop to a worker thread
+                await trio.lowlevel.checkpoint()
+                _append_as_follower(lg, memoryview(data)[:size])
+            else:
+                await trio.to_thread.run_sync(_append_as_follower, lg, memoryview(data)[:size],
+                                              limiter=self.manager.limiter)
             self.manager.purgatory.data_appended(tp, size)
         if p.high_watermark >= 0:
             lg.update_high_watermark(min(p.high_watermark, lg.log_end_offset))

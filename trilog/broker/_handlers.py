@@ -75,7 +75,6 @@ from trilog.protocol import (
 )
 from trilog.records import legacy_to_v2, v2_to_legacy
 from trilog.storage import LATEST_TIMESTAMP, LogManager, write_atomically
-from trilog.storage._config import NEVER
 
 if TYPE_CHECKING:
     from trilog.broker._replicas import ReplicaManager
@@ -107,10 +106,6 @@ def _partition_error(exc: Exception, what: str, topic: str, partition: int) -> i
         return KafkaStorageError.code
     log.exception("%s of %s-%d failed", what, topic, partition)
     return UnknownServerError.code
-
-
-#: Produce requests carrying at most this many record bytes are appended on the event loop.
-INLINE_APPEND_BYTES = 64 * 1024
 
 
 class RequestHandler:
@@ -396,11 +391,10 @@ class RequestHandler:
         """May ``work`` be appended on the event loop?  A small append is a page-cache write
         of a few microseconds, cheaper than the hop to a worker thread and back (a
         single-record produce costs ~25 % less), unless a log fsyncs by message count."""
-        if sum(len(w[2]) for w in work) > INLINE_APPEND_BYTES:
-            return False
+        total = sum(len(w[2]) for w in work)
         for topic, partition, _records, _epoch in work:
             lg = self.logs.get_log(topic, partition)
-            if lg is None or lg.config.flush_interval_messages != NEVER:
+            if lg is None or not lg.cheap_append(total):
                 return False
         return True
 
@@ -487,9 +481,24 @@ class RequestHandler:
         if all(c is not None for c in checked):
             await trio.lowlevel.checkpoint()
             return [(c, None, None) for c in checked]
+        if convert is None and self._reads_tail(wanted, checked):
+            # Reads in the active segments find index and data pages just written: cheaper
+            # here than the hop to a worker thread (the bytes go out by sendfile anyway).
+            await trio.lowlevel.checkpoint()
+            return self._read_in_thread(wanted, checked, max_bytes, convert, replica >= 0)
         return await trio.to_thread.run_sync(self._read_in_thread, wanted, checked, max_bytes,
                                              convert, replica >= 0,
                                              limiter=self.limiter)
+
+    def _reads_tail(self, wanted, checked) -> bool:
+        """Does every partition read start in its log's active segment?"""
+        for (topic, partition, offset, _max), error in zip(wanted, checked):
+            if error is not None:
+                continue
+            lg = self.logs.get_log(topic, partition)
+            if lg is None or offset < lg.active_segment.base_offset:
+                return False
+        return True
 
     def _read_in_thread(self, wanted, checked, max_bytes, convert, to_log_end=False):
         """In a worker thread: ``[(error, slice or None, (hw, log start) or None)]``."""

@@ -40,7 +40,7 @@ from trilog.storage._append import (
     check_batches,
     keep_offsets,
 )
-from trilog.storage._config import LogConfig
+from trilog.storage._config import NEVER, LogConfig
 from trilog.storage._epochs import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     LeaderEpochCache,
@@ -62,6 +62,9 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 logger = logging.getLogger("trilog.storage")
+
+#: ``Log.cheap_append``: appends up to this size are a page-cache write of microseconds.
+CHEAP_APPEND_BYTES = 64 * 1024
 
 
 class LogAppendInfo(NamedTuple):
@@ -321,6 +324,11 @@ class Log:
         )
 
     # -- appending -----------------------------------------------------------------------
+
+    def cheap_append(self, nbytes: int) -> bool:
+        """Would an append of ``nbytes`` be only a page-cache write (small, and no fsync by
+        message count)?  Callers on an event loop append those inline, not in a thread."""
+        return nbytes <= CHEAP_APPEND_BYTES and self.config.flush_interval_messages == NEVER
 
     def append(
         self,
