@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 from broker_helpers import (
     batch,
     create_topics_request,
@@ -197,3 +198,38 @@ async def test_bytes_appended_while_a_fetch_reads_wake_it_at_once():
     with trio.move_on_after(0.05) as scope:
         await purgatory.wait(tps, 5, timeout_s=30, since=mark)
     assert scope.cancelled_caught
+
+
+async def test_in_a_cluster_consumers_wake_when_the_high_watermark_moves_followers_on_appends():
+    """A consumer reads below the high watermark: an append alone would answer it with
+    nothing, so it waits for the high watermark to move; a follower reads to the log end:
+    an append wakes it, a high watermark move does not."""
+    from trilog.broker._purgatory import FetchPurgatory
+
+    purgatory = FetchPurgatory(follow_high_watermark=True)
+    tp = ("t", 0)
+    woken: list[str] = []
+
+    async def park(name: str, replica: bool) -> None:
+        await purgatory.wait([tp], 1, timeout_s=30, replica=replica)
+        woken.append(name)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(park, "consumer", False)
+            nursery.start_soon(park, "follower", True)
+            await trio.testing.wait_all_tasks_blocked()
+            purgatory.data_appended(tp, 100)
+            await trio.testing.wait_all_tasks_blocked()
+            assert woken == ["follower"]
+            nursery.start_soon(park, "follower again", True)
+            await trio.testing.wait_all_tasks_blocked()
+            purgatory.high_watermark_moved(tp)
+            await trio.testing.wait_all_tasks_blocked()
+            assert woken == ["follower", "consumer"]
+            nursery.cancel_scope.cancel()
+    # A move between a consumer's mark and its wait is not lost either.
+    mark = purgatory.mark([tp])
+    purgatory.high_watermark_moved(tp)
+    with trio.fail_after(1):
+        await purgatory.wait([tp], 1, timeout_s=30, since=mark)

@@ -71,7 +71,8 @@ class Broker:
         self.cluster = cluster
         self.limiter = limiter
         self.descriptors = DescriptorBudget(fd_limit, logs.open_files)
-        self.purgatory = FetchPurgatory()
+        self.purgatory = FetchPurgatory(
+            follow_high_watermark=isinstance(cluster, ZooKeeperCluster))
         self.handler = RequestHandler(config, cluster, logs, self.purgatory, limiter)
         #: the replicas this broker holds (a ZooKeeper cluster; None standalone)
         self.replicas: ReplicaManager | None = None

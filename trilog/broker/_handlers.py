@@ -442,14 +442,15 @@ class RequestHandler:
         # worker thread, with the read), to magic 0 for v0-v1 and magic 1 for v2-v3.
         convert = None if version >= 4 else (0 if version < 2 else 1)
         tps = [(t, p) for t, p, _, _ in wanted]
-        mark = self.purgatory.mark(tps)
+        mark = self.purgatory.mark(tps, replica >= 0)
         results = await self._read_all(wanted, max_bytes, convert, replica, epochs)
         total = sum(r[1].length for r in results if r[1] is not None)
         errors = any(r[0] for r in results)
         if request.max_wait_ms > 0 and total < request.min_bytes and not errors and wanted:
             _close_slices(results)
             await self.purgatory.wait(tps, request.min_bytes - total,
-                                      request.max_wait_ms / 1000, since=mark)
+                                      request.max_wait_ms / 1000, since=mark,
+                                      replica=replica >= 0)
             results = await self._read_all(wanted, max_bytes, convert, replica, None)
         try:
             return self._fetch_response(version, wanted, results)

@@ -260,7 +260,7 @@ class ReplicaManager:
                 state = part.followers.get(replica)
                 ends.append(state.log_end_offset if state is not None else -1)
         if lg.maybe_increment_high_watermark(min(ends)):
-            self.purgatory.data_appended(part.tp, 1)
+            self.purgatory.high_watermark_moved(part.tp)
             part.signal()
 
     def _maybe_expand_isr(self, part: Partition, replica: int, lg: Log) -> None:
