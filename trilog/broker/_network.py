@@ -126,7 +126,7 @@ class RequestMemory:
     requests received in parts from holding the budget and waiting for each other forever:
     when such parts hold more of the budget than requests awaiting their answers, the
     connection closest to finishing its request goes on reading, and its request completes.
-    So the budget may be overshot by about one request, as Kafka's memory pool lets one
+    So the budget may be overshot by a request or two, as Kafka's memory pool lets one
     allocation overshoot (a single request larger than the budget is still received).
     Runs in the trio thread.
     """
