@@ -297,3 +297,15 @@ def kafka_consumer(bootstrap: str, **kw):
     settings = {"fetch_max_bytes": 32 << 20, "max_partition_fetch_bytes": 8 << 20}
     settings.update(kw)
     return kafka_helpers.kafka_consumer(bootstrap, **settings)
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    """Poll ``predicate`` every 0.1 s until it returns something true (returned), failing
+    the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

@@ -4,10 +4,18 @@ protocol reads of Metadata, produce and fetch answers (see tests/broker/test_rep
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
-from broker_helpers import batch, connect, fetch_request, only_partition, produce_request, roundtrip
+from broker_helpers import (
+    batch,
+    connect,
+    fetch_request,
+    only_partition,
+    produce_request,
+    roundtrip,
+    wait_for,
+)
+from kazoo.client import KazooClient
 
 from trilog import protocol as p
 from trilog.records import iter_batches
@@ -16,16 +24,6 @@ NOT_ENOUGH_REPLICAS = 19
 SETTINGS = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 3000,
             "replica.fetch.wait.max.ms": 100, "log.segment.bytes": 64 * 1024,
             "default.replication.factor": 3}
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def metadata(broker, topic: str):
@@ -107,3 +105,30 @@ def log_bytes(log_dir: Path, topic: str, partition: int) -> bytes:
 def live_brokers(broker) -> list[int]:
     with connect(broker.bootstrap) as sock:
         return [b.node_id for b in roundtrip(sock, p.MetadataRequest(topics=[]), 1).brokers]
+
+
+def controller_id(broker) -> int | None:
+    """The controller ``broker`` names in Metadata (None if unreachable)."""
+    try:
+        with connect(broker.bootstrap) as sock:
+            return roundtrip(sock, p.MetadataRequest(topics=[]), 1).controller_id
+    except OSError:
+        return None
+
+
+def registered(zookeeper: str) -> set[int]:
+    """The broker ids registered in ZooKeeper now (ephemeral nodes of live sessions)."""
+    client = KazooClient(zookeeper)
+    client.start(timeout=10)
+    try:
+        return {int(x) for x in client.get_children("/brokers/ids")}
+    finally:
+        client.stop()
+        client.close()
+
+
+def wait_unregistered(zookeeper: str, broker_id: int) -> None:
+    """A SIGKILLed broker's session ends after ``zookeeper.session.timeout.ms``; only then
+    may a broker with its id start again."""
+    wait_for(lambda: broker_id not in registered(zookeeper), what=f"broker {broker_id}'s "
+             "ZooKeeper session to end")

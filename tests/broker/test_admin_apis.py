@@ -9,7 +9,6 @@ learns the grown assignment from its watch.
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from broker_helpers import (
@@ -23,6 +22,7 @@ from broker_helpers import (
     only_partition,
     produce_request,
     roundtrip,
+    wait_for,
 )
 from kafka import TopicPartition
 from kafka import errors as kerrors
@@ -68,13 +68,7 @@ def _confluent_admin(bootstrap: str) -> AdminClient:
 
 
 def _wait_for(predicate, timeout: float = TIMEOUT_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return wait_for(predicate, timeout, what)
 
 
 def _dirs(log_dir, topic: str) -> list[int]:

@@ -17,6 +17,7 @@ from broker_helpers import (
     kafka_producer,
     metadata_request,
     roundtrip,
+    wait_for,
 )
 from kafka_helpers import consume_partitions
 from kazoo.client import KazooClient
@@ -53,13 +54,7 @@ def cluster(broker_process, zookeeper):
 
 
 def _wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return wait_for(predicate, timeout, what)
 
 
 def test_registration_in_zookeeper(cluster, kazoo):

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from broker_helpers import connect, roundtrip, send_request
-from kazoo.client import KazooClient
 from replication_helpers import (
     NOT_ENOUGH_REPLICAS,
     SETTINGS,
@@ -23,6 +22,7 @@ from replication_helpers import (
     produce_all,
     read_all,
     wait_for,
+    wait_unregistered,
 )
 
 from trilog import protocol as p
@@ -34,24 +34,6 @@ pytestmark = pytest.mark.slow
 def log_values(log_dir: Path, topic: str, partition: int) -> list[bytes]:
     return [r.value for b in iter_batches(log_bytes(log_dir, topic, partition))
             for r in b.records()]
-
-
-def registered(zookeeper: str) -> set[int]:
-    """The broker ids registered in ZooKeeper now (ephemeral nodes of live sessions)."""
-    client = KazooClient(zookeeper)
-    client.start(timeout=10)
-    try:
-        return {int(x) for x in client.get_children("/brokers/ids")}
-    finally:
-        client.stop()
-        client.close()
-
-
-def wait_unregistered(zookeeper: str, broker_id: int) -> None:
-    """A SIGKILLed broker's session ends after ``zookeeper.session.timeout.ms``; only then
-    may a broker with its id start again."""
-    wait_for(lambda: broker_id not in registered(zookeeper), what=f"broker {broker_id}'s "
-             "ZooKeeper session to end")
 
 
 @pytest.fixture

@@ -10,75 +10,45 @@ import random
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from broker_helpers import connect, roundtrip
-from kazoo.client import KazooClient
-from replication_helpers import SETTINGS, read_records, wait_for
+from replication_helpers import (
+    SETTINGS,
+    controller_id,
+    create,
+    fully_replicated,
+    log_bytes,
+    metadata,
+    read_records,
+    registered,
+    wait_for,
+)
 
 import trilog.sync
-from trilog import protocol as p
 from trilog.records import iter_batches
 
 pytestmark = pytest.mark.slow
 
 TOPIC = "load"
 PARTITIONS = 6
-def metadata_response(broker):
-    try:
-        with connect(broker.bootstrap) as sock:
-            return roundtrip(sock, p.MetadataRequest(topics=[
-                p.MetadataRequest.MetadataRequestTopic(name=TOPIC)],
-                allow_auto_topic_creation=False), 5)
-    except OSError:
-        return None
+def full_isrs(brokers):
+    """``{partition: metadata}`` once every broker sees every partition with a leader and
+    three in-sync replicas, else False."""
+    return fully_replicated(brokers, TOPIC, PARTITIONS, 3)
 
 
-def metadata(broker):
-    response = metadata_response(broker)
-    if response is None:
-        return None
-    (t,) = response.topics
-    return {x.partition_index: x for x in t.partitions} if t.error_code == 0 else None
+def start_load_topic(brokers) -> str:
+    """Create the topic (min.insync.replicas=2), wait for full ISRs; the bootstrap list."""
+    create(brokers[1], TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    wait_for(lambda: full_isrs(list(brokers.values())), what="full ISRs")
+    return ",".join(b.bootstrap for b in brokers.values())
 
 
-def create(broker, configs) -> None:
-    wait_for(lambda: (m := metadata_response(broker)) and len(m.brokers) == 3,
-             what="three live brokers")
-    R = p.CreateTopicsRequest
-    with connect(broker.bootstrap) as sock:
-        (result,) = roundtrip(sock, R(topics=[R.CreatableTopic(
-            name=TOPIC, num_partitions=PARTITIONS, replication_factor=3, assignments=[],
-            configs=[R.CreatableTopic.CreatableTopicConfig(name=k, value=v)
-                     for k, v in configs.items()])], timeout_ms=15_000), 3).topics
-    assert result.error_code == 0, result
-
-
-def fully_replicated(brokers):
-    for b in brokers:
-        meta = metadata(b)
-        if not meta or len(meta) != PARTITIONS:
-            return False
-        if any(x.leader_id < 0 or len(x.isr_nodes) != 3 for x in meta.values()):
-            return False
-    return metadata(brokers[0])
-
-
-def log_bytes(log_dir: Path, partition: int) -> bytes:
-    directory = log_dir / f"{TOPIC}-{partition}"
-    return b"".join((directory / name).read_bytes()
-                    for name in sorted(os.listdir(directory)) if name.endswith(".log"))
-
-
-def registered(zookeeper: str) -> set[int]:
-    client = KazooClient(zookeeper)
-    client.start(timeout=10)
-    try:
-        return {int(x) for x in client.get_children("/brokers/ids")}
-    finally:
-        client.stop()
-        client.close()
+def seeded_rng(variable: str) -> random.Random:
+    """A random generator seeded from ``variable`` if set, else afresh; the seed is printed."""
+    seed = int(os.environ.get(variable, time.time_ns() % 1_000_000))
+    print(f"seed: {seed} ({variable}={seed} repeats it)")
+    return random.Random(seed)
 
 
 class Load:
@@ -210,9 +180,9 @@ def check_logs(brokers, acked) -> None:
     """Every replica's log of every partition is the same bytes, and holds each
     acknowledged record exactly once, at its acknowledged offset, in the order sent."""
     for partition, records in acked.items():
-        wait_for(lambda p=partition: len({log_bytes(b.log_dir, p) for b in brokers}) == 1,
+        wait_for(lambda p=partition: len({log_bytes(b.log_dir, TOPIC, p) for b in brokers}) == 1,
                  what=f"identical logs of partition {partition}")
-        stored = [(r.value, r.offset) for b in iter_batches(log_bytes(brokers[0].log_dir,
+        stored = [(r.value, r.offset) for b in iter_batches(log_bytes(brokers[0].log_dir, TOPIC,
                                                                       partition))
                   for r in b.records()]
         values = [v for v, _ in stored]
@@ -240,9 +210,7 @@ def cluster(broker_process, zookeeper):
 
 def test_a_rolling_restart_under_load_loses_nothing(cluster):
     brokers, start = cluster
-    create(brokers[1], {"min.insync.replicas": "2"})
-    wait_for(lambda: fully_replicated(list(brokers.values())), what="full ISRs")
-    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    bootstrap = start_load_topic(brokers)
     with Load(bootstrap) as load:
         time.sleep(1.5)
         for i in (1, 2, 3):
@@ -250,7 +218,7 @@ def test_a_rolling_restart_under_load_loses_nothing(cluster):
             assert old.stop() == 0, old.stderr()
             # The same port again: the clients' bootstrap list stays valid.
             brokers[i] = start(i, old.log_dir, port=old.port)
-            wait_for(lambda: fully_replicated(list(brokers.values())),
+            wait_for(lambda: full_isrs(list(brokers.values())),
                      what=f"full ISRs after restarting broker {i}")
             time.sleep(1.0)
         acked, errors = load.finish()
@@ -264,31 +232,27 @@ def test_a_rolling_restart_under_load_loses_nothing(cluster):
 
 @pytest.mark.parametrize("producer", [Load, ConfluentLoad], ids=["trilog", "confluent-kafka"])
 def test_leaders_killed_in_a_loop_lose_no_acknowledged_record(cluster, zookeeper, producer):
-    seed = int(os.environ.get("TRILOG_KILL_SEED", time.time_ns() % 1_000_000))
-    print(f"kill-loop seed: {seed} (TRILOG_KILL_SEED={seed} repeats it)")
-    rng = random.Random(seed)
+    rng = seeded_rng("TRILOG_KILL_SEED")
     brokers, start = cluster
-    create(brokers[1], {"min.insync.replicas": "2"})
-    wait_for(lambda: fully_replicated(list(brokers.values())), what="full ISRs")
-    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    bootstrap = start_load_topic(brokers)
     # Three kills: the leader of a random partition, the controller, another leader.
     with producer(bootstrap) as load:
         for round_ in range(3):
             time.sleep(rng.uniform(1.0, 2.5))
             live = list(brokers.values())
             if round_ == 1:
-                victim = metadata_response(live[0]).controller_id
+                victim = controller_id(live[0])
                 what = "the controller"
             else:
                 partition = rng.randrange(PARTITIONS)
-                victim = metadata(live[0])[partition].leader_id
+                victim = metadata(live[0], TOPIC)[partition].leader_id
                 what = f"the leader of partition {partition}"
             print(f"round {round_}: SIGKILL broker {victim}, {what}")
             old = brokers[victim]
             old.kill()
             wait_for(lambda v=victim: v not in registered(zookeeper), what="its session end")
             brokers[victim] = start(victim, old.log_dir, port=old.port)
-            wait_for(lambda: fully_replicated(list(brokers.values())),
+            wait_for(lambda: full_isrs(list(brokers.values())),
                      what=f"full ISRs after restarting broker {victim}")
         time.sleep(1.0)
         acked, errors = load.finish()
@@ -302,7 +266,7 @@ def test_leaders_killed_in_a_loop_lose_no_acknowledged_record(cluster, zookeeper
 def check_acknowledged(brokers, acked, committed: dict[tuple[int, int], bytes]) -> None:
     """Every acknowledged record is readable at its offset, and nothing once readable (below
     a high watermark) ever changed: ``committed`` keeps what earlier checks read."""
-    meta = wait_for(lambda: fully_replicated(list(brokers.values())), what="full ISRs")
+    meta = wait_for(lambda: full_isrs(list(brokers.values())), what="full ISRs")
     for partition, records in acked.items():
         leader = brokers[meta[partition].leader_id]
         last = max((offset for _value, offset in records), default=-1)
@@ -322,13 +286,9 @@ def check_acknowledged(brokers, acked, committed: dict[tuple[int, int], bytes]) 
 def test_random_faults_never_change_an_acknowledged_record(cluster, zookeeper):
     """SIGKILLs, SIGSTOP/SIGCONT pauses (some longer than the ZooKeeper session) and
     restarts, in an order drawn from a printed seed, under an acks=all load."""
-    seed = int(os.environ.get("TRILOG_FAULT_SEED", time.time_ns() % 1_000_000))
-    print(f"fault seed: {seed} (TRILOG_FAULT_SEED={seed} repeats it)")
-    rng = random.Random(seed)
+    rng = seeded_rng("TRILOG_FAULT_SEED")
     brokers, start = cluster
-    create(brokers[1], {"min.insync.replicas": "2"})
-    wait_for(lambda: fully_replicated(list(brokers.values())), what="full ISRs")
-    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    bootstrap = start_load_topic(brokers)
     committed: dict[tuple[int, int], bytes] = {}
     with Load(bootstrap, rate=300) as load:
         for step in range(4):
