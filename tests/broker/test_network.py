@@ -1,9 +1,12 @@
 """The network layer's ordering with answers that come later (``Later``): a connection's
 requests are handled one at a time and in order, and answered in order, but a request whose
 answer waits (an ``acks=all`` produce waiting for the in-sync replicas) does not hold up the
-handling of the requests behind it."""
+handling of the requests behind it.  And its back-pressure: a client that sends faster than
+it reads its answers is slowed by TCP, not queued in the broker."""
 
 from __future__ import annotations
+
+import socket
 
 import trio
 
@@ -12,10 +15,11 @@ from trilog.broker._network import Later, Network
 from trilog.errors import RemoteProtocolError
 
 
-async def _serve(handler, body):
-    """Run a ``Network`` with ``handler`` around ``body(stream)``, a connected client."""
+async def _serve(handler, body, **options):
+    """Run a ``Network`` with ``handler`` (and ``options``) around ``body(stream)``, a
+    connected client."""
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    network = Network(handler, listeners, max_request_bytes=1 << 20)
+    network = Network(handler, listeners, max_request_bytes=1 << 20, **options)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(network.serve)
@@ -92,3 +96,31 @@ async def test_a_refused_request_closes_the_connection_after_the_answers_before_
         assert frames == [b"good answered"]  # then the connection closed
 
     await _serve(handler, body)
+
+
+async def test_a_client_that_does_not_read_its_answers_stops_being_read():
+    """Kafka's processors mute a connection while its request is handled; here a connection
+    reads its next request only once the last is answered, so requests sent faster than
+    their answers are read wait in the socket buffers, not in the broker."""
+    handled = 0
+    answer = p.frame(bytes(64 * 1024))
+
+    async def handler(frame, peer):
+        nonlocal handled
+        handled += 1
+        return [answer]
+
+    async def body(stream):
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        requests = 400
+        async with trio.open_nursery() as nursery:
+            # 400 requests of 1 KiB fit in the buffers; their 25 MiB of answers do not.
+            nursery.start_soon(stream.send_all, p.frame(bytes(1024)) * requests)
+            await trio.sleep(1.0)
+            stalled_at = handled
+            assert 0 < stalled_at < 10, (
+                f"{stalled_at} of {requests} requests were handled with no answer read")
+            frames = await _receive_frames(stream, requests)
+        assert len(frames) == requests and handled == requests
+
+    await _serve(handler, body, send_buffer_bytes=64 * 1024)

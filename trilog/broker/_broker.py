@@ -208,7 +208,7 @@ class Broker:
     async def _drain(self, timeout_s: float) -> None:
         network = self.network
         network.stop_accepting()
-        network.stop_reading()
+        await network.stop_reading()
         self.purgatory.wake_all()
         with trio.move_on_after(timeout_s):
             await network.wait_all_closed()

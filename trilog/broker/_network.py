@@ -1,27 +1,32 @@
-"""The broker's network layer: an acceptor per listener and a task pair per connection.
+"""The broker's network layer: an acceptor per listener and a task per connection.
 
 The seed's design (001, "Network Layer") has an acceptor hand connections to a fixed number
 of processor threads, each multiplexing its connections.  On trio the event loop does the
-multiplexing: the acceptor starts each connection's tasks in one nursery (so
-``num.network.threads`` is accepted for compatibility and changes nothing).  A connection
-is two tasks:
+multiplexing: the acceptor starts each connection's task in one nursery (so
+``num.network.threads`` is accepted for compatibility and changes nothing).
 
-- a *reader* that splits the byte stream into size-delimited frames and queues them (a frame
-  over ``socket.request.max.bytes`` closes the connection, with a log line);
-- a *responder* that takes frames in order and asks the request handler for each response,
-  which a *writer* task writes in the same order (Kafka's guarantee per connection).  A
-  handler may answer ``Later(...)``: the request is done (a produce appended) but its
-  response waits for something (``acks=all``: the in-sync replicas).  The responder goes on
-  with the connection's next requests meanwhile, and the writer sends that response in its
-  turn, so a client pipelining ``acks=all`` produces has their replication waits overlap
-  instead of queueing one after another.  Requests are still handled one at a time, in
-  order.
+A connection's task reads the byte stream, splits it into size-delimited frames (a frame
+over ``socket.request.max.bytes`` closes the connection, with a log line) and handles the
+requests one at a time, in order, writing each answer itself when it is ready.  It reads the
+next request only once the last one is answered, as Kafka's processors mute a channel while
+its request is in the handlers: a client that sends faster than it is answered is slowed by
+TCP (its requests wait in the socket buffers), never by a queue in the broker.  The common
+case costs one trip through trio's scheduler per request: the wait for the next one.
 
-A response is a list of parts: ``bytes`` written with ``send_all``, and file slices (an
-object with ``fileno()``, ``position`` and ``length``) sent from the segment file to the
-socket with ``os.sendfile``: record bytes never pass through Python.  Large slices are sent
-from worker threads (a disk read may block); small ones inline, since a page-cache hit costs
-less than the hop to a thread.
+A handler may answer ``Later(...)``: the request is done (a produce appended) but its
+response waits for something (``acks=all``: the in-sync replicas).  Such an answer, and
+every answer behind it, goes to the connection's *writer* task, which sends them in order
+(Kafka's guarantee per connection); meanwhile the connection goes on with its next requests,
+so a client pipelining ``acks=all`` produces has their replication waits overlap instead of
+queueing one after another.  Up to ``MAX_QUEUED_ANSWERS`` wait for the writer before the
+connection stops reading.
+
+A response is a list of parts: bytes written with ``writev`` straight from the event loop
+(waiting only while the socket buffer is full), and file slices (an object with ``fileno()``,
+``position`` and ``length``) sent from the segment file to the socket with ``os.sendfile``:
+record bytes never pass through Python.  Large slices are sent from worker threads (a disk
+read may block); small ones inline, since a page-cache hit costs less than the hop to a
+thread.
 
 Limits (:class:`ConnectionLimits`, Kafka's property names):
 
@@ -33,21 +38,23 @@ Limits (:class:`ConnectionLimits`, Kafka's property names):
   frame announces (see ``FrameSplitter``), and idle connections hold no buffer: readers share
   one scratch buffer per listener, filled and emptied with no checkpoint in between;
 - ``connections.max.idle.ms``: a connection that sent nothing for that long while nothing of
-  its was being answered (idle, or stalled inside a request) is closed.
+  its was being answered (idle, or stalled inside a request) is closed.  One task sweeps
+  the connections for this (as Kafka's selector does), so waiting for a request costs no
+  timer of its own.
 
-Shutdown (``drain``): stop accepting, stop reading new requests, let queued requests finish
-(parked long polls are woken by the handler), then close.
+Shutdown (``drain``): stop accepting, stop reading new requests, let the requests received
+finish (parked long polls are woken by the handler), then close.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import math
 import os
 import select
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
@@ -65,8 +72,9 @@ INLINE_SENDFILE_BYTES = 64 * 1024
 #: How long a sendfile worker waits for a full socket buffer to drain before handing control
 #: back to trio (bounds how late a cancellation is noticed).
 SENDFILE_THREAD_WAIT_S = 0.1
-#: Requests read ahead per connection while the current one is being answered.
-MAX_QUEUED_REQUESTS = 16
+#: Answers a connection's writer may hold (``Later`` ones and those behind them) before the
+#: connection stops reading requests.
+MAX_QUEUED_ANSWERS = 16
 #: The readers' shared receive buffer (per listener): what one read can take at most.
 SCRATCH_BYTES = 256 * 1024
 #: accept() errors that mean "out of a resource, try again soon" (trio's serve_listeners).
@@ -188,15 +196,25 @@ class RequestMemory:
 class _Connection:
     """One client connection's state, shared by its reader and responder tasks."""
 
-    __slots__ = ("stream", "peer", "ip", "last_active", "in_flight", "charged")
+    __slots__ = ("stream", "peer", "ip", "last_active", "queued", "charged", "reading",
+                 "closed")
 
     def __init__(self, stream: trio.SocketStream, peer: str, ip: str) -> None:
         self.stream = stream
         self.peer = peer
         self.ip = ip
         self.last_active = trio.current_time()
-        self.in_flight = 0  # requests queued or being answered
+        self.queued = 0  # answers queued for the writer or being sent by it
         self.charged = 0  # request bytes charged to the RequestMemory, not yet given back
+        self.reading = False  # parked waiting for bytes to read
+        self.closed = False  # closed by the network (idle, or a drain) while parked
+
+    async def close_parked(self) -> None:
+        """Close the connection while its task is parked waiting to read (it wakes with
+        ``ClosedResourceError`` and ends); queued answers are lost, so only call this when
+        none are."""
+        self.closed = True
+        await self.stream.aclose()
 
 
 class Network:
@@ -230,7 +248,9 @@ class Network:
         self.memory = RequestMemory(self.limits.queued_request_bytes)
         self._scratch = memoryview(bytearray(SCRATCH_BYTES))
         self._accept_scope = trio.CancelScope()
-        self._reader_scopes: set[trio.CancelScope] = set()
+        self._budget_scopes: set[trio.CancelScope] = set()
+        self._stopped_reading = False
+        self._connections: set[_Connection] = set()
         self._by_ip: dict[str, int] = {}
         self._open = 0
         self._all_closed = trio.Event()
@@ -243,6 +263,8 @@ class Network:
         """Accept and serve until cancelled; ``stop_accepting`` ends the accepting and closes
         the listeners, and ``serve`` returns once the open connections are done."""
         async with trio.open_nursery() as connections:
+            if self.limits.idle_ms >= 0:
+                connections.start_soon(self._close_idle_connections)
             task_status.started(self.port)
             with self._accept_scope:
                 async with trio.open_nursery() as acceptors:
@@ -252,6 +274,8 @@ class Network:
             with trio.CancelScope(shield=True):
                 for listener in self._listeners:
                     await listener.aclose()
+            await self.wait_all_closed()
+            connections.cancel_scope.cancel()  # the idle reaper
 
     async def _accept_loop(self, listener: trio.SocketListener,
                            connections: trio.Nursery) -> None:
@@ -279,7 +303,9 @@ class Network:
             self._by_ip[ip] = self._by_ip.get(ip, 0) + 1
             self.connection_count += 1
             self._tune(stream)
-            connections.start_soon(self._connection, _Connection(stream, f"{ip}:{port}", ip))
+            conn = _Connection(stream, f"{ip}:{port}", ip)
+            self._connections.add(conn)
+            connections.start_soon(self._connection, conn)
 
     def _refusal(self, ip: str) -> str | None:
         """Why a new connection from ``ip`` cannot be served now, or None."""
@@ -309,10 +335,32 @@ class Network:
     def stop_accepting(self) -> None:
         self._accept_scope.cancel()
 
-    def stop_reading(self) -> None:
-        """Stop taking new requests on every connection; queued ones still get answers."""
-        for scope in list(self._reader_scopes):
+    async def stop_reading(self) -> None:
+        """Stop taking new requests on every connection; those received still get answers,
+        then the connections close."""
+        self._stopped_reading = True
+        for scope in list(self._budget_scopes):
             scope.cancel()
+        for conn in list(self._connections):
+            if conn.reading and not conn.queued:
+                await conn.close_parked()
+        # The others close once their answers are out (_serve, _writer).
+
+    async def _close_idle_connections(self) -> None:
+        """Close connections parked for ``connections.max.idle.ms`` with nothing to answer
+        (Kafka's selector does this sweep too): one task for all, so that waiting for a
+        request costs no timer."""
+        idle_s = self.limits.idle_ms / 1000
+        period = min(1.0, max(idle_s / 4, 0.01))
+        while True:
+            await trio.sleep(period)
+            expired = trio.current_time() - idle_s
+            for conn in list(self._connections):
+                if conn.reading and not conn.queued and conn.last_active <= expired:
+                    self.connections_idled_out += 1
+                    log.info("closing connection from %s: idle for %d ms", conn.peer,
+                             self.limits.idle_ms)
+                    await conn.close_parked()
 
     @property
     def open_connections(self) -> int:
@@ -338,13 +386,17 @@ class Network:
 
     async def _connection(self, conn: _Connection) -> None:
         stream, peer = conn.stream, conn.peer
-        requests_send, requests_receive = trio.open_memory_channel(MAX_QUEUED_REQUESTS)
+        answers_send, answers_receive = trio.open_memory_channel[
+            "tuple[ResponseParts | Later | None, int]"](MAX_QUEUED_ANSWERS)
+        refused: ProtocolError | None = None
         try:
             with unwrap_exception_group():
                 async with stream, trio.open_nursery() as nursery:
-                    nursery.start_soon(self._reader, conn, requests_send)
-                    await self._responder(conn, requests_receive)
-                    nursery.cancel_scope.cancel()
+                    nursery.start_soon(self._writer, conn, answers_receive)
+                    async with answers_send:
+                        refused = await self._serve(conn, answers_send)
+            if refused is not None:
+                raise refused
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass  # the peer went away
         except ProtocolError as exc:
@@ -352,6 +404,7 @@ class Network:
         except Exception:
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
+            self._connections.discard(conn)
             self.memory.forget(conn)
             self.memory.give_back(conn.charged)  # partial and unanswered requests
             conn.charged = 0
@@ -365,114 +418,151 @@ class Network:
                 self._all_closed.set()
                 self._all_closed = trio.Event()
 
-    async def _reader(self, conn: _Connection, requests: trio.MemorySendChannel) -> None:
+    async def _serve(self, conn: _Connection,
+                     answers: trio.MemorySendChannel) -> ProtocolError | None:
+        """Read the connection's requests and handle them one at a time, in order.
+
+        An answer that is ready while the writer has nothing queued is sent from here (the
+        common case costs one trip through the scheduler per request: the wait for the next
+        one); a ``Later``, and every answer behind one, goes to the writer.  Returns the
+        error of a request the handler refused (nothing after it is read), or None once
+        the peer closed, the connection idled out or the network stopped reading.
+        """
         decoder = FrameDecoder(max_frame_size=self._max_request_bytes)
-        stream = conn.stream
-        fd = stream.socket.fileno()
-        memory = self.memory
-        scope = trio.CancelScope()
-        self._reader_scopes.add(scope)
-        try:
-            async with requests:
-                with scope:
-                    while True:
-                        if not memory.may_read(conn):
-                            await memory.wait_to_read(conn)
-                        # The receive and the split run with no checkpoint in between, so
-                        # every reader of this listener can share one scratch buffer.
-                        target = decoder.read_buffer(self._scratch)
-                        try:
-                            received = os.readv(fd, [target])
-                        except BlockingIOError:
-                            received = -1
-                        finally:
-                            del target  # release the view before the buffer may grow
-                        if received < 0:
-                            if not await self._wait_readable(conn):
-                                self.connections_idled_out += 1
-                                log.info("closing connection from %s: idle for %d ms",
-                                         conn.peer, self.limits.idle_ms)
-                                await stream.aclose()
-                                return
-                            continue
-                        if not received:
-                            return
-                        conn.charged += received
-                        conn.last_active = trio.current_time()
-                        try:
-                            frames = decoder.advance(received)
-                        except ProtocolError as exc:
-                            memory.received(conn, received, None, 0)
-                            log.warning("closing connection from %s: %s", conn.peer, exc)
-                            await stream.aclose()
-                            return
-                        memory.received(conn, received, decoder.frame_remaining,
-                                        decoder.buffered)
-                        if not frames:
-                            await trio.lowlevel.checkpoint()
-                        for frame in frames:
-                            conn.in_flight += 1
-                            await requests.send(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            return
-        finally:
-            self._reader_scopes.discard(scope)
-
-    async def _wait_readable(self, conn: _Connection) -> bool:
-        """Wait for bytes; False once the connection has been idle for ``idle_ms``."""
-        idle_s = self.limits.idle_ms / 1000 if self.limits.idle_ms >= 0 else math.inf
-        sock = conn.stream.socket
+        frames: deque[bytes | bytearray] = deque()
+        waited = True  # the task went through the scheduler since its last request
         while True:
-            with trio.move_on_at(conn.last_active + idle_s):
-                await trio.lowlevel.wait_readable(sock)
-                return True
-            if not conn.in_flight:
-                return False
-            conn.last_active = trio.current_time()  # a request is being answered: not idle
+            if not frames:
+                got = await self._read_frames(conn, decoder)
+                if got is None:
+                    return None
+                frames.extend(got[0])
+                waited = got[1]
+            frame = frames.popleft()
+            if not waited:
+                # Pipelined requests are all in hand: let other connections have a turn.
+                await trio.lowlevel.checkpoint()
+            waited = False
+            size = len(frame) + 4
+            try:
+                answer = await self._handler(memoryview(frame), conn.peer)
+            except BaseException as exc:
+                self._answered(conn, size)
+                if isinstance(exc, ProtocolError):
+                    self._answered_unread(conn, frames)
+                    return exc
+                raise
+            del frame
+            if conn.queued or isinstance(answer, Later):
+                conn.queued += 1
+                await answers.send((answer, size))
+                continue
+            try:
+                if answer:
+                    await self._send(conn, answer)
+            finally:
+                self._answered(conn, size)
+            conn.last_active = trio.current_time()
 
-    async def _responder(self, conn: _Connection, requests: trio.MemoryReceiveChannel) -> None:
-        """Handle the connection's requests in order; the writer sends their answers.  A
-        request the handler refuses (a ProtocolError) closes the connection once the
-        answers before it are sent."""
-        answers_send, answers_receive = trio.open_memory_channel[
-            "tuple[ResponseParts | Later | None, int]"](MAX_QUEUED_REQUESTS)
-        refused: ProtocolError | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._writer, conn, answers_receive)
-            async with answers_send:
-                async for frame in requests:
-                    size = len(frame) + 4
-                    try:
-                        parts = await self._handler(frame, conn.peer)
-                    except BaseException as exc:
-                        self._answered(conn, size)
-                        if isinstance(exc, ProtocolError):
-                            refused = exc
-                            break
-                        raise
-                    del frame
-                    await answers_send.send((parts, size))
-        if refused is not None:
-            raise refused
+    def _answered_unread(self, conn: _Connection, frames: deque) -> None:
+        """Frames received but never handled (the connection is closing) give their bytes
+        back."""
+        for frame in frames:
+            self._answered(conn, len(frame) + 4)
+        frames.clear()
+
+    async def _read_frames(self, conn: _Connection, decoder: FrameDecoder
+                           ) -> tuple[list[bytes | bytearray], bool] | None:
+        """The next complete frames (at least one) and whether the task waited for them;
+        None when no more requests are to be read: the peer closed, the connection was idle
+        for ``connections.max.idle.ms`` (it is closed), a frame was malformed (logged, and
+        closed), or the network stopped reading."""
+        fd = conn.stream.socket.fileno()
+        memory = self.memory
+        waited = False
+        while True:
+            if self._stopped_reading:
+                return None
+            if not memory.may_read(conn):
+                waited = True
+                if not await self._wait_for_budget(conn):
+                    return None
+            # The receive and the split run with no checkpoint in between, so every
+            # connection of this listener can share one scratch buffer.
+            target = decoder.read_buffer(self._scratch)
+            try:
+                received = os.readv(fd, [target])
+            except BlockingIOError:
+                received = -1
+            except (ConnectionError, OSError):
+                return None
+            finally:
+                del target  # release the view before the buffer may grow
+            if received < 0:
+                waited = True
+                conn.reading = True
+                try:
+                    await trio.lowlevel.wait_readable(conn.stream.socket)
+                except trio.ClosedResourceError:
+                    return None
+                finally:
+                    conn.reading = False
+                if conn.closed:  # closed while it was being woken: its fd is not ours
+                    return None
+                continue
+            if not received:
+                return None
+            conn.charged += received
+            conn.last_active = trio.current_time()
+            try:
+                frames = decoder.advance(received)
+            except ProtocolError as exc:
+                memory.received(conn, received, None, 0)
+                log.warning("closing connection from %s: %s", conn.peer, exc)
+                await conn.stream.aclose()
+                return None
+            memory.received(conn, received, decoder.frame_remaining, decoder.buffered)
+            if frames:
+                return frames, waited
+            await trio.lowlevel.checkpoint()  # a large request arriving in pieces
+            waited = True
+
+    async def _wait_for_budget(self, conn: _Connection) -> bool:
+        """Wait for room in the request budget; False if the network stopped reading."""
+        with trio.CancelScope() as scope:
+            self._budget_scopes.add(scope)
+            try:
+                await self.memory.wait_to_read(conn)
+                return True
+            finally:
+                self._budget_scopes.discard(scope)
+        return False
 
     async def _writer(self, conn: _Connection,
                       answers: trio.MemoryReceiveChannel) -> None:
+        """Send the answers queued behind a ``Later``, in order."""
         async for parts, size in answers:
             try:
                 if isinstance(parts, Later):
                     parts = await parts.result()
                 if parts:
-                    await self._send(conn.stream, parts)
+                    await self._send(conn, parts)
             finally:
+                conn.queued -= 1
                 self._answered(conn, size)
             conn.last_active = trio.current_time()
+            if not conn.queued and conn.reading and self._stopped_reading:
+                await conn.close_parked()  # a drain waited for these answers
 
     def _answered(self, conn: _Connection, size: int) -> None:
-        conn.in_flight -= 1
         conn.charged -= size
         self.memory.give_back(size)
 
-    async def _send(self, stream: trio.SocketStream, parts: ResponseParts) -> None:
+    async def _send(self, conn: _Connection, parts: ResponseParts) -> None:
+        """Write ``parts`` to the socket: byte parts with ``writev``, straight from the event
+        loop (waiting only when the socket buffer is full), file slices with ``sendfile``."""
+        sock = conn.stream.socket
+        fd = sock.fileno()
         try:
             pending: list = []
             for part in parts:
@@ -480,18 +570,17 @@ class Network:
                     pending.append(part)
                     continue
                 if pending:
-                    await stream.send_all(b"".join(pending))
+                    await _write_all(sock, fd, pending)
                     pending = []
-                await self._sendfile(stream, part)
+                await self._sendfile(sock, part)
             if pending:
-                await stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
+                await _write_all(sock, fd, pending)
         finally:
             for part in parts:
                 if not isinstance(part, (bytes, bytearray, memoryview)):
                     part.close()
 
-    async def _sendfile(self, stream: trio.SocketStream, part: FileSlice) -> None:
-        sock = stream.socket
+    async def _sendfile(self, sock: trio.socket.SocketType, part: FileSlice) -> None:
         out_fd = sock.fileno()
         in_fd = part.fd
         offset, remaining = part.position, part.length
@@ -514,6 +603,26 @@ class Network:
             offset += sent
             remaining -= sent
         await trio.lowlevel.checkpoint()
+
+
+async def _write_all(sock: trio.socket.SocketType, fd: int, pieces: list) -> None:
+    """Write ``pieces`` to the non-blocking socket ``fd``, waiting while its buffer is full."""
+    while True:
+        try:
+            sent = os.writev(fd, pieces)
+        except BlockingIOError:
+            sent = 0
+        for i, piece in enumerate(pieces):
+            n = len(piece)
+            if sent < n:
+                pieces = pieces[i:]
+                if sent:
+                    pieces[0] = memoryview(piece)[sent:]
+                break
+            sent -= n
+        else:
+            return
+        await trio.lowlevel.wait_writable(sock)
 
 
 def _sendfile_some(out_fd: int, in_fd: int, offset: int, count: int,
