@@ -86,7 +86,11 @@ class RequestHeader:
 
     @classmethod
     def read(cls, r: Reader, header_version: int = 1) -> RequestHeader:
-        api_key, api_version, correlation_id = r.int16(), r.int16(), r.int32()
+        if r.remaining >= _HEADER_FIXED.size:
+            api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(r._view, r.pos)
+            r.pos += _HEADER_FIXED.size
+        else:  # raises the truncation error
+            api_key, api_version, correlation_id = r.int16(), r.int16(), r.int32()
         client_id = r.nullable_string() if header_version >= 1 else None
         return cls(api_key, api_version, correlation_id, client_id)
 

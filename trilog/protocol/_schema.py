@@ -33,10 +33,23 @@ code uses: 0, False, "", b"", [], and None for records). Objects compare by valu
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trilog.errors import LocalProtocolError, RemoteProtocolError
-from trilog.protocol._primitives import DEFAULT_MAX_LENGTH, Array, Reader, Type, Writer
+from trilog.protocol._primitives import (
+    _INT16 as _INT16_STRUCT,
+    _INT32 as _INT32_STRUCT,
+    DEFAULT_MAX_LENGTH,
+    Array,
+    Reader,
+    Type,
+    Writer,
+    _Fixed,
+    _Records,
+    _String,
+)
 
 _MAX_VERSION = 0x7FFF
 _MISSING: Any = object()
@@ -200,6 +213,7 @@ class Struct:
             "__module__": "trilog.protocol",
         }
         cls = type(self.name, (self._base_class(),), namespace)
+        cls.__init__ = self._compile_init()  # type: ignore[misc]
         for f in self.fields:
             t = f.type
             inner = t.item if isinstance(t, Array) else t
@@ -209,6 +223,27 @@ class Struct:
 
     def _base_class(self) -> type[StructValue]:
         return StructValue
+
+    def _compile_init(self) -> Callable[..., None]:
+        """``__init__(self, *, field=default, ...)`` for the generated class: what
+        ``StructValue.__init__`` does, without its loop (responses are built per request)."""
+        env: dict[str, Any] = {"M": _MISSING, "base": StructValue.__init__}
+        params = "".join(f", {name}=M" for name in self.field_names)
+        lines = [f"def __init__(self{', *' if params else ''}{params}, **unknown):",
+                 "    if unknown:",
+                 "        base(self, **unknown)  # raises: no such field"]
+        for i, f in enumerate(self.fields):
+            default = f.make_default()
+            if default is None or isinstance(default, (bool, int, float, str, bytes)):
+                env[f"D{i}"] = default
+                value = f"D{i}"
+            else:  # a fresh list or struct for each object
+                env[f"D{i}"] = f.make_default
+                value = f"D{i}()"
+            lines.append(f"    self.{f.name} = {value} if {f.name} is M else {f.name}")
+        if not self.fields:
+            lines.append("    pass")
+        return _define("__init__", lines, env, f"{self.name}.__init__")
 
     def codec(self, version: int) -> _StructCodec:
         codec = self._codecs.get(version)
@@ -221,7 +256,16 @@ class Struct:
 
 
 class _StructCodec(Type):
-    """A struct's fields at one version, encoded back to back (no length prefix)."""
+    """A struct's fields at one version, encoded back to back (no length prefix).
+
+    ``read`` and ``write`` are compiled from the fields into one Python function each
+    (``_compile_read``, ``_compile_write``): runs of fixed-width fields become one
+    ``struct`` call, arrays of structs a loop over the item's compiled function.  They are
+    what every request and response goes through, so this is the protocol's hot path.
+    When the compiled function meets anything wrong it hands over to the field-by-field
+    interpreter (``read_fields``, ``write_fields``), which raises the error with its path
+    (``MetadataRequest.topics: null ...``).
+    """
 
     def __init__(self, struct: Struct, version: int) -> None:
         self.name = struct.name
@@ -231,8 +275,10 @@ class _StructCodec(Type):
         )
         self.absent = tuple(f for f in struct.fields if not f.in_version(version))
         self.min_size = sum(t.min_size for _, t in self.steps)
+        self.read = self._compile_read()  # type: ignore[method-assign,assignment]
+        self.write = self._compile_write()  # type: ignore[method-assign,assignment]
 
-    def write(self, w: Writer, value: Any) -> None:
+    def write_fields(self, w: Writer, value: Any) -> None:
         for name, t in self.steps:
             try:
                 v = getattr(value, name)
@@ -245,7 +291,7 @@ class _StructCodec(Type):
             except LocalProtocolError as exc:
                 raise LocalProtocolError(f"{self.name}.{name}: {exc}") from None
 
-    def read(self, r: Reader) -> Any:
+    def read_fields(self, r: Reader) -> Any:
         obj = self.cls.__new__(self.cls)
         for name, t in self.steps:
             try:
@@ -255,6 +301,138 @@ class _StructCodec(Type):
         for f in self.absent:
             setattr(obj, f.name, f.make_default())
         return obj
+
+    # -- compilation ---------------------------------------------------------------------------
+
+    def _plan(self) -> list[tuple[str, Any]]:
+        """The steps grouped: ``("fixed", [(name, Struct), ...])`` for each run of fixed-width
+        integer fields, ``("array", (name, item codec, nullable))`` for an array of structs,
+        ``("string"|"records", (name, nullable, type))``, and ``("other", (name, type))``."""
+        plan: list[tuple[str, Any]] = []
+        for name, t in self.steps:
+            if isinstance(t, _Fixed):
+                if plan and plan[-1][0] == "fixed":
+                    plan[-1][1].append((name, t._st))
+                else:
+                    plan.append(("fixed", [(name, t._st)]))
+            elif isinstance(t, Array) and isinstance(t.item, _StructCodec):
+                plan.append(("array", (name, t.item, t.nullable)))
+            elif isinstance(t, _String):
+                plan.append(("string", (name, t.nullable, t)))
+            elif isinstance(t, _Records):
+                plan.append(("records", (name, True, t)))
+            else:
+                plan.append(("other", (name, t)))
+        return plan
+
+    def _compile_read(self) -> Callable[[Reader], Any]:
+        # Lengths are checked as Reader.check_length does; anything out of line (a short
+        # buffer makes unpack_from raise) goes to read_fields for the error.
+        env: dict[str, Any] = {"cls": self.cls, "slow": self.read_fields,
+                               "I16": _INT16_STRUCT, "I32": _INT32_STRUCT}
+        lines = ["def read(r):", "    start = pos = r.pos", "    try:",
+                 "        view = r._view", "        end = r._end", "        cap = r.max_length",
+                 "        obj = cls.__new__(cls)"]
+        for i, (kind, arg) in enumerate(self._plan()):
+            if kind == "fixed":
+                st = _fused(arg)
+                env[f"S{i}"] = st
+                targets = "".join(f"obj.{name}, " for name, _ in arg)
+                lines += [f"        {targets}= S{i}.unpack_from(view, pos)",
+                          f"        pos += {st.size}"]
+            elif kind in ("string", "records"):
+                name, nullable, _t = arg
+                size, lstruct = (2, "I16") if kind == "string" else (4, "I32")
+                value = ("str(view[pos:pos + n], 'utf-8')" if kind == "string"
+                         else "view[pos:pos + n]")
+                lines += [f"        n = {lstruct}.unpack_from(view, pos)[0]",
+                          f"        pos += {size}",
+                          "        if n < 0:",
+                          f"            if n != -1 or not {nullable}:",
+                          "                raise ValueError",
+                          f"            obj.{name} = None",
+                          "        else:",
+                          "            if n > cap or pos + n > end:",
+                          "                raise ValueError",
+                          f"            obj.{name} = {value}",
+                          "            pos += n"]
+            elif kind == "array":
+                name, item, nullable = arg
+                env[f"R{i}"] = item.read
+                lines += ["        n = I32.unpack_from(view, pos)[0]",
+                          "        pos += 4",
+                          "        if n < 0:",
+                          f"            if n != -1 or not {nullable}:",
+                          "                raise ValueError",
+                          f"            obj.{name} = None",
+                          "        else:",
+                          f"            if n > cap or pos + n * {item.min_size} > end:",
+                          "                raise ValueError",
+                          "            r.pos = pos",
+                          f"            obj.{name} = [R{i}(r) for _ in range(n)]",
+                          "            pos = r.pos"]
+            else:
+                name, t = arg
+                env[f"T{i}"] = t.read
+                lines += ["        r.pos = pos", f"        obj.{name} = T{i}(r)", "        pos = r.pos"]
+        for j, f in enumerate(self.absent):
+            env[f"D{j}"] = f.make_default
+            lines.append(f"        obj.{f.name} = D{j}()")
+        lines += ["        if pos > end:", "            raise ValueError",
+                  "        r.pos = pos", "        return obj", "    except Exception:",
+                  "        r.pos = start", "        return slow(r)"]
+        return _define("read", lines, env, f"{self.name}.read")
+
+    def _compile_write(self) -> Callable[[Writer, Any], None]:
+        env: dict[str, Any] = {"slow": self.write_fields, "Writer": Writer,
+                               "I16": _INT16_STRUCT, "I32": _INT32_STRUCT}
+        lines = ["def write(w, value):", "    try:", "        pass"]
+        for i, (kind, arg) in enumerate(self._plan()):
+            if kind == "fixed":
+                env[f"S{i}"] = _fused(arg)
+                values = ", ".join(f"value.{name}" for name, _ in arg)
+                lines.append(f"        w.buf += S{i}.pack({values})")
+            elif kind == "array":
+                name, item, nullable = arg
+                env[f"W{i}"] = item.write
+                lines += [f"        items = value.{name}",
+                          "        if items is None:",
+                          "            w.buf += I32.pack(-1)" if nullable else
+                          "            raise TypeError('null')",
+                          "        else:",
+                          "            w.buf += I32.pack(len(items))",
+                          "            for item in items:",
+                          f"                W{i}(w, item)"]
+            elif kind == "string":
+                name, nullable, _t = arg
+                lines += [f"        v = value.{name}",
+                          "        if v is None:",
+                          "            w.buf += I16.pack(-1)" if nullable else
+                          "            raise TypeError('null')",
+                          "        else:",
+                          "            data = v.encode()",
+                          "            w.buf += I16.pack(len(data))",
+                          "            w.buf += data"]
+            else:
+                name = arg[0]
+                env[f"T{i}"] = arg[-1].write
+                lines.append(f"        T{i}(w, value.{name})")
+        lines += ["    except Exception:",
+                  "        slow(Writer(), value)  # raises the error with its path",
+                  "        raise"]
+        return _define("write", lines, env, f"{self.name}.write")
+
+
+def _fused(run: list[tuple[str, struct.Struct]]) -> struct.Struct:
+    """One big-endian Struct for a run of fixed-width fields."""
+    return struct.Struct(">" + "".join(st.format.lstrip(">!") for _, st in run))
+
+
+def _define(name: str, lines: list[str], env: dict[str, Any], qualname: str) -> Any:
+    exec(compile("\n".join(lines), f"<trilog.protocol {qualname}>", "exec"), env)
+    fn = env[name]
+    fn.__qualname__ = qualname
+    return fn
 
 
 class Message(StructValue):
