@@ -135,6 +135,7 @@ class RequestHandler:
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self.supported: dict[int, tuple[int, int]] = {
             k: v for k, v in API_VERSIONS.items() if k in self._handlers}
+        self._api_versions: Any = None  # the ApiVersions answer, made once
         self.metrics = RequestMetrics()
         #: the replica manager in a ZooKeeper cluster (None standalone: every partition here
         #: is led here, and its high watermark is its log end offset)
@@ -144,6 +145,7 @@ class RequestHandler:
         """Serve another API (the group coordinator adds its own)."""
         self._handlers[api_key] = handler
         self.supported[api_key] = API_VERSIONS[ApiKey(api_key)]
+        self._api_versions = None
 
     async def handle(self, frame: memoryview, peer: str) -> list[Any] | Later | None:
         """The response's parts (None: no response is due; ``Later``: the request is done,
@@ -216,7 +218,10 @@ class RequestHandler:
     # -- ApiVersions -------------------------------------------------------------------------
 
     async def api_versions(self, request, header):
-        return api_versions_response(versions=self.supported)
+        # Every client asks on every connection; the answer changes only with register().
+        if self._api_versions is None:
+            self._api_versions = api_versions_response(versions=self.supported)
+        return self._api_versions
 
     # -- Metadata ----------------------------------------------------------------------------
 
@@ -322,7 +327,7 @@ class RequestHandler:
                 work.append((topic.name, part.index, part.records, epoch))
         if work:
             if self._append_inline(work):
-                await trio.lowlevel.checkpoint()
+                # (No checkpoint of its own: the network yields between requests.)
                 appended = self._append_all(work)
             else:
                 appended = await trio.to_thread.run_sync(self._append_all, work,

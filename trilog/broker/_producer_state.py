@@ -22,13 +22,19 @@ batch headers.  Not thread-safe: the caller holds a lock around ``check`` + appe
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from trilog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
-from trilog.records import iter_batches
+from trilog.records import HEADER_SIZE, LOG_OVERHEAD
 from trilog.storage import BatchHeader
+
+_LENGTH = struct.Struct(">i")  # batch_length at byte 8, last_offset_delta at byte 23
+_DELTA_OFFSET = 23
+_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
+_PRODUCER_OFFSET = 43
 
 MAX_PRODUCERS_PER_PARTITION = 10_000
 RECENT_BATCHES = 5
@@ -77,12 +83,14 @@ class ProducerStateTable:
 
     def record(self, tp: tuple[str, int], records, first_offset: int) -> None:
         """After an append at ``first_offset``: remember each idempotent batch."""
+        batches = _batch_producers(records)
+        if not any(pid >= 0 and seq >= 0 for pid, _e, seq, _d in batches):
+            return  # no idempotent producer: nothing to remember (the common case)
         producers = self._producers(tp)
         offset = first_offset
-        for batch in iter_batches(records):
-            _remember(producers, batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                      batch.last_offset_delta, offset)
-            offset += batch.last_offset_delta + 1
+        for pid, epoch, base_sequence, last_offset_delta in batches:
+            _remember(producers, pid, epoch, base_sequence, last_offset_delta, offset)
+            offset += last_offset_delta + 1
 
     def forget(self, tp: tuple[str, int]) -> None:
         """This broker just became the partition's leader: its producers are read again
@@ -124,9 +132,24 @@ def _remember(producers: OrderedDict[int, _Producer], pid: int, epoch: int, base
 
 
 def _first_idempotent_batch(records) -> tuple[int, int, int, int] | None:
-    for batch in iter_batches(records):
-        if batch.producer_id < 0 or batch.base_sequence < 0:
+    for pid, epoch, base_sequence, last_offset_delta in _batch_producers(records, 1):
+        if pid < 0 or base_sequence < 0:
             return None
-        last_seq = (batch.base_sequence + batch.last_offset_delta) % _SEQ_MOD
-        return batch.producer_id, batch.producer_epoch, batch.base_sequence, last_seq
+        last_seq = (base_sequence + last_offset_delta) % _SEQ_MOD
+        return pid, epoch, base_sequence, last_seq
     return None
+
+
+def _batch_producers(records, limit: int = -1) -> list[tuple[int, int, int, int]]:
+    """``(producer_id, producer_epoch, base_sequence, last_offset_delta)`` of each v2 batch
+    (the first ``limit``), read from the headers alone: the append checked them already."""
+    view = memoryview(records)
+    out: list[tuple[int, int, int, int]] = []
+    pos, end = 0, len(view)
+    while pos + HEADER_SIZE <= end and limit != len(out):
+        length = _LENGTH.unpack_from(view, pos + 8)[0]
+        delta = _LENGTH.unpack_from(view, pos + _DELTA_OFFSET)[0]
+        pid, epoch, base_sequence = _PRODUCER.unpack_from(view, pos + _PRODUCER_OFFSET)
+        out.append((pid, epoch, base_sequence, delta))
+        pos += LOG_OVERHEAD + length
+    return out
