@@ -9,6 +9,7 @@ learns the grown assignment from its watch.
 
 from __future__ import annotations
 
+import time
 
 import pytest
 from broker_helpers import (
@@ -380,8 +381,17 @@ def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> 
 
 
 def _committed(admin, group: str) -> dict[tuple[str, int], int]:
-    return {(tp.topic, tp.partition): om.offset
-            for tp, om in admin.list_group_offsets(group)[group].items()}
+    """The group's committed offsets; a coordinator still loading its offsets partition
+    (right after a start) is asked again, as Kafka's clients do with this retriable error."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return {(tp.topic, tp.partition): om.offset
+                    for tp, om in admin.list_group_offsets(group)[group].items()}
+        except kerrors.CoordinatorLoadInProgressError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def test_kafka_python_delete_groups(broker, admin):
