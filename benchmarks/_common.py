@@ -225,3 +225,18 @@ def call(sock: socket.socket, frame: bytes, reader: FrameReader | None = None) -
     """Send one request frame and return its response payload."""
     sock.sendall(frame)
     return (reader or FrameReader(sock)).read()
+
+
+def create_topic(address: tuple[str, int], topic: str, partitions: int = 1) -> None:
+    """Create ``topic`` (replication factor 1) with CreateTopics v2."""
+    from trilog import protocol as p
+
+    sock = connect(address)
+    try:
+        request = p.CreateTopicsRequest(topics=[p.CreateTopicsRequest.CreatableTopic(
+            name=topic, num_partitions=partitions, replication_factor=1, assignments=[],
+            configs=[])], timeout_ms=30000, validate_only=False)
+        sock.sendall(p.encode_request(request, 2, 1))
+        FrameReader(sock).read()
+    finally:
+        sock.close()
