@@ -8,13 +8,19 @@ many tasks may call it at once, and their requests share the connection.
 
 A lost connection fails every waiting request with ``NetworkError`` (retriable); a request
 that outlives its timeout fails with ``RequestTimedOutError`` and closes the connection, as
-Kafka's clients do (a late response would otherwise be matched to nothing).
+Kafka's clients do (a late response would otherwise be matched to nothing).  The timeouts are
+checked by one task per connection every ``TIMEOUT_CHECK_S`` (as Kafka's ``NetworkClient``
+checks them in its poll loop), so a request costs no timer of its own; a request's bytes are
+written straight to the socket when it has room, and the reader receives without trio's
+socket wrapper: a request and its answer cost one trip through the scheduler each way.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
+import os
 import socket
 from contextlib import asynccontextmanager
 from collections.abc import AsyncIterator
@@ -44,15 +50,21 @@ from trilog.protocol import (
 log = logging.getLogger("trilog.client")
 
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+#: How often a connection looks for requests past their timeout (so they fail at most this
+#: late).
+TIMEOUT_CHECK_S = 0.05
 
 
 class PendingResponse:
     """A request written by ``send_request``: ``wait_response`` gives its response."""
 
-    __slots__ = ("api_key", "version", "event", "response", "error", "correlation_id")
+    __slots__ = ("api_key", "version", "event", "response", "error", "correlation_id",
+                 "deadline", "timeout_s")
 
     def __init__(self, api_key: int, version: int) -> None:
         self.correlation_id = -1
+        self.deadline = math.inf  # trio time; set while someone waits for the response
+        self.timeout_s = 0.0
         self.api_key = api_key
         self.version = version
         self.event = trio.Event()
@@ -147,14 +159,25 @@ class BrokerConnection:
             pending = PendingResponse(api_key, version)
             pending.correlation_id = correlation_id
             self._pending[correlation_id] = pending
-        async with self._send_lock:
+        lock = self._send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
             try:
-                await self._stream.send_all(frame)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                closed = self._fail(
-                    NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
-                if pending is None:
-                    raise closed from exc
+                sent = os.write(self._stream.socket.fileno(), frame)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(frame):
+                await self._stream.send_all(memoryview(frame)[sent:])
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            closed = self._fail(
+                NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
+            if pending is None:
+                raise closed from exc
+        finally:
+            lock.release()
         return pending
 
     async def wait_response(self, pending: PendingResponse, timeout_s: float | None = None
@@ -162,14 +185,14 @@ class BrokerConnection:
         """The response to a request written by ``send_request``."""
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         try:
-            with trio.move_on_after(timeout) as scope:
+            if not pending.event.is_set():
+                pending.timeout_s = timeout
+                pending.deadline = trio.current_time() + timeout  # see _watch_timeouts
                 await pending.event.wait()
-            if scope.cancelled_caught:
-                self._fail(RequestTimedOutError(
-                    f"{ApiKey(pending.api_key).name} to {self.host}:{self.port} timed out "
-                    f"after {timeout:.1f} s"
-                ))
+            else:
+                await trio.lowlevel.checkpoint()
         finally:
+            pending.deadline = math.inf
             # A caller cancelled before the answer leaves its entry behind: the reader
             # drops the late response instead of failing on an unknown correlation id.
             if pending.event.is_set():
@@ -180,24 +203,55 @@ class BrokerConnection:
 
     # -- the reader task ---------------------------------------------------------------------
 
+    async def _watch_timeouts(self) -> None:
+        """Fail the connection once a response is later than its request's timeout."""
+        while True:
+            await trio.sleep(TIMEOUT_CHECK_S)
+            now = trio.current_time()
+            for pending in self._pending.values():
+                if pending.deadline <= now:
+                    self._fail(RequestTimedOutError(
+                        f"{ApiKey(pending.api_key).name} to {self.host}:{self.port} "
+                        f"timed out after {pending.timeout_s:.1f} s"))
+                    return
+
+    async def _run(self) -> None:
+        """The connection's tasks: the reader and the timeout watch, until ``_fail``."""
+        with self._cancel_scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_timeouts)
+                await self._reader()
+
     async def _reader(self) -> None:
         splitter = FrameSplitter(max_frame_size=self._max_response_bytes)
-        with self._cancel_scope:
-            try:
-                sock = self._stream.socket
-                while True:
-                    # Large responses (fetches) are received in place: see FrameSplitter.
-                    target = splitter.read_buffer()
-                    received = await sock.recv_into(target)
+        try:
+            sock = self._stream.socket
+            fd = sock.fileno()
+            waited = False
+            while True:
+                # Large responses (fetches) are received in place: see FrameSplitter.
+                target = splitter.read_buffer()
+                try:
+                    received = os.readv(fd, [target])
+                except BlockingIOError:
                     del target
-                    if not received:
-                        raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
-                    for payload in splitter.advance(received):
-                        self._deliver(payload)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
-            except (NetworkError, ProtocolError) as exc:
-                self._fail(exc)
+                    await trio.lowlevel.wait_readable(sock)
+                    if self._closed_error is not None:
+                        return  # closed while being woken: the descriptor is not ours
+                    waited = True
+                    continue
+                del target
+                if not received:
+                    raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
+                for payload in splitter.advance(received):
+                    self._deliver(payload)
+                if not waited:
+                    await trio.lowlevel.checkpoint()  # answers keep coming: others' turn
+                waited = False
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
+        except (NetworkError, ProtocolError) as exc:
+            self._fail(exc)
 
     def _deliver(self, payload: bytes | bytearray) -> None:
         correlation_id = read_correlation_id(payload)
@@ -272,7 +326,7 @@ async def open_connection(
                             max_response_bytes=max_response_bytes)
     with unwrap_exception_group():
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(conn._reader)
+            nursery.start_soon(conn._run)
             try:
                 await conn.negotiate()
                 yield conn
