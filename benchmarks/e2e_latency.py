@@ -1,5 +1,5 @@
 """End-to-end latency: a paced producer and a consumer in separate processes, through one
-``trilog broker``, with trilog's client and with confluent-kafka (librdkafka) on each end.
+``trilog broker``, with trilog's client, confluent-kafka (librdkafka) and kafka-python.
 
 Each value carries the producer's clock (``time.time_ns()``, one machine) and a sequence
 number; the consumer notes, for each record it is handed, how long ago it was sent.  The
@@ -11,6 +11,7 @@ first second of records is a warm-up and is not counted.  One partition, acks=1,
   confluent -> confluent   librdkafka on both ends
   trilog -> confluent      isolates librdkafka's consumer (issue 14: its p99 stalled at
                            780-890 ms where trilog's consumer saw 3 ms)
+  kafka -> kafka           kafka-python on both ends (the reference pure-Python client)
 
 at each of ``--rates`` (1,000 and 10,000 records/s).  Target (issue 14): librdkafka consumer
 p99 under 10 ms at 10,000 records/s of 100-byte records.
@@ -29,13 +30,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import BrokerProcess, create_topic  # noqa: E402
 
 _STAMP = struct.Struct(">qq")  # time.time_ns() at send, sequence number
-PAIRS = ("trilog:trilog", "confluent:confluent", "trilog:confluent")
+PAIRS = ("trilog:trilog", "confluent:confluent", "trilog:confluent", "kafka:kafka")
+CLIENTS = ("trilog", "confluent", "kafka")
 
 
 def _value(size: int, seq: int) -> bytes:
@@ -95,6 +98,30 @@ def produce_confluent(args) -> dict:
         producer.poll(0)
         time.sleep(0.0005)
     producer.flush(60)
+    return {"records": n, "errors": errors[0]}
+
+
+def produce_kafka(args) -> dict:
+    from kafka import KafkaProducer
+
+    errors = [0]
+
+    def failed(_exc) -> None:
+        errors[0] += 1
+
+    producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks=1,
+                             linger_ms=args.linger_ms)
+    n, total = 0, int(args.rate * args.seconds)
+    t0 = time.perf_counter()
+    while n < total:
+        due = min(total, int((time.perf_counter() - t0) * args.rate) + 1)
+        while n < due:
+            producer.send(args.topic, _value(args.record_size, n), partition=0
+                          ).add_errback(failed)
+            n += 1
+        time.sleep(0.0005)
+    producer.flush(60)
+    producer.close()
     return {"records": n, "errors": errors[0]}
 
 
@@ -164,14 +191,36 @@ def consume_confluent(args, lat: _Latencies, deadline: float) -> None:
         consumer.close()
 
 
+def consume_kafka(args, lat: _Latencies, deadline: float) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=args.bootstrap, enable_auto_commit=False,
+                             fetch_max_wait_ms=500, group_id=None)
+    consumer.assign([TopicPartition(args.topic, 0)])
+    consumer.seek(TopicPartition(args.topic, 0), 0)
+    print("ready", flush=True)
+    try:
+        while lat.seen < lat.expected and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=100).values():
+                now = time.time_ns()
+                for record in records:
+                    lat.note(record.value, now)
+    finally:
+        consumer.close()
+
+
 def worker(args) -> None:
     if args.worker == "produce":
-        result = (produce_trilog if args.client == "trilog" else produce_confluent)(args)
+        produce = {"trilog": produce_trilog, "confluent": produce_confluent,
+                   "kafka": produce_kafka}[args.client]
+        result = produce(args)
     else:
         expected = int(args.rate * args.seconds)
         lat = _Latencies(expected, warmup=int(args.rate))
         deadline = time.monotonic() + args.seconds + 60
-        (consume_trilog if args.client == "trilog" else consume_confluent)(args, lat, deadline)
+        consume = {"trilog": consume_trilog, "confluent": consume_confluent,
+                   "kafka": consume_kafka}[args.client]
+        consume(args, lat, deadline)
         result = lat.result()
     print(json.dumps(result), flush=True)
 
@@ -220,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each run")
     parser.add_argument("--rates", default="1000,10000", help="records/s, comma-separated")
     parser.add_argument("--pairs", default=",".join(PAIRS),
-                        help="producer:consumer client pairs (trilog, confluent)")
+                        help="producer:consumer client pairs (trilog, confluent, kafka)")
     parser.add_argument("--record-size", type=int, default=100)
     parser.add_argument("--linger-ms", type=int, default=0)
     parser.add_argument("--debug", default="",
@@ -228,12 +277,13 @@ def main(argv: list[str] | None = None) -> int:
                              "(e.g. fetch,msg,protocol; logged on its stderr)")
     # worker mode (internal)
     parser.add_argument("--worker", choices=("produce", "consume"), help=argparse.SUPPRESS)
-    parser.add_argument("--client", choices=("trilog", "confluent"), help=argparse.SUPPRESS)
+    parser.add_argument("--client", choices=CLIENTS, help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
+        warnings.filterwarnings("ignore", module="kafka")  # kafka-python warns at import
         worker(args)
         return 0
 
