@@ -12,6 +12,9 @@ next, timing each round trip.  Phases:
   api-versions  ApiVersions v0 (the smallest request; its answer is made once).
   produce       Produce v3, acks=1, one record of ``--value-bytes`` per request (the
                 latency-sensitive configuration: ``linger.ms=0``, one in flight).
+  kafka-python  the same produce through kafka-python, ``send(...).get()`` per record
+                (acks=1, ``linger_ms=0``): the figure a pure-Python Kafka client gets, its
+                own per-record cost included.
   pipelined     (if confluent-kafka is installed) librdkafka with ``linger.ms=0`` and its
                 default pipelining, paced at ``--rate`` records/s for ``--seconds``: delivery
                 latency percentiles and the broker's memory, which must not grow with a queue
@@ -124,6 +127,40 @@ def produce_frame(topic: str, value_bytes: int) -> bytes:
     return p.encode_request(request, 3, 1, client_id="request-rate")
 
 
+def kafka_python_sync(bootstrap: str, topic: str, seconds: float, value_bytes: int,
+                      pid: int) -> dict | None:
+    """One record per request, each waited for, through kafka-python."""
+    import warnings
+
+    warnings.filterwarnings("ignore", module="kafka")  # kafka-python warns at import
+    try:
+        from kafka import KafkaProducer
+    except ImportError:
+        return None
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0,
+                             max_in_flight_requests_per_connection=1)
+    value = b"v" * value_bytes
+    try:
+        for _ in range(200):  # warm-up (metadata, connection)
+            producer.send(topic, value, partition=0).get(30)
+        meter = CpuMeter(pid)
+        meter.start()
+        latencies: list[int] = []
+        clock = time.perf_counter_ns
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = clock()
+            producer.send(topic, value, partition=0).get(30)
+            latencies.append(clock() - t0)
+        cpu = meter.stop()
+    finally:
+        producer.close()
+    n = len(latencies)
+    latencies.sort()
+    return {"requests/s": n / cpu["wall"], "cpu_us": cpu["proc_cpu"] / n * 1e6,
+            "p50_us": latencies[n // 2] / 1000, "p99_us": latencies[int(n * 0.99)] / 1000}
+
+
 # -- pipelined: librdkafka ------------------------------------------------------------------
 
 
@@ -216,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("produce acks=1", one_in_flight(broker.address, produce, args.seconds,
                                                      broker.pid)))
         bootstrap = f"{broker.host}:{broker.port}"
+        kafka = kafka_python_sync(bootstrap, "rate", args.seconds, args.value_bytes,
+                                  broker.pid)
+        if kafka is not None:
+            rows.append(("kafka-python sync", kafka))
         piped = pipelined(bootstrap, "rate", args.rate, args.seconds, args.value_bytes,
                           broker.pid)
 
