@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,33 +90,43 @@ def _floor_server(port_queue, answer_size: int) -> None:
 # -- the client -------------------------------------------------------------------------------
 
 
-def one_in_flight(address: tuple[str, int], frame: bytes, seconds: float, pid: int) -> dict:
-    """Send ``frame`` and wait for its answer, again and again, for ``seconds``."""
-    sock = connect(address, buffer_bytes=256 * 1024)
-    reader = FrameReader(sock, capacity=64 * 1024)
-    try:
-        for _ in range(500):  # warm-up
-            sock.sendall(frame)
-            reader.read()
-        meter = CpuMeter(pid)
-        meter.start()
-        latencies: list[int] = []
-        clock = time.perf_counter_ns
-        sendall, read, note = sock.sendall, reader.read, latencies.append
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            for _ in range(100):
-                t0 = clock()
-                sendall(frame)
-                read()
-                note(clock() - t0)
-        cpu = meter.stop()
-    finally:
-        sock.close()
+def timed_requests(request: Callable[[], object], seconds: float, pid: int,
+                   warmup: int = 500) -> dict:
+    """Call ``request()`` (one request and its answer) again and again for ``seconds``:
+    requests/s, the server's (``pid``) CPU per request, round-trip p50 and p99."""
+    for _ in range(warmup):
+        request()
+    meter = CpuMeter(pid)
+    meter.start()
+    latencies: list[int] = []
+    clock, note = time.perf_counter_ns, latencies.append
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(100):
+            t0 = clock()
+            request()
+            note(clock() - t0)
+    cpu = meter.stop()
     n = len(latencies)
     latencies.sort()
     return {"requests/s": n / cpu["wall"], "cpu_us": cpu["proc_cpu"] / n * 1e6,
             "p50_us": latencies[n // 2] / 1000, "p99_us": latencies[int(n * 0.99)] / 1000}
+
+
+def one_in_flight(address: tuple[str, int], frame: bytes, seconds: float, pid: int) -> dict:
+    """Send ``frame`` and wait for its answer, again and again, for ``seconds``."""
+    sock = connect(address, buffer_bytes=256 * 1024)
+    reader = FrameReader(sock, capacity=64 * 1024)
+    sendall, read = sock.sendall, reader.read
+
+    def request() -> None:
+        sendall(frame)
+        read()
+
+    try:
+        return timed_requests(request, seconds, pid)
+    finally:
+        sock.close()
 
 
 def produce_frame(topic: str, value_bytes: int) -> bytes:
@@ -141,24 +152,10 @@ def kafka_python_sync(bootstrap: str, topic: str, seconds: float, value_bytes: i
                              max_in_flight_requests_per_connection=1)
     value = b"v" * value_bytes
     try:
-        for _ in range(200):  # warm-up (metadata, connection)
-            producer.send(topic, value, partition=0).get(30)
-        meter = CpuMeter(pid)
-        meter.start()
-        latencies: list[int] = []
-        clock = time.perf_counter_ns
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            t0 = clock()
-            producer.send(topic, value, partition=0).get(30)
-            latencies.append(clock() - t0)
-        cpu = meter.stop()
+        return timed_requests(lambda: producer.send(topic, value, partition=0).get(30),
+                              seconds, pid, warmup=200)
     finally:
         producer.close()
-    n = len(latencies)
-    latencies.sort()
-    return {"requests/s": n / cpu["wall"], "cpu_us": cpu["proc_cpu"] / n * 1e6,
-            "p50_us": latencies[n // 2] / 1000, "p99_us": latencies[int(n * 0.99)] / 1000}
 
 
 # -- pipelined: librdkafka ------------------------------------------------------------------

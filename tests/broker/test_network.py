@@ -11,7 +11,7 @@ import socket
 import trio
 
 from trilog import protocol as p
-from trilog.broker._network import Later, Network
+from trilog.broker._network import IOV_MAX, Later, Network, _write_all
 from trilog.errors import RemoteProtocolError
 
 
@@ -124,3 +124,18 @@ async def test_a_client_that_does_not_read_its_answers_stops_being_read():
         assert len(frames) == requests and handled == requests
 
     await _serve(handler, body, send_buffer_bytes=64 * 1024)
+
+
+async def test_an_answer_of_more_parts_than_one_writev_takes_is_written_whole():
+    """A fetch of many partitions answers in thousands of small parts; ``writev`` takes at
+    most IOV_MAX (1024) buffers per call."""
+    pieces = [b"%05d" % i for i in range(3 * IOV_MAX + 7)]
+    left, right = trio.socket.socketpair()
+    with left, right:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_write_all, left, left.fileno(), list(pieces))
+            received = b""
+            with trio.fail_after(10):
+                while len(received) < 5 * len(pieces):
+                    received += await right.recv(1 << 16)
+    assert received == b"".join(pieces)

@@ -92,3 +92,22 @@ def test_parse_bootstrap():
         parse_bootstrap("nohost")
     with pytest.raises(ValueError):
         parse_bootstrap("")
+
+
+async def test_a_request_after_an_idle_spell_still_times_out(tmp_path):
+    """The timeout watch rests while nothing is pending; a later request wakes it."""
+    from trilog import protocol as p
+
+    async with open_broker({"port": 0, "log.dirs": str(tmp_path)}) as b:
+        async with open_admin(bootstrap_servers=f"127.0.0.1:{b.port}") as admin:
+            await admin.create_topic("quiet", 1)
+        async with open_connection("127.0.0.1", b.port) as conn:
+            await trio.sleep(0.3)  # idle: several of the watch's periods
+            parked = p.FetchRequest(
+                replica_id=-1, max_wait_ms=10_000, min_bytes=1, max_bytes=1 << 20,
+                topics=[p.FetchRequest.FetchTopic(topic="quiet", partitions=[
+                    p.FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0,
+                                                             partition_max_bytes=1 << 20)])])
+            with trio.fail_after(5), pytest.raises(RequestTimedOutError):
+                await conn.request(parked, version=4, timeout_s=0.3)
+            assert conn.closed

@@ -85,7 +85,12 @@ SCRATCH_BYTES = 256 * 1024
 #: accept() errors that mean "out of a resource, try again soon" (trio's serve_listeners).
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 UNLIMITED = 2**31 - 1
+#: The most buffers one ``writev`` takes (Linux: 1024).
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _BYTES = (bytes, bytearray, memoryview)
+#: A file slice that ended early (truncated under us): its frame length is already on the
+#: wire, so the connection cannot go on.
+_SLICE_TRUNCATED = "segment file ended inside a fetch response; closing"
 
 
 class FileSlice(Protocol):
@@ -455,8 +460,7 @@ class Network:
             except BaseException as exc:
                 self._answered(conn, size)
                 if isinstance(exc, ProtocolError):
-                    self._answered_unread(conn, frames)
-                    return exc
+                    return exc  # (the frames after it give their bytes back on closing)
                 raise
             del frame
             if conn.queued or isinstance(answer, Later):
@@ -469,13 +473,6 @@ class Network:
             finally:
                 self._answered(conn, size)
             conn.last_active = trio.current_time()
-
-    def _answered_unread(self, conn: _Connection, frames: deque) -> None:
-        """Frames received but never handled (the connection is closing) give their bytes
-        back."""
-        for frame in frames:
-            self._answered(conn, len(frame) + 4)
-        frames.clear()
 
     async def _read_frames(self, conn: _Connection, decoder: FrameDecoder
                            ) -> tuple[list[bytes | bytearray], bool] | None:
@@ -570,15 +567,15 @@ class Network:
         or, when they are small, read into the same ``writev`` (``COPY_SLICES_BYTES``)."""
         sock = conn.stream.socket
         fd = sock.fileno()
+        slices = [part for part in parts if not isinstance(part, _BYTES)]
         try:
-            slices = [part for part in parts if not isinstance(part, _BYTES)]
             if slices and sum(part.length for part in slices) <= COPY_SLICES_BYTES:
                 await _write_all(sock, fd, [part if isinstance(part, _BYTES)
                                             else _read_slice(part) for part in parts])
                 return
             pending: list = []
             for part in parts:
-                if isinstance(part, (bytes, bytearray, memoryview)):
+                if isinstance(part, _BYTES):
                     pending.append(part)
                     continue
                 if pending:
@@ -588,9 +585,8 @@ class Network:
             if pending:
                 await _write_all(sock, fd, pending)
         finally:
-            for part in parts:
-                if not isinstance(part, (bytes, bytearray, memoryview)):
-                    part.close()
+            for part in slices:
+                part.close()
 
     async def _sendfile(self, sock: trio.socket.SocketType, part: FileSlice) -> None:
         out_fd = sock.fileno()
@@ -609,9 +605,7 @@ class Network:
                 await trio.lowlevel.wait_writable(sock)
                 continue
             if sent == 0:
-                # The file is shorter than the slice promised (it was truncated under us):
-                # the frame length is already on the wire, so the connection cannot go on.
-                raise ProtocolError("segment file ended inside a fetch response; closing")
+                raise ProtocolError(_SLICE_TRUNCATED)
             offset += sent
             remaining -= sent
         await trio.lowlevel.checkpoint()
@@ -622,29 +616,30 @@ def _read_slice(part: FileSlice) -> bytes:
     if not part.length:
         return b""
     data = os.pread(part.fd, part.length, part.position)
-    if len(data) < part.length:  # truncated under us (as in _sendfile)
-        raise ProtocolError("segment file ended inside a fetch response; closing")
+    if len(data) < part.length:
+        raise ProtocolError(_SLICE_TRUNCATED)
     return data
 
 
 async def _write_all(sock: trio.socket.SocketType, fd: int, pieces: list) -> None:
-    """Write ``pieces`` to the non-blocking socket ``fd``, waiting while its buffer is full."""
-    while True:
+    """Write ``pieces`` to the non-blocking socket ``fd`` (``IOV_MAX`` of them per
+    ``writev``), waiting while its buffer is full."""
+    while pieces:
+        batch = pieces[:IOV_MAX]
         try:
-            sent = os.writev(fd, pieces)
+            sent = os.writev(fd, batch)
         except BlockingIOError:
             sent = 0
-        for i, piece in enumerate(pieces):
-            n = len(piece)
-            if sent < n:
-                pieces = pieces[i:]
-                if sent:
-                    pieces[0] = memoryview(piece)[sent:]
-                break
-            sent -= n
-        else:
-            return
-        await trio.lowlevel.wait_writable(sock)
+        full = sent < sum(map(len, batch))  # the socket took less than offered
+        done = 0
+        while done < len(pieces) and sent >= len(pieces[done]):
+            sent -= len(pieces[done])
+            done += 1
+        pieces = pieces[done:]
+        if sent:
+            pieces[0] = memoryview(pieces[0])[sent:]
+        if full:
+            await trio.lowlevel.wait_writable(sock)
 
 
 def _sendfile_some(out_fd: int, in_fd: int, offset: int, count: int,

@@ -22,19 +22,13 @@ batch headers.  Not thread-safe: the caller holds a lock around ``check`` + appe
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from trilog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
-from trilog.records import HEADER_SIZE, LOG_OVERHEAD
+from trilog.records import HEADER, LOG_OVERHEAD
 from trilog.storage import BatchHeader
-
-_LENGTH = struct.Struct(">i")  # batch_length at byte 8, last_offset_delta at byte 23
-_DELTA_OFFSET = 23
-_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
-_PRODUCER_OFFSET = 43
 
 MAX_PRODUCERS_PER_PARTITION = 10_000
 RECENT_BATCHES = 5
@@ -146,10 +140,9 @@ def _batch_producers(records, limit: int = -1) -> list[tuple[int, int, int, int]
     view = memoryview(records)
     out: list[tuple[int, int, int, int]] = []
     pos, end = 0, len(view)
-    while pos + HEADER_SIZE <= end and limit != len(out):
-        length = _LENGTH.unpack_from(view, pos + 8)[0]
-        delta = _LENGTH.unpack_from(view, pos + _DELTA_OFFSET)[0]
-        pid, epoch, base_sequence = _PRODUCER.unpack_from(view, pos + _PRODUCER_OFFSET)
+    while pos + HEADER.size <= end and limit != len(out):
+        (_base, length, _leader_epoch, _magic, _crc, _attributes, delta, _first_ts, _max_ts,
+         pid, epoch, base_sequence, _count) = HEADER.unpack_from(view, pos)
         out.append((pid, epoch, base_sequence, delta))
         pos += LOG_OVERHEAD + length
     return out

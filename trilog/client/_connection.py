@@ -9,8 +9,8 @@ many tasks may call it at once, and their requests share the connection.
 A lost connection fails every waiting request with ``NetworkError`` (retriable); a request
 that outlives its timeout fails with ``RequestTimedOutError`` and closes the connection, as
 Kafka's clients do (a late response would otherwise be matched to nothing).  The timeouts are
-checked by one task per connection every ``TIMEOUT_CHECK_S`` (as Kafka's ``NetworkClient``
-checks them in its poll loop), so a request costs no timer of its own; a request's bytes are
+checked by one task per connection every ``TIMEOUT_CHECK_S`` while requests wait (as Kafka's
+``NetworkClient`` checks them in its poll loop), so a request costs no timer of its own; a request's bytes are
 written straight to the socket when it has room, and the reader receives without trio's
 socket wrapper: a request and its answer cost one trip through the scheduler each way.
 """
@@ -89,6 +89,8 @@ class BrokerConnection:
         self._closed_error: BaseException | None = None
         self._cancel_scope = trio.CancelScope()
         self._closed_event = trio.Event()
+        #: set to wake ``_watch_timeouts`` when it found nothing to watch (None: it is busy)
+        self._watch_wanted: trio.Event | None = None
         #: api key -> (min, max) the broker supports; filled by ``negotiate``.
         self.api_versions: dict[int, tuple[int, int]] = {}
 
@@ -188,6 +190,8 @@ class BrokerConnection:
             if not pending.event.is_set():
                 pending.timeout_s = timeout
                 pending.deadline = trio.current_time() + timeout  # see _watch_timeouts
+                if self._watch_wanted is not None:
+                    self._watch_wanted.set()
                 await pending.event.wait()
             else:
                 await trio.lowlevel.checkpoint()
@@ -208,12 +212,18 @@ class BrokerConnection:
         while True:
             await trio.sleep(TIMEOUT_CHECK_S)
             now = trio.current_time()
+            watched = False
             for pending in self._pending.values():
                 if pending.deadline <= now:
                     self._fail(RequestTimedOutError(
                         f"{ApiKey(pending.api_key).name} to {self.host}:{self.port} "
                         f"timed out after {pending.timeout_s:.1f} s"))
                     return
+                watched = watched or pending.deadline < math.inf
+            if not watched:  # an idle connection costs no wake-ups
+                self._watch_wanted = trio.Event()
+                await self._watch_wanted.wait()
+                self._watch_wanted = None
 
     async def _run(self) -> None:
         """The connection's tasks: the reader and the timeout watch, until ``_fail``."""

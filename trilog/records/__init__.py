@@ -50,6 +50,7 @@ from trilog.records._memory import MemoryRecords
 from trilog.records._v2 import (
     CREATE_TIME,
     MIN_BATCH_LENGTH,
+    HEADER,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -76,6 +77,7 @@ __all__ = [
     "CREATE_TIME",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
     "GZIP",
+    "HEADER",
     "HEADER_SIZE",
     "LOG_APPEND_TIME",
     "LOG_OVERHEAD",

@@ -48,6 +48,9 @@ from trilog.records._types import BytesLike, RecordHeaders
 from trilog.records._varint import _TABLE, _TABLE_LIMIT, decode_varint, encode_varint
 
 MAGIC = 2
+#: A v2 batch header: base_offset, batch_length, partition_leader_epoch, magic, crc,
+#: attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+#: producer_epoch, base_sequence, records_count.
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # base_offset + batch_length: what precedes ``batch_length`` bytes
