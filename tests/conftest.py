@@ -50,6 +50,7 @@ def zookeeper(zookeeper_server) -> str:
 
 
 _LISTENING = re.compile(rb"trilog broker (\d+) listening on (\S+):(\d+) ")
+_LISTENER = re.compile(rb"trilog broker \d+ listener (\S+) \(\S+\) on \S+:(\d+)")
 # ``python -m trilog.cli._main`` warns (runpy) that the module was imported by its package.
 _BROKER_MAIN = "import sys; from trilog.cli import main; sys.exit(main())"
 
@@ -80,7 +81,10 @@ class BrokerProcess:
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BROKER_MAIN, "broker", *args],
+            # Unbuffered: a line read must never pull the next ones into a buffer that
+            # the selector in _read_line cannot see.
             stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, cwd=cwd,
+            bufsize=0,
             preexec_fn=None if fd_limit is None else partial(_limit_fds, fd_limit),
         )
         self.stdout_lines: list[bytes] = []
@@ -116,6 +120,20 @@ class BrokerProcess:
                     self.stdout_lines.append(line)
                     return line
 
+    def listener(self, name: str, timeout: float = 10.0) -> str:
+        """``127.0.0.1:port`` of listener ``name`` (from the lines a broker with several
+        listeners, or a secured one, prints after its first)."""
+        for line in self.stdout_lines:
+            match = _LISTENER.match(line)
+            if match is not None and match.group(1).decode() == name:
+                return f"127.0.0.1:{int(match.group(2))}"
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._read_line(max(0.1, deadline - time.monotonic()))
+            match = _LISTENER.match(line)
+            if match is not None and match.group(1).decode() == name:
+                return f"127.0.0.1:{int(match.group(2))}"
+
     @property
     def pid(self) -> int:
         return self.proc.pid
@@ -128,9 +146,10 @@ class BrokerProcess:
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS line")
 
-    def stderr(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text(errors="replace")[-4000:]
+    def stderr(self, tail: int = 4000) -> str:
+        if not self._stderr.closed:
+            self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")[-tail:]
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         """Signal the process and wait; SIGKILL if it outlives ``timeout``.  Returns the code."""
@@ -159,13 +178,23 @@ class BrokerProcess:
             self._stderr.close()
 
 
-@pytest.fixture
-def broker_process(tmp_path):
-    """Factory: ``broker_process(log_dir=None, *extra_args, port=0, broker_id=None,
-    zookeeper=None, overrides={...}, fd_limit=None)`` starts a ``trilog broker`` process and returns a
-    ``BrokerProcess``.  Every process still running at teardown gets SIGTERM (then SIGKILL).
-    """
-    started: list[BrokerProcess] = []
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that started broker processes shows the end of each one's log."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        module = getattr(item, "module", None)
+        for process in [*getattr(item, "trilog_brokers", ()),
+                        *getattr(module, "trilog_module_brokers", ())]:
+            report.sections.append((f"broker log {process.stderr_path.name}",
+                                    process.stderr(tail=12_000)))
+
+
+def _broker_starter(base: Path, started: list[BrokerProcess]):
+    """``start(log_dir=None, *extra_args, port=0, broker_id=None, zookeeper=None,
+    overrides={...}, cwd=None, fd_limit=None) -> BrokerProcess``, keeping its files under
+    ``base`` and every process it starts in ``started``."""
     counter = iter(range(1_000_000))
 
     def start(log_dir: Path | str | None = None, *extra: str, port: int = 0,
@@ -174,7 +203,7 @@ def broker_process(tmp_path):
               fd_limit: int | tuple[int, int] | None = None) -> BrokerProcess:
         n = next(counter)
         if log_dir is None:
-            log_dir = tmp_path / f"broker-{n}-data"
+            log_dir = base / f"broker-{n}-data"
         log_dir = Path(log_dir)
         args = ["--port", str(port), "--host", "127.0.0.1", "--log-dir", str(log_dir)]
         if broker_id is not None:
@@ -185,15 +214,38 @@ def broker_process(tmp_path):
             args += ["--override", f"{key}={value}"]
         args += list(extra)
         if cwd is None:
-            cwd = tmp_path / "broker-cwd"
+            cwd = base / "broker-cwd"
             cwd.mkdir(exist_ok=True)
-        process = BrokerProcess(args, log_dir, tmp_path / f"broker-{n}.stderr", cwd,
+        process = BrokerProcess(args, log_dir, base / f"broker-{n}.stderr", cwd,
                                 fd_limit=fd_limit)
         started.append(process)
         return process
 
+    return start
+
+
+@pytest.fixture
+def broker_process(tmp_path, request):
+    """Factory: ``broker_process(log_dir=None, *extra_args, port=0, broker_id=None,
+    zookeeper=None, overrides={...}, fd_limit=None)`` starts a ``trilog broker`` process and returns a
+    ``BrokerProcess``.  Every process still running at teardown gets SIGTERM (then SIGKILL).
+    """
+    started: list[BrokerProcess] = []
+    request.node.trilog_brokers = started
     try:
-        yield start
+        yield _broker_starter(tmp_path, started)
+    finally:
+        for process in started:
+            process.stop()
+
+
+@pytest.fixture(scope="module")
+def module_broker_process(tmp_path_factory, request):
+    """``broker_process`` for brokers that serve every test of a module."""
+    started: list[BrokerProcess] = []
+    request.module.trilog_module_brokers = started
+    try:
+        yield _broker_starter(tmp_path_factory.mktemp("brokers"), started)
     finally:
         for process in started:
             process.stop()

@@ -9,6 +9,7 @@
 
 from trilog.client import (
     Blacklist,
+    ClientSecurity,
     ConsumerRebalanceFailedError,
     MessageStream,
     Whitelist,
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Blacklist",
+    "ClientSecurity",
     "ConsumerRebalanceFailedError",
     "MessageStream",
     "Whitelist",

@@ -5,6 +5,8 @@
     │   ├── LocalProtocolError       we were asked to encode something the protocol cannot carry
     │   └── RemoteProtocolError      bytes from a peer (or a file) do not decode
     ├── UnsupportedCodecError        a compression codec whose library is not installed
+    ├── AuthenticationError          a TLS handshake or SASL login failed (also the parent
+    │                                of the SASL ApiErrors: codes 33, 34, 58)
     └── ApiError                     an error with a Kafka error code (seed 003, "Error Codes")
         ├── OffsetOutOfRangeError    code 1
         ├── CorruptMessageError      code 2
@@ -39,6 +41,7 @@ import re
 from typing import Any, ClassVar
 
 __all__ = [
+    "AuthenticationError",
     "ERROR_CODES",
     "NO_ERROR",
     "ApiError",
@@ -202,6 +205,11 @@ class RemoteProtocolError(ProtocolError):
 
 class UnsupportedCodecError(TrilogError):
     """A compression codec is named whose library is not installed."""
+
+
+class AuthenticationError(TrilogError):
+    """A connection could not authenticate: its TLS handshake or SASL login failed.  Not
+    retriable: the same certificate or credentials would fail again."""
 
 
 #: Kafka's code 0 (``NONE``): the request succeeded.  It has no class.
@@ -434,11 +442,11 @@ class InvalidTimestampError(ApiError, code=32):
     """The timestamp of the message is out of acceptable range."""
 
 
-class UnsupportedSaslMechanismError(ApiError, code=33):
+class UnsupportedSaslMechanismError(ApiError, AuthenticationError, code=33):
     """The broker does not support the requested SASL mechanism."""
 
 
-class IllegalSaslStateError(ApiError, code=34):
+class IllegalSaslStateError(ApiError, AuthenticationError, code=34):
     """Request is not valid given the current SASL state."""
 
 
@@ -541,7 +549,7 @@ class LogDirNotFoundError(ApiError, code=57):
     """The user-specified log directory is not found in the broker config."""
 
 
-class SaslAuthenticationFailedError(ApiError, code=58):
+class SaslAuthenticationFailedError(ApiError, AuthenticationError, code=58):
     """SASL Authentication failed."""
 
 

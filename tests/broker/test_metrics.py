@@ -333,6 +333,7 @@ async def test_metrics_of_a_broker_process_under_a_produce_load(broker_process):
     assert broker.stdout_lines  # it is serving
     scrapes = []
     first_half = trio.Event()
+    scraped = trio.Event()
     total = 4000
 
     async def load(producer) -> None:
@@ -341,6 +342,7 @@ async def test_metrics_of_a_broker_process_under_a_produce_load(broker_process):
             if i == total // 2:
                 await producer.flush()
                 first_half.set()
+                await scraped.wait()  # the second half comes after the mid-load scrape
         await producer.flush()
 
     async with trilog.open_producer(broker.bootstrap, linger_ms=2, batch_size=16384) as producer:
@@ -348,6 +350,7 @@ async def test_metrics_of_a_broker_process_under_a_produce_load(broker_process):
             nursery.start_soon(load, producer)
             await first_half.wait()
             scrapes.append(await trio.to_thread.run_sync(http_get, port))  # mid-load
+            scraped.set()
         scrapes.append(await trio.to_thread.run_sync(http_get, port))  # after it, still open
 
     (status1, text1), (status2, text2) = scrapes

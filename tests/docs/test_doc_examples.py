@@ -1,4 +1,4 @@
-"""Every page of docs/ (but four, whose examples need a cluster, Spark or a benchmark run)
+"""Every page of docs/ (but five, whose examples need a cluster, Spark or a benchmark run)
 starts with a runnable example: its first ```python block, run as a user would run it
 against ``make run``'s broker.
 
@@ -20,7 +20,9 @@ import pytest
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Pages whose first example is not Python for the `make run` broker: shell commands and
 # property tables, Spark (tested in tests/spark), and the contributors' walk through the code.
-NOT_HERE = {"operations.md", "broker-config.md", "performance.md", "spark.md", "internals.md"}
+NOT_HERE = {"operations.md", "broker-config.md", "performance.md", "spark.md", "internals.md",
+            # a secured broker with its certificates: tests/broker/test_security.py
+            "security.md"}
 PAGES = sorted(p.name for p in DOCS.glob("*.md") if p.name not in NOT_HERE)
 MAKE_RUN_BROKER = "127.0.0.1:9092"
 _GUARD_S = 60  # a failure guard for an example that never ends, not a speed assertion

@@ -108,6 +108,8 @@ def test_registries_cover_the_brief():
         37: (0, 1), 42: (0, 1), 44: (0, 0), 47: (0, 0),
         # Replication (issue 13): ControlledShutdown v0's header has no client_id.
         4: (0, 3), 5: (0, 1), 6: (0, 5), 7: (1, 2), 23: (0, 3), 43: (0, 1),
+        # Security (issue 15)
+        17: (0, 1), 36: (0, 1), 29: (0, 1), 30: (0, 1), 31: (0, 1),
     }  # fmt: skip
     assert dict(API_VERSIONS) == expected
     assert set(REQUEST_CLASSES) == set(RESPONSE_CLASSES) == set(expected)

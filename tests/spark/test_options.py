@@ -187,6 +187,24 @@ def test_kafka_client_settings_pass_through_to_the_consumer():
     assert parse_read_options(BASE, streaming=False).consumer == {"client_id": "trilog-spark"}
 
 
+def test_security_settings_reach_the_connection():
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            'username="alice" password="alice-secret";')
+    for options in (parse_read_options({**BASE, "kafka.security.protocol": "SASL_PLAINTEXT",
+                                        "kafka.sasl.mechanism": "SCRAM-SHA-256",
+                                        "kafka.sasl.jaas.config": jaas}, streaming=False),
+                    parse_write_options({"bootstrap.servers": "h:1",
+                                         "kafka.security.protocol": "SASL_PLAINTEXT",
+                                         "kafka.sasl.mechanism": "SCRAM-SHA-256",
+                                         "kafka.sasl.jaas.config": jaas})):
+        security = options.connection.kwargs()["security"]
+        assert (security.protocol, security.sasl_mechanism, security.username,
+                security.password) == ("SASL_PLAINTEXT", "SCRAM-SHA-256", "alice",
+                                       "alice-secret")
+        assert "alice-secret" not in repr(options.connection.kwargs())
+    assert "security" not in parse_read_options(BASE, streaming=False).connection.kwargs()
+
+
 def test_group_id_and_prefix_name_the_client():
     # Spark's source names its consumers' group after them and joins no group; trilog's
     # has no group, so they name its connections, unless kafka.client.id does.
@@ -222,14 +240,15 @@ def test_kafka_client_settings_pass_through_to_the_producer():
 
 
 @pytest.mark.parametrize("options, write, message", [
-    ({"kafka.security.protocol": "SASL_SSL"}, False,
-     "kafka.security.protocol='SASL_SSL' is not supported: trilog's client does not support "
-     "TLS/SASL yet"),
-    ({"kafka.security.protocol": "SSL"}, True, "does not support TLS/SASL yet"),
-    ({"kafka.ssl.truststore.location": "/etc/ts.jks"}, False,
-     "'kafka.ssl.truststore.location' is not supported: trilog's client does not support "
-     "TLS/SASL yet"),
-    ({"kafka.sasl.jaas.config": "x"}, True, "does not support TLS/SASL yet"),
+    ({"kafka.security.protocol": "TLS"}, False,
+     "the kafka.security.protocol/ssl/sasl options: security_protocol='TLS' is not one of"),
+    ({"kafka.security.protocol": "SASL_SSL"}, True, "needs sasl_plain_username"),
+    ({"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/no/ts.pem"}, False,
+     "cannot load the TLS files"),
+    ({"kafka.ssl.truststore.password": "x"}, False, "trilog's client reads PEM files"),
+    ({"kafka.sasl.login.class": "x"}, True, "logs in with sasl.mechanism"),
+    ({"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.jaas.config": "x"}, True,
+     "sasl.jaas.config is not"),
     ({"kafka.auto.offset.reset": "earliest"}, False, "set the option startingOffsets instead"),
     ({"kafka.enable.auto.commit": "true"}, False,
      "offsets to the cluster: they live in Spark's checkpoint"),

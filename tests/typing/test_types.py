@@ -91,9 +91,14 @@ def test_py_typed_ships():
     (ConsumerOptions, open_consumer),
 ])
 def test_the_option_types_name_every_keyword_argument(options, opener):
-    keywords = {name for name, p in inspect.signature(opener).parameters.items()
+    from trilog.client import SecurityOptions
+
+    parameters = inspect.signature(opener).parameters
+    keywords = {name for name, p in parameters.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY}
     keywords -= {"bootstrap_servers", "topics", "topic_filter"}  # given apart
+    assert parameters["security"].kind is inspect.Parameter.VAR_KEYWORD  # **SecurityOptions
+    keywords |= set(SecurityOptions.__annotations__)
     assert set(options.__annotations__) - {"bootstrap_servers"} == keywords
 
 

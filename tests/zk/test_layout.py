@@ -36,6 +36,21 @@ def test_broker_registration_from_endpoints_only():
     assert (reg.host, reg.port) == ("10.0.0.1", 9092)
 
 
+def test_broker_registration_with_several_listeners():
+    reg = BrokerRegistration(2, "h1", 9092, endpoints=(("INTERNAL", "h1", 9092),
+                                                       ("SASL_SSL", "::1", 9094)),
+                             protocols={"INTERNAL": "SSL", "SASL_SSL": "SASL_SSL"})
+    data = json.loads(reg.encode())
+    assert data["endpoints"] == ["INTERNAL://h1:9092", "SASL_SSL://[::1]:9094"]
+    assert data["listener_security_protocol_map"] == {"INTERNAL": "SSL", "SASL_SSL": "SASL_SSL"}
+    assert (data["host"], data["port"]) == (None, -1)  # Kafka writes them for PLAINTEXT only
+    back = BrokerRegistration.decode(2, reg.encode())
+    assert back.endpoints == reg.endpoints and dict(back.protocols) == dict(reg.protocols)
+    assert back.address("SASL_SSL") == ("::1", 9094)
+    assert back.address("PLAINTEXT") is None
+    assert back.address() == ("h1", 9092)
+
+
 @pytest.mark.parametrize("raw", [b"", b"not json", b"[]", b'{"host":"h"}', b"\xff"])
 def test_bad_broker_registration_is_a_clear_error(raw):
     with pytest.raises(RemoteProtocolError):

@@ -23,6 +23,7 @@ import logging
 import socket
 import time
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, AsyncIterator, Callable, Mapping
 
 import trio
@@ -30,13 +31,19 @@ import trio
 from trilog._concurrency import unwrap_exception_group
 from trilog._time import now_ms
 from trilog.broker._admin_apis import AdminApis
-from trilog.broker._cluster import BrokerInfo, Cluster, StandaloneCluster, load_or_create_meta
+from trilog.broker._cluster import (
+    BrokerInfo,
+    Cluster,
+    StandaloneCluster,
+    broker_info,
+    load_or_create_meta,
+)
 from trilog.broker._config import BrokerConfig
 from trilog.broker._cleaner import LogCleanerTask
 from trilog.broker._control import Controller
 from trilog.broker._config_apis import ConfigApis
 from trilog.broker._config_store import TopicConfigs, standalone_store
-from trilog.broker._coordinator import GroupCoordinator, client_address
+from trilog.broker._coordinator import GroupCoordinator
 from trilog.broker._handlers import RequestHandler
 from trilog.broker._limits import (
     RESERVED_FDS,
@@ -46,9 +53,19 @@ from trilog.broker._limits import (
     raise_fd_limit,
 )
 from trilog.broker._metrics import FLUSH_BUCKETS_S, BrokerSource, Buckets, serve_metrics
-from trilog.broker._network import ConnectionLimits, Later, Network, ResponseParts
+from trilog.broker._listeners import Listener, server_ssl_context, tls_principal
+from trilog.broker._network import (
+    BoundListener,
+    ConnectionLimits,
+    Later,
+    Network,
+    ResponseParts,
+    Session,
+)
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.broker._replicas import ReplicaManager
+from trilog.broker._sasl import SaslAuthenticator
+from trilog.broker._users import UserStore, ZooKeeperUserStore, standalone_user_store
 from trilog.broker._zkcluster import ZooKeeperCluster, open_zookeeper_cluster
 from trilog.errors import TrilogError
 from trilog.storage import Log, LogManager
@@ -64,7 +81,7 @@ class Broker:
     ``shutdown()``.  Built by ``serve_broker`` once its logs, listener and cluster are up."""
 
     def __init__(self, config: BrokerConfig, logs: LogManager, cluster: Cluster,
-                 listeners: list[trio.SocketListener], limiter: trio.CapacityLimiter,
+                 listeners: list[BoundListener], limiter: trio.CapacityLimiter,
                  fd_limit: int) -> None:
         self.config = config
         self.logs = logs
@@ -89,6 +106,12 @@ class Broker:
         self.coordinator.register(self.handler)
         AdminApis(cluster, logs, self.coordinator, limiter).register(self.handler)
         ConfigApis(config, cluster).register(self.handler)
+        users: UserStore = (ZooKeeperUserStore(cluster.zk) if isinstance(cluster, ZooKeeperCluster)
+                            else standalone_user_store(config.log_dirs,
+                                                       config["sasl.credentials.file"]))
+        SaslAuthenticator(config["sasl.enabled.mechanisms"], users).register(self.handler)
+        #: the listeners, bound (their ports are known: port 0 picks one)
+        self.listeners = listeners
         if isinstance(cluster, ZooKeeperCluster):
             self.controller = Controller(
                 cluster.zk, cluster.controller, config.broker_id, config,
@@ -108,6 +131,7 @@ class Broker:
                 per_ip_overrides=config["max.connections.per.ip.overrides"],
                 idle_ms=config["connections.max.idle.ms"],
                 queued_request_bytes=config["queued.max.request.bytes"],
+                failed_auth_delay_ms=config["connection.failed.authentication.delay.ms"],
             ),
             connection_room=self.descriptors.connection_room,
         )
@@ -150,6 +174,15 @@ class Broker:
         host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         return f"{host}:{self.port}"
 
+    def addresses(self) -> dict[str, str]:
+        """``{listener name: host:port}`` a client on this machine can connect to."""
+        out: dict[str, str] = {}
+        for lst in self.listeners:
+            host, port = lst.socket_listener.socket.getsockname()[:2]
+            host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+            out.setdefault(lst.name, f"{host}:{port}")
+        return out
+
     def shutdown(self) -> None:
         """Ask for a clean shutdown; ``serve_broker`` returns when it is done."""
         self._shutdown_requested.set()
@@ -162,9 +195,8 @@ class Broker:
             "descriptor_limit": self.descriptors.limit,
         }
 
-    async def _handle(self, frame: memoryview, peer: str) -> ResponseParts | Later | None:
-        client_address.set(peer)
-        return await self.handler.handle(frame, peer)
+    async def _handle(self, frame: memoryview, session: Session) -> ResponseParts | Later | None:
+        return await self.handler.handle(frame, session)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The broker's tasks until ``shutdown()``, then the drain; ``task_status.started(self)``
@@ -187,6 +219,10 @@ class Broker:
                     config["metrics.port"])
             log.info("broker %d listening on %s:%d, data in %s", config.broker_id, self.host,
                      self.port, ", ".join(config.log_dirs))
+            if len(self.listeners) > 1 or self.listeners[0].protocol != "PLAINTEXT":
+                for lst in self.listeners:
+                    log.info("listener %s (%s) on %s:%d", lst.name, lst.protocol,
+                             *lst.socket_listener.socket.getsockname()[:2])
             task_status.started(self)
             await self._shutdown_requested.wait()
             if self.cleaner is not None:
@@ -227,12 +263,9 @@ async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *
     logs = await trio.to_thread.run_sync(_open_logs, config, fd_limit)
     broker: Broker | None = None
     try:
-        host, port = config.listener
-        listeners = await trio.open_tcp_listeners(port, host=host, backlog=1024)
+        listeners = await _bind(config)
         try:
-            bound = listeners[0].socket.getsockname()[1]
-            info = BrokerInfo(config.broker_id, *(config.advertised or (_advertised_host(host),
-                                                                         bound)))
+            info = _broker_info(config, listeners)
             async with open_cluster(config, info, logs, limiter) as cluster:
                 broker = Broker(config, logs, cluster, listeners, limiter, fd_limit)
                 log.info("%s", broker.descriptors.describe())
@@ -240,7 +273,7 @@ async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *
         finally:
             with trio.CancelScope(shield=True):
                 for listener in listeners:
-                    await listener.aclose()
+                    await listener.socket_listener.aclose()
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(logs.shutdown)
@@ -284,6 +317,46 @@ def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:
             f"for the segments in {', '.join(config.log_dirs)} plus {RESERVED_FDS} reserved; "
             "raise the limit"
         ) from None
+
+
+async def _bind(config: BrokerConfig) -> list[BoundListener]:
+    """Bind every listener (``listeners``), each with its TLS context when it has TLS."""
+    specs = config.listeners
+    context = server_ssl_context(config.values) if any(s.tls for s in specs) else None
+    principal = partial(tls_principal, rules=config["ssl.principal.mapping.rules"])
+    bound: list[BoundListener] = []
+    try:
+        for spec in specs:
+            try:
+                sockets = await trio.open_tcp_listeners(spec.port, host=spec.host or "0.0.0.0",
+                                                        backlog=1024)
+            except OSError as exc:
+                raise TrilogError(f"cannot listen on {spec}: {exc.strerror or exc}") from None
+            bound.extend(BoundListener(s, spec.name, spec.protocol,
+                                       context if spec.tls else None,
+                                       principal if spec.tls else None) for s in sockets)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            for listener in bound:
+                await listener.socket_listener.aclose()
+        raise
+    return bound
+
+
+def _broker_info(config: BrokerConfig, bound: list[BoundListener]) -> BrokerInfo:
+    """This broker as the cluster sees it: each listener's advertised address (its own,
+    with the port it bound, unless ``advertised.listeners`` says otherwise)."""
+    advertised = config.advertised_listeners or {}
+    endpoints = []
+    for spec in config.listeners:
+        if spec.name in advertised:
+            endpoints.append(advertised[spec.name])
+            continue
+        port = next(b.port for b in bound if b.name == spec.name)
+        endpoints.append(Listener(spec.name, spec.protocol, _advertised_host(spec.host), port))
+    info = broker_info(config.broker_id, endpoints, config.inter_broker_listener.name)
+    assert info is not None
+    return info
 
 
 def _advertised_host(host: str) -> str:

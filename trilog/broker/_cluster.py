@@ -19,12 +19,13 @@ import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import trio
 
 from trilog._topic import validate_topic_name
 from trilog.broker._limits import PartitionBudget
+from trilog.broker._listeners import Listener
 from trilog.broker._topic_configs import validate_overrides
 from trilog.errors import (
     InvalidPartitionsError,
@@ -49,9 +50,38 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
 @dataclass(frozen=True)
 class BrokerInfo:
+    """A broker of the cluster: ``host``/``port`` is its inter-broker listener's address,
+    ``endpoints`` every listener it advertises (empty: that one only)."""
+
     node_id: int
     host: str
     port: int
+    endpoints: tuple[Listener, ...] = ()
+
+    def address(self, listener: str | None) -> tuple[str, int] | None:
+        """Where a client of listener ``listener`` reaches this broker (None: it has no
+        such listener, and Kafka leaves it out of that client's Metadata)."""
+        if listener is None or not self.endpoints:
+            return self.host, self.port
+        for endpoint in self.endpoints:
+            if endpoint.name == listener:
+                return endpoint.host, endpoint.port
+        return None
+
+
+#: Kafka's SecurityProtocol ids (UpdateMetadata's endpoints).
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def broker_info(node_id: int, endpoints: Iterable[Listener], inter_broker: str | None
+                ) -> BrokerInfo | None:
+    """A broker's ``BrokerInfo`` from its advertised endpoints (None if it has none):
+    ``host``/``port`` are those of listener ``inter_broker`` (or the first)."""
+    endpoints = tuple(endpoints)
+    if not endpoints:
+        return None
+    inter = next((e for e in endpoints if e.name == inter_broker), endpoints[0])
+    return BrokerInfo(node_id, inter.host, inter.port, endpoints)
 
 
 def new_cluster_id() -> str:

@@ -14,6 +14,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from trilog.broker._listeners import (
+    Listener,
+    ListenerError,
+    PrincipalRules,
+    inter_broker_listener,
+    parse_client_auth,
+    parse_listeners,
+    parse_protocol_map,
+)
 from trilog.errors import TrilogError
 from trilog.storage import LogConfig
 from trilog.storage._config import NEVER, TIMESTAMP_TYPES, parse_cleanup_policy
@@ -61,6 +70,24 @@ def _list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _principal_rules(text: str) -> PrincipalRules:
+    return PrincipalRules.parse(text)
+
+
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _mechanism(text: str) -> str:
+    value = text.strip().upper()
+    if value not in _SASL_MECHANISMS:
+        raise ValueError(f"expected one of {', '.join(_SASL_MECHANISMS)}")
+    return value
+
+
+def _mechanisms(text: str) -> list[str]:
+    return [_mechanism(part) for part in _list(text)]
+
+
 def _host_counts(text: str) -> dict[str, int]:
     """Kafka's ``max.connections.per.ip.overrides``: ``host:count,host:count``."""
     counts = {}
@@ -87,11 +114,60 @@ _INT_MAX = 2**31 - 1
 PROPERTIES: tuple[Property, ...] = (
     Property("broker.id", _int, 0, "This broker's id, unique in the cluster.", low=0),
     Property("listeners", _str, "PLAINTEXT://127.0.0.1:9092",
-             "Where to listen: PLAINTEXT://host:port (one listener). Port 0 picks a free port."),
+             "Where to listen: comma-separated NAME://host:port (NAME is PLAINTEXT, SSL, "
+             "SASL_PLAINTEXT, SASL_SSL, or a name of listener.security.protocol.map). An "
+             "empty host is every interface; port 0 picks a free port."),
+    Property("listener.security.protocol.map", _str, None,
+             "NAME:PROTOCOL pairs for listeners with names of their own (e.g. "
+             "INTERNAL:SASL_SSL); Kafka's four protocol names map to themselves."),
     Property("host.name", _str, None, "Old-style listener host (used with port when listeners is not set)."),
     Property("port", _int, None, "Old-style listener port (used with host.name when listeners is not set).", low=0),
     Property("advertised.listeners", _str, None,
-             "The address clients are told to use, if not the listener's (e.g. behind NAT)."),
+             "The addresses clients are told to use, per listener name, if not the "
+             "listeners' own (e.g. behind NAT): NAME://host:port, ..."),
+    Property("inter.broker.listener.name", _str, None,
+             "The listener brokers use to talk to each other (replica fetches, the "
+             "controller's requests); default: the one of security.inter.broker.protocol, "
+             "else the first listener."),
+    Property("security.inter.broker.protocol", _str, None,
+             "The security protocol of the inter-broker listener (when "
+             "inter.broker.listener.name is not set)."),
+    Property("ssl.certfile", _str, None,
+             "PEM file with the broker's certificate chain (and key, unless ssl.keyfile): "
+             "needed by SSL and SASL_SSL listeners. Kafka's ssl.keystore.location."),
+    Property("ssl.keyfile", _str, None, "PEM file with the broker's private key."),
+    Property("ssl.key.password", _str, None, "Password of an encrypted ssl.keyfile."),
+    Property("ssl.cafile", _str, None,
+             "PEM file of the CAs that client certificates must chain to, and that the "
+             "brokers' certificates chain to for inter-broker TLS. Kafka's "
+             "ssl.truststore.location."),
+    Property("ssl.client.auth", parse_client_auth, "none",
+             "Client certificates on TLS listeners: required (mutual TLS; the certificate "
+             "names the principal), requested, or none."),
+    Property("ssl.principal.mapping.rules", _principal_rules, PrincipalRules(),
+             "How a client certificate's subject becomes a principal name: "
+             "RULE:pattern/replacement/[LU] entries and DEFAULT (the whole subject, e.g. "
+             "CN=alice,O=acme), e.g. RULE:^CN=(.*?),.*$/$1/,DEFAULT."),
+    Property("ssl.endpoint.identification.algorithm", _str, "https",
+             "https: a broker connecting to another over TLS checks the host name in its "
+             "certificate; empty: it does not."),
+    Property("sasl.enabled.mechanisms", _mechanisms, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+             "SASL mechanisms the SASL listeners accept (PLAIN, SCRAM-SHA-256, "
+             "SCRAM-SHA-512). PLAIN checks the password against the user's SCRAM "
+             "credentials; without TLS it crosses the network in the clear."),
+    Property("sasl.mechanism.inter.broker.protocol", _mechanism, "SCRAM-SHA-512",
+             "The SASL mechanism brokers log in to each other with."),
+    Property("sasl.jaas.config", _str, None,
+             "The broker's own SASL login, for an inter-broker SASL listener: "
+             'org.apache.kafka.common.security.scram.ScramLoginModule required '
+             'username="admin" password="..."; (the ScramLoginModule or PlainLoginModule).'),
+    Property("connection.failed.authentication.delay.ms", _int, 100,
+             "How long a connection whose SASL login failed stays open after its answer "
+             "(slows password guessing).", low=0),
+    Property("sasl.credentials.file", _str, None,
+             "Standalone mode: the file of SCRAM credentials managed by `trilog users` "
+             "(default users.json in the first log directory). With ZooKeeper they live "
+             "in /config/users/<user>."),
     Property("log.dirs", _list, ["./trilog-data"], "Comma-separated directories holding the partition logs."),
     Property("log.dir", _list, None, "A single log directory (used when log.dirs is not set)."),
     Property("num.partitions", _int, 1, "Partitions of an auto-created topic.", low=1),
@@ -318,19 +394,6 @@ def _coerce(raw: Mapping[str, str], source: str) -> dict[str, Any]:
     return values
 
 
-def _split_listener(listener: str) -> tuple[str, int]:
-    scheme, sep, address = listener.partition("://")
-    if not sep:
-        address, scheme = scheme, "PLAINTEXT"
-    if scheme.upper() != "PLAINTEXT":
-        raise ConfigError(f"listener {listener!r}: only PLAINTEXT is supported")
-    host, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit():
-        raise ConfigError(f"listener {listener!r} is not PLAINTEXT://host:port")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
 @dataclass
 class BrokerConfig:
     """A validated broker configuration.  ``values`` holds every property by Kafka name."""
@@ -384,7 +447,18 @@ class BrokerConfig:
             raise ConfigError(f"unknown property {name!r}{suggest(name)}") from None
 
     def _check(self) -> None:
-        self.listener  # parses and validates
+        listeners = self.listeners  # parses and validates
+        self.advertised_listeners
+        self.inter_broker_listener
+        from trilog.broker._listeners import inter_broker_security, server_ssl_context
+        from trilog.client._security import SecurityConfigError
+        try:
+            if any(lst.tls for lst in listeners):
+                server_ssl_context(self.values)
+            if self.zookeeper_connect:
+                inter_broker_security(self)
+        except (ListenerError, SecurityConfigError) as exc:
+            raise ConfigError(str(exc)) from None
         if not self.log_dirs:
             raise ConfigError("log.dirs is empty")
 
@@ -395,19 +469,65 @@ class BrokerConfig:
         return self.values["broker.id"]
 
     @property
+    def listeners(self) -> list[Listener]:
+        """The listeners to bind.  host.name/port (the old style) win, when set, over the
+        first listener's host and port."""
+        try:
+            listeners = parse_listeners(self.values["listeners"], self.protocol_map)
+        except ListenerError as exc:
+            raise ConfigError(f"listeners: {exc}") from None
+        host, port = self.values["host.name"], self.values["port"]
+        if host is not None or port is not None:
+            first = listeners[0]
+            listeners[0] = Listener(first.name, first.protocol,
+                                    first.host if host is None else host,
+                                    first.port if port is None else port)
+        return listeners
+
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        try:
+            return parse_protocol_map(self.values["listener.security.protocol.map"])
+        except ListenerError as exc:
+            raise ConfigError(f"listener.security.protocol.map: {exc}") from None
+
+    @property
     def listener(self) -> tuple[str, int]:
-        """``(host, port)`` to bind.  host.name/port win when set explicitly."""
-        host, port = _split_listener(self.values["listeners"])
-        if self.values["host.name"] is not None:
-            host = self.values["host.name"]
-        if self.values["port"] is not None:
-            port = self.values["port"]
-        return host, port
+        """``(host, port)`` of the first listener."""
+        first = self.listeners[0]
+        return first.host, first.port
+
+    @property
+    def advertised_listeners(self) -> dict[str, Listener] | None:
+        """``advertised.listeners`` by name (None: advertise the listeners themselves)."""
+        adv = self.values["advertised.listeners"]
+        if not adv:
+            return None
+        try:
+            advertised = parse_listeners(adv, self.protocol_map)
+        except ListenerError as exc:
+            raise ConfigError(f"advertised.listeners: {exc}") from None
+        names = {lst.name for lst in self.listeners}
+        for lst in advertised:
+            if lst.name not in names:
+                raise ConfigError(f"advertised.listeners: {lst.name} is not a listener "
+                                  f"({', '.join(sorted(names))})")
+        return {lst.name: lst for lst in advertised}
 
     @property
     def advertised(self) -> tuple[str, int] | None:
-        adv = self.values["advertised.listeners"]
-        return _split_listener(adv) if adv else None
+        """The advertised address of the first listener, if one is set."""
+        adv = self.advertised_listeners
+        first = adv.get(self.listeners[0].name) if adv else None
+        return (first.host, first.port) if first else None
+
+    @property
+    def inter_broker_listener(self) -> Listener:
+        try:
+            return inter_broker_listener(self.listeners, self.values["inter.broker.listener.name"],
+                                         self.values["security.inter.broker.protocol"])
+        except ListenerError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def log_dirs(self) -> list[str]:

@@ -84,6 +84,8 @@ from trilog.broker._election import (
     imbalanced_brokers,
 )
 from trilog.broker._limits import RateLimitedLog
+from trilog.broker._listeners import inter_broker_security
+from trilog.broker._cluster import SECURITY_PROTOCOL_IDS
 from trilog.client._connection import BrokerConnection, open_connection
 from trilog.errors import (
     NO_ERROR,
@@ -150,8 +152,6 @@ WRITE_ATTEMPTS = 5
 LEADER_AND_ISR_VERSION = 1
 UPDATE_METADATA_VERSION = 4
 STOP_REPLICA_VERSION = 0
-#: Kafka's SecurityProtocol id of PLAINTEXT (UpdateMetadata's endpoints)
-PLAINTEXT = 0
 #: ElectLeaders' election_type
 PREFERRED, UNCLEAN = 0, 1
 
@@ -190,6 +190,8 @@ class Controller:
         self.broker_id = broker_id
         self.config = config
         self.unclean_enabled = unclean_enabled
+        #: how the controller connects to the brokers
+        self.security = inter_broker_security(config)
         self.events_processed: AsyncValue[int] = AsyncValue(0)
         self.active_epoch: AsyncValue[int] = AsyncValue(0)
         self._term: _Term | None = None
@@ -347,6 +349,9 @@ class _Term:
         self.broker_id = controller.broker_id
         config = controller.config
         self.timeout_s = config["controller.socket.timeout.ms"] / 1000
+        #: the listener brokers reach each other on, and how to connect to it
+        self.inter_broker = config.inter_broker_listener.name
+        self.security = controller.security
         self.nursery: trio.Nursery | None = None
         #: live brokers by id (from /brokers/ids)
         self.live: dict[int, BrokerRegistration] = {}
@@ -1088,9 +1093,14 @@ class _Term:
                 is_new=is_new))
         return R(controller_id=self.broker_id, controller_epoch=self.epoch,
                  ungrouped_partition_states=states, live_leaders=[
-                     R.LeaderAndIsrLiveLeader(broker_id=b, host_name=self.live[b].host,
-                                              port=self.live[b].port)
-                     for b in sorted(leaders) if b in self.live])
+                     R.LeaderAndIsrLiveLeader(broker_id=b, host_name=address[0],
+                                              port=address[1])
+                     for b in sorted(leaders) if b in self.live
+                     for address in [self.address(self.live[b])]])
+
+    def address(self, broker: BrokerRegistration) -> tuple[str, int]:
+        """Where brokers reach ``broker``: its inter-broker listener."""
+        return broker.address(self.inter_broker) or (broker.host, broker.port)
 
     def _update_metadata(self) -> Message:
         R = UpdateMetadataRequest
@@ -1111,8 +1121,11 @@ class _Term:
                  ungrouped_partition_states=states, live_brokers=[
                      R.UpdateMetadataBroker(id=b.broker_id, rack=None, endpoints=[
                          R.UpdateMetadataBroker.UpdateMetadataEndpoint(
-                             port=b.port, host=b.host, listener="PLAINTEXT",
-                             security_protocol=PLAINTEXT)])
+                             port=port, host=host, listener=name,
+                             security_protocol=SECURITY_PROTOCOL_IDS[
+                                 b.protocols.get(name, "PLAINTEXT")])
+                         for name, host, port in (b.endpoints
+                                                  or (("PLAINTEXT", b.host, b.port),))])
                      for _id, b in sorted(self.live.items())])
 
 
@@ -1135,13 +1148,14 @@ class _BrokerChannel:
 
     async def run(self) -> None:
         broker, term = self.broker, self.term
+        host, port = term.address(broker)
         pending: tuple[Message, int] | None = None
         backoff = 0.1
         with self._scope:
             while True:
                 try:
                     async with open_connection(
-                            broker.host, broker.port,
+                            host, port, security=term.security,
                             client_id=f"controller-{term.broker_id}",
                             connect_timeout_s=term.timeout_s,
                             request_timeout_s=term.timeout_s) as conn:
@@ -1155,8 +1169,7 @@ class _BrokerChannel:
                 except (NetworkError, RequestTimedOutError) as exc:
                     _unreachable.warning(broker.broker_id, "controller %d cannot reach "
                                          "broker %d at %s:%d (%s); retrying",
-                                         term.broker_id, broker.broker_id, broker.host,
-                                         broker.port, exc)
+                                         term.broker_id, broker.broker_id, host, port, exc)
                 except TrilogError as exc:  # not the network: the request is dropped
                     log.error("broker %d failed a %s request: %s", broker.broker_id,
                               pending[0].API_NAME if pending else "", exc)

@@ -22,7 +22,6 @@ parked JoinGroup/SyncGroup is answered (NOT_COORDINATOR) so connections can drai
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import math
 from typing import TYPE_CHECKING
@@ -39,6 +38,7 @@ from trilog.broker._groups import (
     Reply,
     SyncResult,
 )
+from trilog.broker._network import current_session
 from trilog.broker._offsets import OFFSETS_TOPIC, OffsetManager, partition_for
 from trilog.errors import (
     NO_ERROR,
@@ -83,11 +83,6 @@ if TYPE_CHECKING:
     from trilog.broker._replicas import ReplicaManager
 
 log = logging.getLogger("trilog.broker.groups")
-
-#: ``host:port`` of the connection whose request is being handled; the broker sets it per
-#: request (the group APIs report a member's host, as Kafka's DescribeGroups does).
-client_address: contextvars.ContextVar[str] = contextvars.ContextVar(
-    "trilog_client_address", default="")
 
 #: Kafka's ``offset.metadata.max.bytes``.
 OFFSET_METADATA_MAX_BYTES = 4096
@@ -292,11 +287,12 @@ class GroupCoordinator:
             return fail(CoordinatorNotAvailableError.code, f"{OFFSETS_TOPIC} does not exist yet")
         leader = parts.get(partition_for(request.key, len(parts)), -1)
         node = next((b for b in self.cluster.brokers() if b.node_id == leader), None)
-        if node is None:
+        address = node.address(current_session.get().listener) if node else None
+        if node is None or address is None:
             return fail(CoordinatorNotAvailableError.code,
                         "the group's offsets partition has no leader now")
         return R(throttle_time_ms=0, error_code=NO_ERROR, error_message=None, node_id=node.node_id,
-                 host=node.host, port=node.port)
+                 host=address[0], port=address[1])
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
 
@@ -601,6 +597,6 @@ class GroupCoordinator:
 
 def _client_host() -> str:
     """Kafka reports a member's host as ``/<ip>``."""
-    address = client_address.get()
+    address = current_session.get().peer
     host = address.rpartition(":")[0] if ":" in address else address
     return f"/{host}" if host else ""

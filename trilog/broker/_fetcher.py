@@ -126,7 +126,8 @@ class _Fetcher:
             try:
                 async with open_connection(
                         *address, client_id=f"broker-{self.manager.broker_id}-fetcher",
-                        request_timeout_s=self.timeout_s) as conn:
+                        request_timeout_s=self.timeout_s,
+                        security=self.manager.security) as conn:
                     while self.partitions:
                         await self._truncate(conn)
                         await self._fetch(conn)

@@ -1,6 +1,6 @@
 """Request dispatch: one method per API, Kafka's answers and error codes.
 
-``RequestHandler.handle(frame, peer)`` decodes a request frame, runs the API's handler and
+``RequestHandler.handle(frame, session)`` decodes a request frame, runs the API's handler and
 returns the response as parts for the network layer (``bytes`` and ``FetchSlice`` objects
 that go out with ``sendfile``), or ``None`` when no response is due (Produce with acks=0).
 
@@ -34,7 +34,8 @@ from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker._config import BrokerConfig
 from trilog.broker._limits import RateLimitedLog
 from trilog.broker._metrics import RequestMetrics, api_name, error_counts, error_name
-from trilog.broker._network import Later
+from trilog.broker._network import Later, Session, current_session
+from trilog.broker._sasl import BEFORE_LOGIN
 from trilog.broker._producer_state import ProducerStateTable
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.errors import (
@@ -78,6 +79,7 @@ from trilog.storage import LATEST_TIMESTAMP, LogManager, write_atomically
 
 if TYPE_CHECKING:
     from trilog.broker._replicas import ReplicaManager
+    from trilog.broker._sasl import SaslAuthenticator
 
 
 log = logging.getLogger("trilog.broker.requests")
@@ -137,6 +139,8 @@ class RequestHandler:
             k: v for k, v in API_VERSIONS.items() if k in self._handlers}
         self._api_versions: Any = None  # the ApiVersions answer, made once
         self.metrics = RequestMetrics()
+        #: SASL logins (SASL listeners; set by ``SaslAuthenticator.register``)
+        self.sasl: SaslAuthenticator | None = None
         #: the replica manager in a ZooKeeper cluster (None standalone: every partition here
         #: is led here, and its high watermark is its log end offset)
         self.replicas: ReplicaManager | None = None
@@ -147,14 +151,20 @@ class RequestHandler:
         self.supported[api_key] = API_VERSIONS[ApiKey(api_key)]
         self._api_versions = None
 
-    async def handle(self, frame: memoryview, peer: str) -> list[Any] | Later | None:
+    async def handle(self, frame: memoryview, session: Session) -> list[Any] | Later | None:
         """The response's parts (None: no response is due; ``Later``: the request is done,
         its answer comes once a wait is over); counted in ``metrics`` and, at DEBUG, logged
-        on ``trilog.broker.requests`` (one line per request, once answered)."""
+        on ``trilog.broker.requests`` (one line per request, once answered).  ``session``
+        is the connection's (who sent the request, on which listener)."""
         started = time.perf_counter()
         request_bytes = len(frame) + 4
+        peer = session.peer
+        current_session.set(session)
+        if not session.authenticated and session.sasl is not None and session.sasl.raw:
+            assert self.sasl is not None
+            return await self.sasl.raw_token(bytes(frame), session)
         try:
-            header, response = await self._respond(frame, peer)
+            header, response = await self._respond(frame, session)
         except ProtocolError as exc:  # the connection closes: no answer
             api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
             self.metrics.request_refused(api_key)
@@ -191,9 +201,15 @@ class RequestHandler:
                          request_bytes, sent, seconds, errors)
         return parts
 
-    async def _respond(self, frame: memoryview, peer: str) -> tuple[Any, Any]:
+    async def _respond(self, frame: memoryview, session: Session) -> tuple[Any, Any]:
         """``(header, response)`` of a request frame: a message, ``Later`` (its message
         comes later), None (no answer is due), or ready parts (the ApiVersions fallback)."""
+        if not session.authenticated:
+            header = peek_request_header(frame)
+            if header.api_key not in BEFORE_LOGIN:
+                raise RemoteProtocolError(
+                    f"{_api_name(header.api_key)} from {session.peer} before its SASL login "
+                    f"on listener {session.listener}")
         try:
             header, request = decode_request(frame, max_length=self._max_request)
         except UnsupportedVersionError:
@@ -212,7 +228,7 @@ class RequestHandler:
         except ProtocolError:
             raise
         except ApiError as exc:  # a request-level error a handler did not map
-            log.warning("%s from %s failed: %s", _api_name(header.api_key), peer, exc)
+            log.warning("%s from %s failed: %s", _api_name(header.api_key), session.peer, exc)
             raise RemoteProtocolError(f"request failed: {exc}") from exc
 
     # -- ApiVersions -------------------------------------------------------------------------
@@ -275,10 +291,12 @@ class RequestHandler:
                     ],
                 )
             )
+        listener = current_session.get().listener
         return R(
             brokers=[
-                R.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port)
+                R.MetadataResponseBroker(node_id=b.node_id, host=address[0], port=address[1])
                 for b in cluster.brokers()
+                for address in [b.address(listener)] if address is not None
             ],
             cluster_id=cluster.cluster_id,
             controller_id=cluster.controller_id,

@@ -113,6 +113,9 @@ class RateLimitedLog:
         self._logger.log(level, msg, *args)
         return True
 
+    def info(self, key: object, msg: str, *args: object) -> bool:
+        return self.log(logging.INFO, key, msg, *args)
+
     def warning(self, key: object, msg: str, *args: object) -> bool:
         return self.log(logging.WARNING, key, msg, *args)
 

@@ -48,21 +48,23 @@ finish (parked long polls are woken by the handler), then close.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import logging
 import os
 import select
 import socket
+import ssl
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 import trio
 
 from trilog._concurrency import unwrap_exception_group
 from trilog.broker._limits import RateLimitedLog
-from trilog.errors import ProtocolError
+from trilog.errors import ProtocolError, TrilogError
 from trilog.protocol import FrameDecoder
 
 log = logging.getLogger("trilog.broker.network")
@@ -82,6 +84,13 @@ SENDFILE_THREAD_WAIT_S = 0.1
 MAX_QUEUED_ANSWERS = 16
 #: The readers' shared receive buffer (per listener): what one read can take at most.
 SCRATCH_BYTES = 256 * 1024
+#: How long a connection closed after its last answer (a failed login) waits for the
+#: client to close its side.
+CLOSE_LINGER_S = 1.0
+#: How long a TLS client has to finish its handshake.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+#: What a TLS answer's file slices are read (and encrypted) in at a time.
+TLS_SLICE_CHUNK = 1024 * 1024
 #: accept() errors that mean "out of a resource, try again soon" (trio's serve_listeners).
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 UNLIMITED = 2**31 - 1
@@ -119,9 +128,57 @@ class Later:
         return await self._result()
 
 
-#: ``handler(frame, peer) -> parts, Later or None`` (None: no response, e.g. a Produce with
-#: acks=0).
-Handler = Callable[[memoryview, str], Awaitable["ResponseParts | Later | None"]]
+class Session:
+    """Who is at the other end of a connection, and how it came: the listener's name and
+    security protocol, the peer's address, the principal (``User:ANONYMOUS`` until TLS or
+    SASL names it) and, on SASL listeners, the login in progress (``sasl``, owned by the
+    request handler).  ``authenticated`` is false on a SASL listener until the login is
+    done; ``close_after_answer`` makes the network close the connection once the answer
+    being sent is out (a failed login)."""
+
+    __slots__ = ("peer", "host", "listener", "protocol", "principal", "authenticated",
+                 "sasl", "close_after_answer")
+
+    def __init__(self, peer: str, listener: str = "PLAINTEXT", protocol: str = "PLAINTEXT",
+                 principal: str = "User:ANONYMOUS") -> None:
+        self.peer = peer
+        self.host = peer.rpartition(":")[0] or peer  # the client's address (ACL hosts)
+        self.listener = listener
+        self.protocol = protocol
+        self.principal = principal
+        self.authenticated = not protocol.startswith("SASL_")
+        self.sasl: Any = None
+        self.close_after_answer = False
+
+    def __repr__(self) -> str:
+        return f"Session({self.peer} on {self.listener}, {self.principal})"
+
+
+#: The session of the connection whose request is being handled (set in each connection's
+#: task, so the handlers of a request can ask who sent it).
+current_session: contextvars.ContextVar[Session] = contextvars.ContextVar(
+    "trilog_session", default=Session(""))
+
+
+@dataclass(frozen=True)
+class BoundListener:
+    """A bound socket and its listener: name, security protocol, TLS context (TLS
+    protocols) and how a client certificate becomes a principal."""
+
+    socket_listener: trio.SocketListener
+    name: str = "PLAINTEXT"
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    tls_principal: Callable[[Any], str] | None = None
+
+    @property
+    def port(self) -> int:
+        return self.socket_listener.socket.getsockname()[1]
+
+
+#: ``handler(frame, session) -> parts, Later or None`` (None: no response, e.g. a Produce
+#: with acks=0).
+Handler = Callable[[memoryview, Session], Awaitable["ResponseParts | Later | None"]]
 
 
 @dataclass(frozen=True)
@@ -134,6 +191,10 @@ class ConnectionLimits:
     per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
     idle_ms: int = 600_000
     queued_request_bytes: int = -1
+    #: ``connection.failed.authentication.delay.ms``: how long a connection whose login
+    #: failed stays open after its answer (slows password guessing; lets the client read
+    #: the answer before the connection ends)
+    failed_auth_delay_ms: int = 100
 
 
 class RequestMemory:
@@ -207,11 +268,18 @@ class RequestMemory:
 class _Connection:
     """One client connection's state, shared by its reader and responder tasks."""
 
-    __slots__ = ("stream", "peer", "ip", "last_active", "queued", "charged", "reading",
-                 "closed")
+    __slots__ = ("stream", "tcp", "sock", "tls", "listener", "session", "peer", "ip",
+                 "last_active", "queued", "charged", "reading", "closed")
 
-    def __init__(self, stream: trio.SocketStream, peer: str, ip: str) -> None:
-        self.stream = stream
+    def __init__(self, stream: trio.SocketStream, peer: str, ip: str,
+                 listener: BoundListener) -> None:
+        #: what requests are read from and answers written to (TLS: an ``SSLStream``)
+        self.stream: trio.SocketStream | trio.SSLStream = stream
+        self.tcp = stream  # the TCP stream under it
+        self.sock = stream.socket
+        self.tls = False
+        self.listener = listener
+        self.session = Session(peer, listener.name, listener.protocol)
         self.peer = peer
         self.ip = ip
         self.last_active = trio.current_time()
@@ -225,7 +293,7 @@ class _Connection:
         ``ClosedResourceError`` and ends); queued answers are lost, so only call this when
         none are."""
         self.closed = True
-        await self.stream.aclose()
+        await self.tcp.aclose()
 
 
 class Network:
@@ -238,7 +306,7 @@ class Network:
     def __init__(
         self,
         handler: Handler,
-        listeners: list[trio.SocketListener],
+        listeners: Sequence[trio.SocketListener | BoundListener],
         *,
         max_request_bytes: int,
         send_buffer_bytes: int = -1,
@@ -248,8 +316,9 @@ class Network:
         connection_room: Callable[[], int] | None = None,
     ) -> None:
         self._handler = handler
-        self._listeners = listeners
-        self.host, self.port = listeners[0].socket.getsockname()[:2]
+        self._listeners = [lst if isinstance(lst, BoundListener) else BoundListener(lst)
+                           for lst in listeners]
+        self.host, self.port = self._listeners[0].socket_listener.socket.getsockname()[:2]
         self._max_request_bytes = max_request_bytes
         self._sndbuf = send_buffer_bytes
         self._rcvbuf = receive_buffer_bytes
@@ -284,15 +353,15 @@ class Network:
             # Accepting is over (a drain): new clients are refused at once, not left waiting.
             with trio.CancelScope(shield=True):
                 for listener in self._listeners:
-                    await listener.aclose()
+                    await listener.socket_listener.aclose()
             await self.wait_all_closed()
             connections.cancel_scope.cancel()  # the idle reaper
 
-    async def _accept_loop(self, listener: trio.SocketListener,
+    async def _accept_loop(self, listener: BoundListener,
                            connections: trio.Nursery) -> None:
         while True:
             try:
-                stream = await listener.accept()
+                stream = await listener.socket_listener.accept()
             except OSError as exc:
                 if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                     raise
@@ -314,7 +383,7 @@ class Network:
             self._by_ip[ip] = self._by_ip.get(ip, 0) + 1
             self.connection_count += 1
             self._tune(stream)
-            conn = _Connection(stream, f"{ip}:{port}", ip)
+            conn = _Connection(stream, f"{ip}:{port}", ip, listener)
             self._connections.add(conn)
             connections.start_soon(self._connection, conn)
 
@@ -396,13 +465,17 @@ class Network:
     # -- one connection ---------------------------------------------------------------------
 
     async def _connection(self, conn: _Connection) -> None:
-        stream, peer = conn.stream, conn.peer
+        peer = conn.peer
+        current_session.set(conn.session)
         answers_send, answers_receive = trio.open_memory_channel[
             "tuple[ResponseParts | Later | None, int]"](MAX_QUEUED_ANSWERS)
         refused: ProtocolError | None = None
         try:
+            if conn.listener.ssl_context is not None and not await self._start_tls(conn):
+                await conn.tcp.aclose()
+                return
             with unwrap_exception_group():
-                async with stream, trio.open_nursery() as nursery:
+                async with conn.tcp, trio.open_nursery() as nursery:
                     nursery.start_soon(self._writer, conn, answers_receive)
                     async with answers_send:
                         refused = await self._serve(conn, answers_send)
@@ -428,6 +501,34 @@ class Network:
             if not self._open:
                 self._all_closed.set()
                 self._all_closed = trio.Event()
+
+    async def _start_tls(self, conn: _Connection) -> bool:
+        """The TLS handshake of a connection to a TLS listener, and the principal its
+        client certificate names; False (logged) if either fails."""
+        listener = conn.listener
+        assert listener.ssl_context is not None
+        stream = trio.SSLStream(conn.tcp, listener.ssl_context, server_side=True)
+        with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT_S) as scope:
+            try:
+                await stream.do_handshake()
+            except trio.BrokenResourceError as exc:
+                self._quiet.info("tls", "TLS handshake with %s on %s failed: %s",
+                                 conn.peer, listener.name, exc.__cause__ or exc)
+                return False
+        if scope.cancelled_caught:
+            self._quiet.info("tls", "TLS handshake with %s on %s took over %.0f s",
+                             conn.peer, listener.name, TLS_HANDSHAKE_TIMEOUT_S)
+            return False
+        if listener.tls_principal is not None:
+            try:
+                conn.session.principal = listener.tls_principal(stream.getpeercert())
+            except TrilogError as exc:
+                self._quiet.warning("tls", "refusing %s on %s: %s", conn.peer,
+                                    listener.name, exc)
+                return False
+        conn.stream = stream
+        conn.tls = True
+        return True
 
     async def _serve(self, conn: _Connection,
                      answers: trio.MemorySendChannel) -> ProtocolError | None:
@@ -456,7 +557,7 @@ class Network:
             waited = False
             size = len(frame) + 4
             try:
-                answer = await self._handler(memoryview(frame), conn.peer)
+                answer = await self._handler(memoryview(frame), conn.session)
             except BaseException as exc:
                 self._answered(conn, size)
                 if isinstance(exc, ProtocolError):
@@ -473,6 +574,9 @@ class Network:
             finally:
                 self._answered(conn, size)
             conn.last_active = trio.current_time()
+            if conn.session.close_after_answer:
+                await self._close_gently(conn)
+                return None
 
     async def _read_frames(self, conn: _Connection, decoder: FrameDecoder
                            ) -> tuple[list[bytes | bytearray], bool] | None:
@@ -480,7 +584,9 @@ class Network:
         None when no more requests are to be read: the peer closed, the connection was idle
         for ``connections.max.idle.ms`` (it is closed), a frame was malformed (logged, and
         closed), or the network stopped reading."""
-        fd = conn.stream.socket.fileno()
+        if conn.tls:
+            return await self._read_tls_frames(conn, decoder)
+        fd = conn.sock.fileno()
         memory = self.memory
         waited = False
         while True:
@@ -505,7 +611,7 @@ class Network:
                 waited = True
                 conn.reading = True
                 try:
-                    await trio.lowlevel.wait_readable(conn.stream.socket)
+                    await trio.lowlevel.wait_readable(conn.sock)
                 except trio.ClosedResourceError:
                     return None
                 finally:
@@ -522,13 +628,61 @@ class Network:
             except ProtocolError as exc:
                 memory.received(conn, received, None, 0)
                 log.warning("closing connection from %s: %s", conn.peer, exc)
-                await conn.stream.aclose()
+                await conn.tcp.aclose()
                 return None
             memory.received(conn, received, decoder.frame_remaining, decoder.buffered)
             if frames:
                 return frames, waited
             await trio.lowlevel.checkpoint()  # a large request arriving in pieces
             waited = True
+
+    async def _read_tls_frames(self, conn: _Connection, decoder: FrameDecoder
+                               ) -> tuple[list[bytes | bytearray], bool] | None:
+        """``_read_frames`` of a TLS connection: the bytes come decrypted from its stream
+        (every read is a trip through the scheduler)."""
+        memory = self.memory
+        while True:
+            if self._stopped_reading:
+                return None
+            if not memory.may_read(conn) and not await self._wait_for_budget(conn):
+                return None
+            conn.reading = True
+            try:
+                data = await conn.stream.receive_some(SCRATCH_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return None
+            finally:
+                conn.reading = False
+            if conn.closed or not data:
+                return None
+            conn.charged += len(data)
+            conn.last_active = trio.current_time()
+            try:
+                frames = decoder.feed(data)
+            except ProtocolError as exc:
+                memory.received(conn, len(data), None, 0)
+                log.warning("closing connection from %s: %s", conn.peer, exc)
+                return None
+            memory.received(conn, len(data), decoder.frame_remaining, decoder.buffered)
+            if frames:
+                return frames, True
+
+    async def _close_gently(self, conn: _Connection) -> None:
+        """End a connection whose last answer must reach the client (a failed login):
+        after ``failed_auth_delay_ms``, send FIN, then read and drop what the client still
+        sends, for at most ``CLOSE_LINGER_S``.  (Closing with unread bytes would send a
+        reset, and the client could lose the answer.)"""
+        await trio.sleep(self.limits.failed_auth_delay_ms / 1000)
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+        with trio.move_on_after(CLOSE_LINGER_S):
+            try:
+                while await conn.tcp.receive_some(65536):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
     async def _wait_for_budget(self, conn: _Connection) -> bool:
         """Wait for room in the request budget; False if the network stopped reading."""
@@ -564,8 +718,12 @@ class Network:
     async def _send(self, conn: _Connection, parts: ResponseParts) -> None:
         """Write ``parts`` to the socket: byte parts with ``writev``, straight from the event
         loop (waiting only when the socket buffer is full), file slices with ``sendfile``,
-        or, when they are small, read into the same ``writev`` (``COPY_SLICES_BYTES``)."""
-        sock = conn.stream.socket
+        or, when they are small, read into the same ``writev`` (``COPY_SLICES_BYTES``).
+        On TLS, file slices are read and encrypted (zero copy cannot go through TLS)."""
+        if conn.tls:
+            await self._send_tls(conn, parts)
+            return
+        sock = conn.sock
         fd = sock.fileno()
         slices = [part for part in parts if not isinstance(part, _BYTES)]
         try:
@@ -584,6 +742,35 @@ class Network:
                 await self._sendfile(sock, part)
             if pending:
                 await _write_all(sock, fd, pending)
+        finally:
+            for part in slices:
+                part.close()
+
+    async def _send_tls(self, conn: _Connection, parts: ResponseParts) -> None:
+        pending: list = []
+        slices = [part for part in parts if not isinstance(part, _BYTES)]
+        try:
+            for part in parts:
+                if isinstance(part, _BYTES):
+                    pending.append(part)
+                    continue
+                position, remaining = part.position, part.length
+                while remaining:
+                    n = min(remaining, TLS_SLICE_CHUNK)
+                    if n > INLINE_SENDFILE_BYTES:
+                        data = await trio.to_thread.run_sync(os.pread, part.fd, n, position,
+                                                             limiter=self._limiter)
+                    else:
+                        data = os.pread(part.fd, n, position)
+                    if len(data) < n:
+                        raise ProtocolError(_SLICE_TRUNCATED)
+                    pending.append(data)
+                    position += n
+                    remaining -= n
+                    if remaining:
+                        await conn.stream.send_all(b"".join(pending))
+                        pending = []
+            await conn.stream.send_all(b"".join(pending))
         finally:
             for part in slices:
                 part.close()

@@ -48,6 +48,7 @@ from trilog.errors import (
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
+from trilog.broker._listeners import inter_broker_security
 from trilog.client._connection import open_connection
 from trilog.protocol import (
     ApiKey,
@@ -136,6 +137,8 @@ class ReplicaManager:
         self.logs = logs
         self.purgatory = purgatory
         self.limiter = limiter
+        #: how this broker connects to the others
+        self.security = inter_broker_security(config)
         self.broker_id = config.broker_id
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = 0
@@ -357,7 +360,8 @@ class ReplicaManager:
             try:
                 with trio.fail_after(timeout_s):
                     async with open_connection(*address, client_id=f"broker-{self.broker_id}",
-                                               request_timeout_s=timeout_s) as conn:
+                                               request_timeout_s=timeout_s,
+                                               security=self.security) as conn:
                         response = await conn.request(ControlledShutdownRequest(
                             broker_id=self.broker_id, broker_epoch=-1))
             except (TrilogError, OSError, trio.TooSlowError) as exc:

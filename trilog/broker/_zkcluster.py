@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, NamedTuple
 import trio
 
 from trilog.broker._cluster import (
+    SECURITY_PROTOCOL_IDS,
     BrokerInfo,
     Cluster,
+    broker_info,
     check_new_topic,
     load_or_create_meta,
     new_cluster_id,
@@ -36,6 +38,7 @@ from trilog.broker._cluster import (
 )
 from trilog.broker._config_store import TopicConfigs, ZooKeeperConfigStore
 from trilog.broker._controller import ControllerElection
+from trilog.broker._listeners import Listener
 from trilog.broker._topic_configs import validate_overrides
 from trilog.errors import (
     InvalidReplicaAssignmentError,
@@ -92,8 +95,11 @@ class BrokerIdInUseError(TrilogError):
 class ZooKeeperCluster(Cluster):
     def __init__(self, zk: ZooKeeper, broker: BrokerInfo, cluster_id: str, logs,
                  default_partitions: int, limiter: trio.CapacityLimiter,
-                 topic_configs: TopicConfigs, default_replication_factor: int = 1) -> None:
+                 topic_configs: TopicConfigs, default_replication_factor: int = 1,
+                 inter_broker_listener: str | None = None) -> None:
         self.zk = zk
+        #: the listener name brokers reach each other on (their ``host``/``port``)
+        self.inter_broker_listener = inter_broker_listener
         self.default_replication_factor = default_replication_factor
         self.broker = broker
         self.cluster_id = cluster_id
@@ -168,10 +174,17 @@ class ZooKeeperCluster(Cluster):
         live = getattr(request, "live_brokers", None)
         if live:
             brokers = {}
+            protocols = {v: k for k, v in SECURITY_PROTOCOL_IDS.items()}
             for b in live:
                 endpoints = getattr(b, "endpoints", None)
                 if endpoints:
-                    brokers[b.id] = BrokerInfo(b.id, endpoints[0].host, endpoints[0].port)
+                    info = broker_info(b.id, [
+                        Listener(getattr(e, "listener", None)
+                                 or protocols.get(e.security_protocol, "PLAINTEXT"),
+                                 protocols.get(e.security_protocol, "PLAINTEXT"), e.host, e.port)
+                        for e in endpoints], self.inter_broker_listener)
+                    if info is not None:
+                        brokers[b.id] = info
                 elif getattr(b, "v0_host", None):
                     brokers[b.id] = BrokerInfo(b.id, b.v0_host, b.v0_port)
             self._brokers = brokers
@@ -200,7 +213,11 @@ class ZooKeeperCluster(Cluster):
     # -- start -----------------------------------------------------------------------------
 
     async def register(self) -> None:
-        reg = BrokerRegistration(self.broker.node_id, self.broker.host, self.broker.port)
+        me = self.broker
+        endpoints = me.endpoints or (Listener("PLAINTEXT", "PLAINTEXT", me.host, me.port),)
+        reg = BrokerRegistration(me.node_id, me.host, me.port,
+                                 endpoints=tuple((e.name, e.host, e.port) for e in endpoints),
+                                 protocols={e.name: e.protocol for e in endpoints})
         await self.zk.ensure_path(BROKER_IDS)
         try:
             await self.zk.create(broker_path(self.broker.node_id), reg.encode(), ephemeral=True)
@@ -209,8 +226,8 @@ class ZooKeeperCluster(Cluster):
                 f"broker.id {self.broker.node_id} is already registered in ZooKeeper by a live "
                 "broker; give each broker its own broker.id"
             ) from None
-        log.info("registered broker %d at %s:%d", self.broker.node_id, self.broker.host,
-                 self.broker.port)
+        log.info("registered broker %d at %s", me.node_id,
+                 ", ".join(str(e) for e in endpoints))
 
     async def load(self) -> None:
         """Read brokers and topics once, so the first Metadata answer is complete."""
@@ -272,7 +289,9 @@ class ZooKeeperCluster(Cluster):
             except RemoteProtocolError as exc:
                 log.warning("ignoring broker %d: %s", node_id, exc)
                 continue
-            brokers[node_id] = BrokerInfo(node_id, reg.host, reg.port)
+            info = registered_broker(reg, self.inter_broker_listener)
+            if info is not None:
+                brokers[node_id] = info
         self._brokers = brokers
         self._rebuild_view()
 
@@ -452,6 +471,14 @@ async def _cluster_id(zk: ZooKeeper) -> str:
     return decode_cluster_id(await zk.get(CLUSTER_ID))
 
 
+def registered_broker(reg: BrokerRegistration, inter_broker: str | None) -> BrokerInfo | None:
+    """The ``BrokerInfo`` of a broker's ZooKeeper registration."""
+    if not reg.endpoints:
+        return BrokerInfo(reg.broker_id, reg.host, reg.port)
+    return broker_info(reg.broker_id, [Listener(name, reg.protocols.get(name, name), h, p)
+                                       for name, h, p in reg.endpoints], inter_broker)
+
+
 @asynccontextmanager
 async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManager,
                                  limiter: trio.CapacityLimiter
@@ -471,7 +498,8 @@ async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs:
         topic_configs = TopicConfigs(config, logs, ZooKeeperConfigStore(zk), limiter)
         await topic_configs.load_all()
         cluster = ZooKeeperCluster(zk, broker, cluster_id, logs, config["num.partitions"],
-                                   limiter, topic_configs, config["default.replication.factor"])
+                                   limiter, topic_configs, config["default.replication.factor"],
+                                   config.inter_broker_listener.name)
         await cluster.register()
         await cluster.load()
         async with trio.open_nursery() as nursery:

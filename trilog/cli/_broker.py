@@ -159,6 +159,12 @@ async def _main(config: BrokerConfig) -> None:
                     else "standalone")
             print(f"trilog broker {broker.broker_id} listening on {broker.host}:{broker.port} "
                   f"({mode}), data in {', '.join(config.log_dirs)}", flush=True)
+            listeners = config.listeners
+            if len(listeners) > 1 or listeners[0].protocol != "PLAINTEXT":
+                addresses = broker.addresses()
+                for spec in listeners:
+                    print(f"trilog broker {broker.broker_id} listener {spec.name} "
+                          f"({spec.protocol}) on {addresses[spec.name]}", flush=True)
             async for signum in signals:
                 print(f"trilog broker: {signal.Signals(signum).name}, shutting down", flush=True)
                 broker.shutdown()

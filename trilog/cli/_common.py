@@ -32,12 +32,40 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                        help=f"broker(s) to start from (default {DEFAULT_BOOTSTRAP})")
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                        help="find the brokers in ZooKeeper instead")
+    add_security_arg(p)
+
+
+def add_security_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties for TLS and SASL, with Kafka's (or librdkafka's) "
+                        "names: security.protocol, sasl.mechanism, sasl.jaas.config or "
+                        "sasl.username/sasl.password, ssl.ca.location, "
+                        "ssl.certificate.location, ssl.key.location (PEM files)")
+
+
+def security_kwargs(args) -> dict[str, Any]:
+    """``{"security": ClientSecurity}`` from ``--command-config`` (empty without it)."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return {}
+    from trilog.broker._config import ConfigError, parse_properties
+    from trilog.client import ClientSecurity, SecurityConfigError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            props = parse_properties(f.read(), path)
+        return {"security": ClientSecurity.from_properties(props)}
+    except OSError as exc:
+        raise UsageError(f"cannot read --command-config {path}: {exc.strerror}") from None
+    except (ConfigError, SecurityConfigError) as exc:
+        raise UsageError(f"--command-config {path}: {exc}") from None
 
 
 def cluster_kwargs(args) -> dict[str, Any]:
     if args.zookeeper is not None:
-        return {"zookeeper": args.zookeeper}
-    return {"bootstrap_servers": args.bootstrap_server or DEFAULT_BOOTSTRAP}
+        return {"zookeeper": args.zookeeper, **security_kwargs(args)}
+    return {"bootstrap_servers": args.bootstrap_server or DEFAULT_BOOTSTRAP,
+            **security_kwargs(args)}
 
 
 def where(args) -> str:

@@ -17,6 +17,7 @@ from trilog.cli import (
     _perf,
     _produce,
     _topics,
+    _users,
     _zookeeper,
 )
 from trilog.records._native import IMPLEMENTATION
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dump_log.add_parser(sub)
     _perf.add_parser(sub)
     _zookeeper.add_parser(sub)
+    _users.add_parser(sub)
     return parser
 
 

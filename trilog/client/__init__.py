@@ -53,6 +53,7 @@ from trilog.client._groups_admin import (
     ResetPlan,
     open_group_admin,
 )
+from trilog.client._security import ClientSecurity, SecurityConfigError, SecurityOptions
 from trilog.client._streams import MessageStream
 
 __all__ = [
@@ -109,4 +110,7 @@ __all__ = [
     "PartitionOffsets",
     "ResetPlan",
     "open_group_admin",
+    "ClientSecurity",
+    "SecurityConfigError",
+    "SecurityOptions",
 ]

@@ -20,9 +20,10 @@ import random
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from trilog._topic import validate_topic_name
+from trilog.client._security import SecurityOptions, client_security
 from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
 from trilog.client._connection import BrokerConnection, open_connection
 from trilog.client._retry import REQUEST_RETRY
@@ -271,7 +272,7 @@ class _BrokerAdmin(Admin):
                 raise NetworkError(f"no connection to broker {node.node_id}")
             conn = self._conns[key] = await self._stack.enter_async_context(open_connection(
                 node.host, node.port, client_id=self.conn.client_id,
-                request_timeout_s=self.conn.request_timeout_s))
+                request_timeout_s=self.conn.request_timeout_s, security=self.conn.security))
         return conn
 
     async def _metadata(self, names: list[str] | None) -> Any:
@@ -718,7 +719,11 @@ class _ZooKeeperAdmin(Admin):
 @asynccontextmanager
 async def open_admin(bootstrap_servers: str | list[str] | None = None, *,
                      zookeeper: str | None = None, client_id: str = "trilog-admin",
-                     request_timeout_s: float = 30.0) -> AsyncIterator[Admin]:
+                     request_timeout_s: float = 30.0,
+                     **security: Unpack[SecurityOptions]) -> AsyncIterator[Admin]:
+    """An ``Admin`` over the brokers (``bootstrap_servers``; ``security_protocol``,
+    ``ssl_*``, ``sasl_*`` as ``open_producer``) or straight over ZooKeeper."""
+    secured = client_security(security)
     if (bootstrap_servers is None) == (zookeeper is None):
         raise ValueError("give exactly one of bootstrap_servers and zookeeper")
     if zookeeper is not None:
@@ -734,7 +739,8 @@ async def open_admin(bootstrap_servers: str | list[str] | None = None, *,
         for host, port in parse_bootstrap(bootstrap_servers):
             try:
                 conn = await stack.enter_async_context(open_connection(
-                    host, port, client_id=client_id, request_timeout_s=request_timeout_s))
+                    host, port, client_id=client_id, request_timeout_s=request_timeout_s,
+                    security=secured))
                 break
             except NetworkError as exc:
                 errors.append(str(exc))

@@ -27,6 +27,7 @@ from trilog.client._brokers import parse_bootstrap, registered_brokers
 from trilog.client._connection import BrokerConnection, open_connection
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._retry import Backoff
+from trilog.client._security import ClientSecurity
 from trilog.errors import (
     LeaderNotAvailableError,
     NetworkError,
@@ -55,8 +56,11 @@ class Client:
     def __init__(self, nursery: trio.Nursery, bootstrap: list[tuple[str, int]], *,
                  client_id: str, connect_timeout_ms: int, request_timeout_ms: int,
                  metadata_max_age_ms: int, reconnect_backoff_ms: int,
-                 reconnect_backoff_max_ms: int, allow_auto_create_topics: bool) -> None:
+                 reconnect_backoff_max_ms: int, allow_auto_create_topics: bool,
+                 security: ClientSecurity | None = None) -> None:
         self._nursery = nursery
+        #: TLS and SASL of every connection (None: PLAINTEXT)
+        self.security = security
         self._bootstrap = bootstrap
         self.client_id = client_id
         self._connect_timeout_s = connect_timeout_ms / 1000
@@ -116,7 +120,8 @@ class Client:
         with unwrap_exception_group():
             async with open_connection(address[0], address[1], client_id=self.client_id,
                                        connect_timeout_s=self._connect_timeout_s,
-                                       request_timeout_s=self.request_timeout_s) as conn:
+                                       request_timeout_s=self.request_timeout_s,
+                                       security=self.security) as conn:
                 self._connections[address] = conn
                 try:
                     task_status.started(conn)
@@ -286,8 +291,10 @@ async def open_client(
     reconnect_backoff_ms: int = 50,
     reconnect_backoff_max_ms: int = 1000,
     allow_auto_create_topics: bool = True,
+    security: ClientSecurity | None = None,
 ) -> AsyncIterator[Client]:
-    """A ``Client`` for the body of the ``async with``; every connection closes on exit."""
+    """A ``Client`` for the body of the ``async with``; every connection closes on exit
+    (``security``: TLS and SASL, see ``ClientSecurity``)."""
     if (bootstrap_servers is None) == (zookeeper is None):
         raise ValueError("give exactly one of bootstrap_servers and zookeeper")
     bootstrap = parse_bootstrap(bootstrap_servers) if bootstrap_servers is not None else []
@@ -299,7 +306,7 @@ async def open_client(
                 metadata_max_age_ms=metadata_max_age_ms,
                 reconnect_backoff_ms=reconnect_backoff_ms,
                 reconnect_backoff_max_ms=reconnect_backoff_max_ms,
-                allow_auto_create_topics=allow_auto_create_topics,
+                allow_auto_create_topics=allow_auto_create_topics, security=security,
             )
             try:
                 if zookeeper is not None:

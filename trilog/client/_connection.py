@@ -29,7 +29,10 @@ from typing import Any
 import trio
 
 from trilog._concurrency import unwrap_exception_group
+from trilog.client._sasl import authenticate
+from trilog.client._security import ClientSecurity
 from trilog.errors import (
+    AuthenticationError,
     NetworkError,
     ProtocolError,
     RemoteProtocolError,
@@ -53,6 +56,8 @@ DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 #: How often a connection looks for requests past their timeout (so they fail at most this
 #: late).
 TIMEOUT_CHECK_S = 0.05
+#: What one read of a TLS connection takes at most.
+RECEIVE_BYTES = 256 * 1024
 
 
 class PendingResponse:
@@ -75,13 +80,20 @@ class PendingResponse:
 class BrokerConnection:
     """A connection to one broker.  Safe to use from many tasks at once."""
 
-    def __init__(self, stream: trio.SocketStream, host: str, port: int, *, client_id: str,
-                 request_timeout_s: float, max_response_bytes: int) -> None:
+    def __init__(self, stream: trio.SocketStream | trio.SSLStream, host: str, port: int, *,
+                 client_id: str, request_timeout_s: float, max_response_bytes: int,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
+        #: how the connection was secured (connections it leads to are secured alike)
+        self.security = security
         self.port = port
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self._stream = stream
+        #: TLS: bytes go through the stream (no shortcuts to the socket's descriptor)
+        self._tls = isinstance(stream, trio.SSLStream)
+        self._socket = (stream.transport_stream if isinstance(stream, trio.SSLStream)
+                        else stream).socket
         self._max_response_bytes = max_response_bytes
         self._pending: dict[int, PendingResponse] = {}
         self._correlation = itertools.count(1)
@@ -167,12 +179,15 @@ class BrokerConnection:
         else:
             lock.acquire_nowait()
         try:
-            try:
-                sent = os.write(self._stream.socket.fileno(), frame)
-            except BlockingIOError:
-                sent = 0
-            if sent < len(frame):
-                await self._stream.send_all(memoryview(frame)[sent:])
+            if self._tls:
+                await self._stream.send_all(frame)
+            else:
+                try:
+                    sent = os.write(self._socket.fileno(), frame)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(frame):
+                    await self._stream.send_all(memoryview(frame)[sent:])
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             closed = self._fail(
                 NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
@@ -235,7 +250,10 @@ class BrokerConnection:
     async def _reader(self) -> None:
         splitter = FrameSplitter(max_frame_size=self._max_response_bytes)
         try:
-            sock = self._stream.socket
+            if self._tls:
+                await self._read_tls(splitter)
+                return
+            sock = self._socket
             fd = sock.fileno()
             waited = False
             while True:
@@ -259,9 +277,18 @@ class BrokerConnection:
                     await trio.lowlevel.checkpoint()  # answers keep coming: others' turn
                 waited = False
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {exc}"))
+            self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: "
+                                    f"{exc.__cause__ or exc}"))
         except (NetworkError, ProtocolError) as exc:
             self._fail(exc)
+
+    async def _read_tls(self, splitter: FrameSplitter) -> None:
+        while True:
+            data = await self._stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
+            for payload in splitter.feed(data):
+                self._deliver(payload)
 
     def _deliver(self, payload: bytes | bytearray) -> None:
         correlation_id = read_correlation_id(payload)
@@ -293,7 +320,7 @@ class BrokerConnection:
         self._cancel_scope.cancel()
         # Close the socket now (not at the end of the ``async with``) so a broker sees it.
         try:
-            self._stream.socket.close()
+            self._socket.close()
         except OSError:
             pass
         return closed
@@ -305,7 +332,10 @@ class BrokerConnection:
     async def aclose(self) -> None:
         self._fail(NetworkError(f"connection to {self.host}:{self.port} was closed"))
         with trio.CancelScope(shield=True):
-            await self._stream.aclose()
+            # (TLS: no close_notify; _fail has closed the socket under the TLS stream)
+            stream = self._stream
+            await (stream.transport_stream if isinstance(stream, trio.SSLStream)
+                   else stream).aclose()
 
 
 @asynccontextmanager
@@ -317,28 +347,44 @@ async def open_connection(
     connect_timeout_s: float = 10.0,
     request_timeout_s: float = 30.0,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    security: ClientSecurity | None = None,
 ) -> AsyncIterator[BrokerConnection]:
-    """Connect to ``host:port``, negotiate versions, and close on exit."""
+    """Connect to ``host:port`` (with TLS and SASL as ``security`` says), negotiate
+    versions, and close on exit.  A TLS or SASL failure raises ``AuthenticationError``
+    (not retriable: the same credentials would fail again)."""
+    stream: trio.SocketStream | trio.SSLStream
     try:
         with trio.fail_after(connect_timeout_s):
-            stream = await trio.open_tcp_stream(host, port)
+            stream = tcp = await trio.open_tcp_stream(host, port)
+            try:
+                tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+            except OSError:
+                pass
+            if security is not None and security.tls:
+                assert security.ssl_context is not None
+                stream = trio.SSLStream(tcp, security.ssl_context, server_hostname=host)
+                try:
+                    await stream.do_handshake()
+                except trio.BrokenResourceError as exc:
+                    await tcp.aclose()
+                    raise AuthenticationError(
+                        f"TLS handshake with {host}:{port} failed: {exc.__cause__ or exc}"
+                    ) from None
     except trio.TooSlowError:
         raise NetworkError(f"connecting to {host}:{port} timed out after "
                            f"{connect_timeout_s:.1f} s") from None
     except OSError as exc:
         raise NetworkError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
-    try:
-        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-    except OSError:
-        pass
     conn = BrokerConnection(stream, host, port, client_id=client_id,
                             request_timeout_s=request_timeout_s,
-                            max_response_bytes=max_response_bytes)
+                            max_response_bytes=max_response_bytes, security=security)
     with unwrap_exception_group():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn._run)
             try:
                 await conn.negotiate()
+                if security is not None and security.sasl:
+                    await authenticate(conn, security)
                 yield conn
             finally:
                 await conn.aclose()

@@ -27,11 +27,12 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from itertools import chain
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, Unpack
 
 import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
+from trilog.client._security import SecurityOptions, client_security
 from trilog.client._client import Client, open_client
 from trilog.client._metadata import Node
 from trilog.client._retry import Backoff, is_retriable
@@ -583,7 +584,7 @@ async def _prefetch(consumer: SimpleConsumer, scope: trio.CancelScope,
                 position = fetched.next_offset
 
 
-class SimpleConsumerOptions(TypedDict, total=False):
+class SimpleConsumerOptions(SecurityOptions, total=False):
     """``open_simple_consumer``'s keyword arguments, for the facades that pass them on
     (``trilog.sync.SimpleConsumer(..., **options)``); a test keeps the two the same."""
 
@@ -613,18 +614,21 @@ async def open_simple_consumer(
     key_deserializer: Deserializer | None = None,
     value_deserializer: Deserializer | None = None,
     metadata_max_age_ms: int = 300_000,
+    **security: Unpack[SecurityOptions],
 ) -> AsyncIterator[SimpleConsumer]:
     """A simple consumer for the body of the ``async with`` (see the module docstring).
 
     ``allow_auto_create_topics``: whether following a topic that does not exist may create
     it (when the broker auto-creates topics), as Kafka's ``allow.auto.create.topics``.
+    ``security_protocol``, ``ssl_*``, ``sasl_*``: TLS and SASL, as ``open_producer``.
     """
     with unwrap_exception_group():
         # The client's own requests never create topics: only wait_for_partition's may.
         async with open_client(bootstrap_servers, zookeeper=zookeeper, client_id=client_id,
                                request_timeout_ms=request_timeout_ms,
                                metadata_max_age_ms=metadata_max_age_ms,
-                               allow_auto_create_topics=False) as client:
+                               allow_auto_create_topics=False,
+                               security=client_security(security)) as client:
             async with trio.open_nursery() as nursery:
                 consumer = SimpleConsumer(
                     client, nursery, fetch_max_wait_ms=fetch_max_wait_ms,

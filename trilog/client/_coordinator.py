@@ -81,7 +81,8 @@ class Coordinator:
                     ) -> None:
         with trio.CancelScope() as scope:
             async with open_connection(node.host, node.port, client_id=self._client.client_id,
-                                       request_timeout_s=self._client.request_timeout_s) as conn:
+                                       request_timeout_s=self._client.request_timeout_s,
+                                       security=self._client.security) as conn:
                 task_status.started((conn, scope))
                 await conn.wait_closed()
 
@@ -98,7 +99,8 @@ class Coordinator:
         if node is None:
             node = await self._find_directly()
         async with open_connection(node.host, node.port, client_id=self._client.client_id,
-                                   request_timeout_s=self._client.request_timeout_s) as conn:
+                                   request_timeout_s=self._client.request_timeout_s,
+                                   security=self._client.security) as conn:
             self._pinned = conn
             try:
                 yield conn
@@ -111,8 +113,8 @@ class Coordinator:
             try:
                 async with open_connection(broker.host, broker.port,
                                            client_id=self._client.client_id,
-                                           request_timeout_s=self._client.request_timeout_s
-                                           ) as conn:
+                                           request_timeout_s=self._client.request_timeout_s,
+                                           security=self._client.security) as conn:
                     self._node = await find_coordinator(conn, self.group_id)
                     return self._node
             except (NetworkError, RequestTimedOutError) as exc:

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Unpack, overload
 
+from trilog.client._security import SecurityOptions, client_security
 from trilog.client._assignment import TopicFilter
 from trilog.client._group_base import GroupConsumerConnector
 from trilog.client._group_broker import open_broker_consumer
@@ -73,6 +74,7 @@ async def open_consumer(
     metadata_max_age_ms: int = 300_000,
     retry_backoff_ms: int = 100,
     request_timeout_ms: int = 30_000,
+    **security: Unpack[SecurityOptions],
 ) -> AsyncIterator[GroupConsumerConnector[Any]]:
     """A group consumer (see the module docstring); ``ValueError`` for bad settings.
 
@@ -84,7 +86,8 @@ async def open_consumer(
     ``max_poll_interval_ms`` (the JoinGroup rebalance timeout unless
     ``rebalance_timeout_ms``), ``metadata_max_age_ms`` (how often a topic filter looks for
     new topics), ``retry_backoff_ms`` and ``request_timeout_ms`` tune it, as in
-    ``KafkaConsumer``.
+    ``KafkaConsumer``.  ``security_protocol``, ``ssl_*``, ``sasl_*``: TLS and SASL to the
+    brokers, as ``open_producer``.
     """
     config = GroupConfig(
         group_id=group_id, zookeeper=zookeeper, bootstrap_servers=bootstrap_servers,
@@ -100,7 +103,7 @@ async def open_consumer(
         session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
         max_poll_interval_ms=max_poll_interval_ms, rebalance_timeout_ms=rebalance_timeout_ms,
         metadata_max_age_ms=metadata_max_age_ms, retry_backoff_ms=retry_backoff_ms,
-        request_timeout_ms=request_timeout_ms)
+        request_timeout_ms=request_timeout_ms, security=client_security(security))
     opener: Opener = (open_zookeeper_consumer if config.mode == "zookeeper"
                       else open_broker_consumer)
     async with opener(config) as connector:

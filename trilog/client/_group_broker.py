@@ -442,7 +442,8 @@ async def open_broker_consumer(config: GroupConfig
                                client_id=config.client_name,
                                request_timeout_ms=config.request_timeout_ms,
                                metadata_max_age_ms=config.metadata_max_age_ms,
-                               allow_auto_create_topics=False) as client:
+                               allow_auto_create_topics=False,
+                               security=config.security) as client:
             # The coordinator's connection lives in its own nursery, which outlives the
             # member's tasks: close() still commits and leaves through it.
             async with trio.open_nursery() as holder:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypedDict
 
 from trilog.client._assignment import TopicFilter
 from trilog.client._consumer import EARLIEST, LATEST
+from trilog.client._security import ClientSecurity, SecurityOptions
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class GroupConfig:
     metadata_max_age_ms: int
     retry_backoff_ms: int
     request_timeout_ms: int
+    #: TLS and SASL of the consumer's connections (None: PLAINTEXT)
+    security: ClientSecurity | None = None
 
     def __post_init__(self) -> None:
         if self.coordination not in (None, "zookeeper", "broker"):
@@ -123,7 +125,7 @@ class GroupConfig:
         return self.rebalance_timeout_ms
 
 
-class ConsumerOptions(TypedDict, total=False):
+class ConsumerOptions(SecurityOptions, total=False):
     """``open_consumer``'s keyword arguments but ``topics`` and ``topic_filter``, for the
     overloads that type its ``streams`` by which of those two is given."""
 

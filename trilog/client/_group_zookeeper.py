@@ -303,7 +303,7 @@ async def open_zookeeper_consumer(config: GroupConfig
         async with open_zookeeper(config.zookeeper,
                                   session_timeout_ms=config.zookeeper_session_timeout_ms) as zk, \
                 open_client(zookeeper=config.zookeeper, client_id=config.client_name,
-                            allow_auto_create_topics=False) as client:
+                            allow_auto_create_topics=False, security=config.security) as client:
             connector: ZooKeeperConsumerConnector[Any] = ZooKeeperConsumerConnector(
                 config, client, zk)
             async with running(connector):

@@ -27,13 +27,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import json
 import re
 
 import trio
 
+from trilog.client._security import SecurityOptions, client_security
 from trilog.client._brokers import registered_brokers
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import EARLIEST, LATEST
@@ -657,16 +658,18 @@ def _ranges(partitions: Iterable[int]) -> str:
 async def open_group_admin(bootstrap_servers: str | list[str] | None = None, *,
                            zookeeper: str | None = None, client_id: str = "trilog-groups",
                            request_timeout_ms: int = 30_000,
-                           connect_timeout_ms: int = 10_000) -> AsyncIterator[GroupAdmin]:
+                           connect_timeout_ms: int = 10_000,
+                           **security: Unpack[SecurityOptions]) -> AsyncIterator[GroupAdmin]:
     """A ``GroupAdmin`` for broker-coordinated groups (``bootstrap_servers``) or for the
     ZooKeeper connector's groups (``zookeeper``); connections close on exit."""
     if (bootstrap_servers is None) == (zookeeper is None):
         raise ValueError("give exactly one of bootstrap_servers and zookeeper")
+    secured = client_security(security)
 
     def client_of(servers: str | list[str]) -> AbstractAsyncContextManager[Client]:
         return open_client(servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                            connect_timeout_ms=connect_timeout_ms,
-                           allow_auto_create_topics=False)
+                           allow_auto_create_topics=False, security=secured)
 
     async with AsyncExitStack() as stack:
         if bootstrap_servers is not None:

@@ -33,11 +33,12 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, Unpack
 
 import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
+from trilog.client._security import SecurityOptions, client_security
 from trilog.client._client import Client, open_client
 from trilog.client._connection import BrokerConnection, PendingResponse
 from trilog.client._metadata import ClusterMetadata, Node
@@ -918,7 +919,7 @@ def _headers_size(headers: Headers) -> int:
     return sum(len(k) + (len(v) if v is not None else 0) + 4 for k, v in headers)
 
 
-class ProducerOptions(TypedDict, total=False):
+class ProducerOptions(SecurityOptions, total=False):
     """``open_producer``'s keyword arguments, for the facades that pass them on
     (``trilog.sync.Producer(..., **options)``); a test keeps the two the same."""
 
@@ -966,16 +967,20 @@ async def open_producer(
     enable_idempotence: bool = False,
     client_id: str = "trilog-producer",
     metadata_max_age_ms: int = 300_000,
+    **security: Unpack[SecurityOptions],
 ) -> AsyncIterator[Producer]:
     """A producer for the body of the ``async with`` (see the module docstring).
 
     ``bootstrap_servers`` (``"host:port[,host:port]"``) or ``zookeeper``
-    (``"host:port[/chroot]"``) says where the cluster is.
+    (``"host:port[/chroot]"``) says where the cluster is; ``security_protocol``,
+    ``ssl_*`` and ``sasl_*`` (kafka-python's names, ``ClientSecurity.from_options``) how
+    to connect to it.
     """
     with unwrap_exception_group():
         async with open_client(bootstrap_servers, zookeeper=zookeeper, client_id=client_id,
                                request_timeout_ms=request_timeout_ms,
-                               metadata_max_age_ms=metadata_max_age_ms) as client:
+                               metadata_max_age_ms=metadata_max_age_ms,
+                               security=client_security(security)) as client:
             producer = Producer(
                 client, acks=acks, linger_ms=linger_ms, batch_size=batch_size,
                 buffer_memory=buffer_memory, compression_type=compression_type,

@@ -20,7 +20,8 @@ nested structs hang off their parent class)::
 Modules: ``_primitives`` (wire types, Reader/Writer, length caps), ``_schema`` (the schema
 DSL and generated classes), ``_messages`` (every supported API as data), ``_framing``
 (frames, headers, whole messages, zero-copy fetch, ApiVersions fallback), ``_offsets_topic``
-(the key and value records of ``__consumer_offsets``).
+(the key and value records of ``__consumer_offsets``), ``_sasl`` (the PLAIN and SCRAM
+mechanisms, both sides).
 """
 
 from trilog.protocol._consumer_protocol import (
@@ -52,6 +53,15 @@ from trilog.protocol._framing import (
     peek_request_header,
     read_correlation_id,
 )
+from trilog.protocol._sasl import (
+    MECHANISMS as SASL_MECHANISMS,
+    SaslError,
+    ScramClient,
+    ScramCredential,
+    ScramServer,
+    parse_plain,
+    plain_initial_response,
+)
 from trilog.protocol._messages import (
     API_VERSIONS,
     REQUEST_CLASSES,
@@ -62,6 +72,16 @@ from trilog.protocol._messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -185,6 +205,23 @@ __all__ = [
     "CreateTopicsRequest",
     "CreateTopicsResponse",
     "DeleteTopicsRequest",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
+    "DescribeAclsRequest",
+    "DescribeAclsResponse",
+    "CreateAclsRequest",
+    "CreateAclsResponse",
+    "DeleteAclsRequest",
+    "DeleteAclsResponse",
+    "SASL_MECHANISMS",
+    "SaslError",
+    "ScramClient",
+    "ScramCredential",
+    "ScramServer",
+    "parse_plain",
+    "plain_initial_response",
     "DeleteTopicsResponse",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",

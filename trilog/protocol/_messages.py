@@ -15,6 +15,8 @@ Supported (``API_VERSIONS``)::
     OffsetCommit(8) 0-6 OffsetFetch(9) 0-5   FindCoordinator(10) 0-2
     JoinGroup(11) 0-3   Heartbeat(12) 0-2    LeaveGroup(13) 0-2    SyncGroup(14) 0-2
     DescribeGroups(15) 0-2                   ListGroups(16) 0-2
+    SaslHandshake(17) 0-1                    SaslAuthenticate(36) 0-1
+    DescribeAcls(29) 0-1 CreateAcls(30) 0-1  DeleteAcls(31) 0-1
     ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3    DeleteRecords(21) 0-1
     InitProducerId(22) 0-1                   OffsetForLeaderEpoch(23) 0-3
     DescribeConfigs(32) 0-3                  AlterConfigs(33) 0-1
@@ -633,6 +635,114 @@ ApiVersionsResponse = message(K.API_VERSIONS, "ApiVersionsResponse", (0, 2), [
         F("max_version", INT16),
     ]))),
     F("throttle_time_ms", INT32, "1+"),
+])
+
+# -- SaslHandshake (17) / SaslAuthenticate (36) ---------------------------------------------
+# After a SaslHandshake v1 the mechanism's tokens travel in SaslAuthenticate requests; after
+# a v0 handshake they travel as bare size-delimited frames (no header).  SaslAuthenticate
+# v1 adds the session lifetime; v2+ are flexible.
+
+SaslHandshakeRequest = message(K.SASL_HANDSHAKE, "SaslHandshakeRequest", (0, 1), [
+    F("mechanism", STRING),
+])
+
+SaslHandshakeResponse = message(K.SASL_HANDSHAKE, "SaslHandshakeResponse", (0, 1), [
+    F("error_code", INT16),
+    F("mechanisms", Array(STRING)),
+])
+
+SaslAuthenticateRequest = message(K.SASL_AUTHENTICATE, "SaslAuthenticateRequest", (0, 1), [
+    F("auth_bytes", BYTES),
+])
+
+SaslAuthenticateResponse = message(K.SASL_AUTHENTICATE, "SaslAuthenticateResponse", (0, 1), [
+    F("error_code", INT16),
+    F("error_message", STRING, nullable="0+", default=None),
+    F("auth_bytes", BYTES),
+    F("session_lifetime_ms", INT64, "1+"),
+])
+
+# -- DescribeAcls (29) / CreateAcls (30) / DeleteAcls (31) ---------------------------------
+# Codes: resource type (1 ANY, 2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID), pattern type
+# (1 ANY, 2 MATCH, 3 LITERAL, 4 PREFIXED; v0 knows LITERAL only), operation (1 ANY, 2 ALL,
+# 3 READ ... 12 IDEMPOTENT_WRITE), permission (1 ANY, 2 DENY, 3 ALLOW).  v2+ are flexible.
+
+DescribeAclsRequest = message(K.DESCRIBE_ACLS, "DescribeAclsRequest", (0, 1), [
+    F("resource_type_filter", INT8),
+    F("resource_name_filter", STRING, nullable="0+", default=None),
+    F("pattern_type_filter", INT8, "1+", default=3),
+    F("principal_filter", STRING, nullable="0+", default=None),
+    F("host_filter", STRING, nullable="0+", default=None),
+    F("operation", INT8),
+    F("permission_type", INT8),
+])
+
+DescribeAclsResponse = message(K.DESCRIBE_ACLS, "DescribeAclsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("error_message", STRING, nullable="0+", default=None),
+    F("resources", Array(Struct("DescribeAclsResource", [
+        F("resource_type", INT8),
+        F("resource_name", STRING),
+        F("pattern_type", INT8, "1+", default=3),
+        F("acls", Array(Struct("AclDescription", [
+            F("principal", STRING),
+            F("host", STRING),
+            F("operation", INT8),
+            F("permission_type", INT8),
+        ]))),
+    ]))),
+])
+
+CreateAclsRequest = message(K.CREATE_ACLS, "CreateAclsRequest", (0, 1), [
+    F("creations", Array(Struct("AclCreation", [
+        F("resource_type", INT8),
+        F("resource_name", STRING),
+        F("resource_pattern_type", INT8, "1+", default=3),
+        F("principal", STRING),
+        F("host", STRING),
+        F("operation", INT8),
+        F("permission_type", INT8),
+    ]))),
+])
+
+CreateAclsResponse = message(K.CREATE_ACLS, "CreateAclsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct("AclCreationResult", [
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+", default=None),
+    ]))),
+])
+
+DeleteAclsRequest = message(K.DELETE_ACLS, "DeleteAclsRequest", (0, 1), [
+    F("filters", Array(Struct("DeleteAclsFilter", [
+        F("resource_type_filter", INT8),
+        F("resource_name_filter", STRING, nullable="0+", default=None),
+        F("pattern_type_filter", INT8, "1+", default=3),
+        F("principal_filter", STRING, nullable="0+", default=None),
+        F("host_filter", STRING, nullable="0+", default=None),
+        F("operation", INT8),
+        F("permission_type", INT8),
+    ]))),
+])
+
+DeleteAclsResponse = message(K.DELETE_ACLS, "DeleteAclsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("filter_results", Array(Struct("DeleteAclsFilterResult", [
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+", default=None),
+        F("matching_acls", Array(Struct("DeleteAclsMatchingAcl", [
+            F("error_code", INT16),
+            F("error_message", STRING, nullable="0+", default=None),
+            F("resource_type", INT8),
+            F("resource_name", STRING),
+            F("pattern_type", INT8, "1+", default=3),
+            F("principal", STRING),
+            F("host", STRING),
+            F("operation", INT8),
+            F("permission_type", INT8),
+        ]))),
+    ]))),
 ])
 
 # -- CreateTopics (19) / DeleteTopics (20) ------------------------------------------------

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from trilog.client._security import ClientSecurity, SecurityConfigError
 from trilog.errors import TrilogError
 
 #: Offsets in the JSON form of ``startingOffsets``/``endingOffsets``: as Spark's Kafka source.
@@ -33,15 +34,21 @@ class OptionError(TrilogError, ValueError):
 
 @dataclass(frozen=True)
 class Connection:
-    """Where the cluster is: exactly one of the two is set.  Picklable, holds no socket."""
+    """Where the cluster is (exactly one of the two is set) and how to connect to it:
+    ``security`` holds the ``kafka.security.protocol``, ``kafka.ssl.*`` and
+    ``kafka.sasl.*`` options without their prefix, turned into a ``ClientSecurity`` where
+    the connection is made (an executor).  Picklable, holds no socket."""
 
     bootstrap_servers: str | None = None
     zookeeper: str | None = None
+    security: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # holds secrets
 
     def kwargs(self) -> dict:
-        if self.bootstrap_servers is not None:
-            return {"bootstrap_servers": self.bootstrap_servers}
-        return {"zookeeper": self.zookeeper}
+        out: dict = ({"bootstrap_servers": self.bootstrap_servers}
+                     if self.bootstrap_servers is not None else {"zookeeper": self.zookeeper})
+        if self.security:
+            out["security"] = ClientSecurity.from_properties(dict(self.security))
+        return out
 
     def describe(self) -> str:
         return self.bootstrap_servers or f"zookeeper {self.zookeeper}"
@@ -144,12 +151,18 @@ _PRODUCER_SETTINGS = {
     "metadata.max.age.ms": ("metadata_max_age_ms", int, 0),
     "enable.idempotence": ("enable_idempotence", bool, None),
 }
+#: TLS and SASL: Kafka's Java client names (PEM files where Java takes keystores) and
+#: librdkafka's, as ``ClientSecurity.from_properties`` reads them.
+_SECURITY = ("security.protocol", "sasl.mechanism", "sasl.jaas.config", "sasl.username",
+             "sasl.password", "ssl.ca.location", "ssl.cafile", "ssl.truststore.location",
+             "ssl.certificate.location", "ssl.keystore.location", "ssl.key.location",
+             "ssl.key.password", "ssl.endpoint.identification.algorithm")
 #: Settings with their own parsing: the fetch sizes become one per-fetch size; acks and
-#: compression.type are checked against what the producer knows; security.protocol may only
-#: say what trilog does anyway (PLAINTEXT).
+#: compression.type are checked against what the producer knows; the security settings
+#: become the connection's ``ClientSecurity``.
 _READ_CLIENT = (*_CONSUMER_SETTINGS, "max.partition.fetch.bytes", "fetch.max.bytes",
-                "security.protocol")
-_WRITE_CLIENT = (*_PRODUCER_SETTINGS, "acks", "compression.type", "security.protocol")
+                *_SECURITY)
+_WRITE_CLIENT = (*_PRODUCER_SETTINGS, "acks", "compression.type", *_SECURITY)
 
 _CONNECTION = ("bootstrap.servers", "kafka.bootstrap.servers", "zookeeper.connect",
                "kafka.zookeeper.connect")
@@ -177,7 +190,9 @@ READ_OPTIONS = _CONNECTION + (
 #: it to the sink with the others.
 WRITE_OPTIONS = _CONNECTION + ("topic", "checkpointLocation") + _both_spellings(_WRITE_CLIENT)
 
-_NO_TLS = "trilog's client does not support TLS/SASL yet"
+_PEM_ONLY = ("trilog's client reads PEM files: give ssl.truststore.location (or "
+             "ssl.ca.location) and ssl.keystore.location/ssl.key.location as PEM, without "
+             "store passwords or types")
 
 #: Options known to be wrong for this source, with the reason (so the error can say it).
 #: Kafka settings are listed without their ``kafka.`` prefix.
@@ -223,8 +238,10 @@ _KAFKA_NOT_TAKEN = frozenset({
 def _refusal(name: str, write: bool) -> str | None:
     """Why an option (lower-cased) is refused, if it is one this source knows to refuse."""
     bare = name.removeprefix("kafka.")
-    if bare.startswith(("ssl.", "sasl.")):
-        return _NO_TLS
+    if bare.startswith(("ssl.", "sasl.")) and bare not in _SECURITY:
+        return _PEM_ONLY if bare.startswith("ssl.") else (
+            "trilog's client logs in with sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) "
+            "and sasl.jaas.config")
     if write and bare in _REFUSED_WRITE:
         return _REFUSED_WRITE[bare]
     return _REFUSED.get(bare)
@@ -342,11 +359,19 @@ def _client_settings(opts: dict[str, str], table: dict) -> dict:
     return out
 
 
-def _check_plaintext(opts: dict[str, str]) -> None:
-    spelled = _spelled(opts, "security.protocol")
-    if spelled is not None and str(opts[spelled]).strip().upper() != "PLAINTEXT":
-        raise OptionError(f"option {spelled}={opts[spelled]!r} is not supported: {_NO_TLS} "
-                          "(PLAINTEXT is the only protocol)")
+def _security(opts: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The security options given, without ``kafka.``, checked by building the
+    ``ClientSecurity`` once (its files must be readable here and on the executors)."""
+    given = {}
+    for name in _SECURITY:
+        spelled = _spelled(opts, name)
+        if spelled is not None:
+            given[name] = str(opts[spelled])
+    try:
+        ClientSecurity.from_properties(given)
+    except SecurityConfigError as exc:
+        raise OptionError(f"the kafka.security.protocol/ssl/sasl options: {exc}") from None
+    return tuple(sorted(given.items()))
 
 
 #: Units of a duration, as Spark's ``timeStringAsMs`` (no unit: milliseconds).
@@ -381,11 +406,11 @@ def parse_connection(options: Mapping[str, str]) -> Connection:
                 raise OptionError(f"option bootstrap.servers: {item!r} is not host:port")
         if not items:
             raise OptionError("option bootstrap.servers is empty")
-        return Connection(bootstrap_servers=",".join(items))
+        return Connection(bootstrap_servers=",".join(items), security=_security(opts))
     assert zookeeper is not None  # exactly one of the two was given
     if not zookeeper.strip():
         raise OptionError("option zookeeper.connect is empty")
-    return Connection(zookeeper=zookeeper.strip())
+    return Connection(zookeeper=zookeeper.strip(), security=_security(opts))
 
 
 def _json(name: str, raw: str, example: str):
@@ -549,7 +574,6 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
     if strategy not in ("latest", "error"):
         raise OptionError(f"option startingOffsetsByTimestampStrategy={strategy!r} must be "
                           "latest or error")
-    _check_plaintext(opts)
     fetch_bytes = _int(opts, _spelled(opts, "max.partition.fetch.bytes"), low=1) or (1 << 20)
     total_bytes = _int(opts, _spelled(opts, "fetch.max.bytes"), low=1)
     if total_bytes is not None:
@@ -600,7 +624,6 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = _first(opts, "topic")
     if topic is not None and not topic.strip():
         raise OptionError("option topic is empty")
-    _check_plaintext(opts)
     producer: dict = {"acks": "all"}
     spelled = _spelled(opts, "acks")
     if spelled is not None:

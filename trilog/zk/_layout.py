@@ -34,7 +34,8 @@ Pure: no kazoo here, so the layout is tested without a server.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from trilog._time import now_ms
 from trilog.errors import (
@@ -53,6 +54,9 @@ CONTROLLER_EPOCH = "/controller_epoch"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 CONFIG_TOPICS = "/config/topics"
+#: ``/config/users/<user>``: a user's SCRAM credentials, ``{"version":1,"config":
+#: {"SCRAM-SHA-256":"salt=..,stored_key=..,server_key=..,iterations=4096"}}``
+CONFIG_USERS = "/config/users"
 CONFIG_CHANGES = "/config/changes"
 ADMIN = "/admin"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
@@ -88,6 +92,10 @@ def consumer_offset_path(group: str, topic: str, partition: int | None = None) -
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS}/{user}"
 
 
 def encode_entity_config(config: dict[str, str]) -> bytes:
@@ -140,21 +148,46 @@ def _dumps(value: dict) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8")
 
 
+#: Kafka's security protocols, by name (``listener_security_protocol_map``'s values).
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
 @dataclass(frozen=True)
 class BrokerRegistration:
+    """``/brokers/ids/<id>``: where a broker listens.  ``endpoints`` are ``(listener name,
+    host, port)`` with ``protocols`` giving each name's security protocol; ``host`` and
+    ``port`` are the first endpoint's (Kafka writes them for a PLAINTEXT listener only)."""
+
     broker_id: int
     host: str
     port: int
     timestamp: str = ""
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+    protocols: Mapping[str, str] = field(default_factory=dict)
+
+    def address(self, listener: str | None = None) -> tuple[str, int] | None:
+        """``(host, port)`` of the endpoint of ``listener`` (None: the first), or None
+        when the broker has no such listener."""
+        if listener is None or not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
     def encode(self) -> bytes:
+        endpoints = self.endpoints or (("PLAINTEXT", self.host, self.port),)
+        protocols = dict(self.protocols) or {name: name for name, _h, _p in endpoints}
+        plaintext = next(((h, p) for name, h, p in endpoints
+                          if protocols.get(name) == "PLAINTEXT"), None)
         return _dumps(
             {
                 "version": 4,
-                "host": self.host,
-                "port": self.port,
-                "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
-                "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                "host": plaintext[0] if plaintext else None,
+                "port": plaintext[1] if plaintext else -1,
+                "endpoints": [f"{name}://{_bracketed(h)}:{p}" for name, h, p in endpoints],
+                "listener_security_protocol_map": {name: protocols[name]
+                                                   for name, _h, _p in endpoints},
                 "jmx_port": -1,
                 "timestamp": self.timestamp or str(now_ms()),
             }
@@ -163,17 +196,79 @@ class BrokerRegistration:
     @classmethod
     def decode(cls, broker_id: int, data: bytes) -> "BrokerRegistration":
         value = _loads(data, f"broker {broker_id} registration")
-        host, port = value.get("host"), value.get("port")
-        # Newer registrations may leave host/port empty and list only endpoints.
+        protocol_map = value.get("listener_security_protocol_map") or {}
+        if not isinstance(protocol_map, dict):
+            protocol_map = {}
+        endpoints: list[tuple[str, str, int]] = []
+        protocols: dict[str, str] = {}
         for endpoint in value.get("endpoints") or ():
-            scheme, _, address = str(endpoint).partition("://")
-            if scheme == "PLAINTEXT" and ":" in address:
-                h, _, p = address.rpartition(":")
-                host, port = host or h, port if port not in (None, -1) else int(p)
-                break
+            name, _, address = str(endpoint).partition("://")
+            h, colon, p = address.rpartition(":")
+            if not colon or not p.isdigit():
+                continue
+            protocol = str(protocol_map.get(name, name))
+            if protocol not in SECURITY_PROTOCOLS:
+                continue
+            endpoints.append((name, h.strip("[]"), int(p)))
+            protocols[name] = protocol
+        host, port = value.get("host"), value.get("port")
+        if endpoints:
+            host, port = endpoints[0][1], endpoints[0][2]
         if not host or not isinstance(port, int) or port < 0:
             raise RemoteProtocolError(f"broker {broker_id} registration has no usable endpoint")
-        return cls(broker_id, host, port, str(value.get("timestamp", "")))
+        return cls(broker_id, host, port, str(value.get("timestamp", "")),
+                   tuple(endpoints), protocols)
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+# -- ACLs (Kafka's ZkAclStore layout) -------------------------------------------------------
+
+#: pattern type -> where its ACL nodes live: ``<root>/<ResourceType>/<name>``
+_ACL_ROOTS = {"LITERAL": "/kafka-acl", "PREFIXED": "/kafka-acl-extended/prefixed"}
+#: pattern type -> where a change to its ACLs is announced (sequential ``acl_changes_`` nodes)
+_ACL_CHANGE_ROOTS = {"LITERAL": "/kafka-acl-changes",
+                     "PREFIXED": "/kafka-acl-extended-changes"}
+ACL_CHANGE_ROOTS = tuple(_ACL_CHANGE_ROOTS.values())
+
+
+def acl_roots() -> dict[str, str]:
+    return dict(_ACL_ROOTS)
+
+
+def acl_path(pattern_type: str, resource_type: str, name: str) -> str:
+    """The node of the ACLs of one pattern (``resource_type`` as Kafka writes it: Topic,
+    Group, Cluster, TransactionalId)."""
+    return f"{_ACL_ROOTS[pattern_type]}/{resource_type}/{name}"
+
+
+def acl_change_root(pattern_type: str) -> str:
+    return _ACL_CHANGE_ROOTS[pattern_type]
+
+
+def encode_acl_node(entries: list[dict[str, str]]) -> bytes:
+    """``{"version":1,"acls":[{"principal":..,"permissionType":..,"operation":..,
+    "host":..}]}``"""
+    return _dumps({"version": 1, "acls": list(entries)})
+
+
+def decode_acl_node(what: str, data: bytes) -> list[dict[str, str]]:
+    value = _loads(data, f"ACLs of {what}")
+    acls = value.get("acls")
+    if not isinstance(acls, list) or not all(isinstance(a, dict) for a in acls):
+        raise RemoteProtocolError(f"ACLs of {what}: 'acls' must be a list of objects")
+    return acls
+
+
+def encode_acl_change(pattern_type: str, resource_type: str, name: str) -> bytes:
+    """A change notification: Kafka's literal store writes ``Type:name``, its extended
+    store a JSON object."""
+    if pattern_type == "LITERAL":
+        return f"{resource_type}:{name}".encode("utf-8")
+    return _dumps({"version": 1, "resourceType": resource_type, "name": name,
+                   "patternType": pattern_type})
 
 
 def encode_topic_assignment(assignment: dict[int, list[int]]) -> bytes:

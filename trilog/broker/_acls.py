@@ -1,0 +1,367 @@
+"""Where ACLs live, how every broker comes to apply a change, and the ACL APIs
+(CreateAcls 30, DescribeAcls 29, DeleteAcls 31).
+
+- ZooKeeper (Kafka's layout, ``trilog.zk``): literal patterns in
+  ``/kafka-acl/<ResourceType>/<name>``, prefixed ones in
+  ``/kafka-acl-extended/prefixed/<ResourceType>/<name>``, each node
+  ``{"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow",
+  "operation":"Read","host":"*"}]}``.  A change also writes a sequential node under
+  ``/kafka-acl-changes`` (literal) or ``/kafka-acl-extended-changes`` (prefixed); every
+  broker watches both and reads the ACLs again.
+- Standalone: ``acls.json`` in the first log dir, replaced atomically.
+
+``AclManager`` holds one broker's ``Authorizer`` and keeps it current.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from trilog.broker._authorizer import (
+    CLUSTER_NAME,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    Authorizer,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from trilog.broker._network import current_session
+from trilog.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRequestError,
+    RemoteProtocolError,
+    SecurityDisabledError,
+)
+from trilog.protocol import (
+    ApiKey,
+    CreateAclsResponse,
+    DeleteAclsResponse,
+    DescribeAclsResponse,
+)
+from trilog.storage import write_atomically
+from trilog.zk import (
+    ACL_CHANGE_ROOTS,
+    NoNodeError,
+    ZooKeeper,
+    ZooKeeperError,
+    acl_change_root,
+    acl_path,
+    acl_roots,
+    decode_acl_node,
+    encode_acl_change,
+    encode_acl_node,
+)
+
+if TYPE_CHECKING:
+    from trilog.broker._handlers import RequestHandler
+
+log = logging.getLogger("trilog.broker.acls")
+
+STANDALONE_FILE = "acls.json"
+RETRY_S = 1.0
+#: Change notifications left behind by a writer (Kafka purges them by age instead).
+KEEP_NOTIFICATIONS = 100
+
+Acls = dict[ResourcePattern, frozenset[AccessControlEntry]]
+
+
+def _entry_json(e: AccessControlEntry) -> dict[str, str]:
+    return {"principal": e.principal, "permissionType": e.permission_type.title,
+            "operation": e.operation.title, "host": e.host}
+
+
+def _entry_of(item: Any, what: str) -> AccessControlEntry:
+    try:
+        return AccessControlEntry(str(item["principal"]), str(item["host"]),
+                                  AclOperation.parse(item["operation"]),
+                                  AclPermissionType.parse(item["permissionType"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RemoteProtocolError(f"{what}: malformed ACL {item!r} ({exc})") from None
+
+
+class AclStore(Protocol):
+    async def load_all(self) -> Acls: ...
+
+    async def write(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry]
+                    ) -> None: ...
+
+
+class FileAclStore:
+    """A standalone broker's ACLs: one JSON file, rewritten atomically on each change."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._all: Acls = {}
+
+    async def load_all(self) -> Acls:
+        self._all = await trio.to_thread.run_sync(self._read)
+        return dict(self._all)
+
+    def _read(self) -> Acls:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise RemoteProtocolError(f"cannot read {self.path}: {exc}") from None
+        acls: Acls = {}
+        for item in data.get("acls", []) if isinstance(data, dict) else []:
+            try:
+                pattern = ResourcePattern(ResourceType.parse(item["resourceType"]),
+                                          str(item["name"]),
+                                          PatternType.parse(item["patternType"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise RemoteProtocolError(f"{self.path}: malformed pattern ({exc})") from None
+            acls[pattern] = frozenset(_entry_of(e, self.path) for e in item.get("entries", []))
+        return acls
+
+    async def write(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry]
+                    ) -> None:
+        acls = {**self._all, pattern: entries}
+        if not entries:
+            del acls[pattern]
+        data = json.dumps({"version": 1, "acls": [
+            {"resourceType": p.resource_type.title, "name": p.name,
+             "patternType": p.pattern_type.name, "entries": [_entry_json(e) for e in sorted(es)]}
+            for p, es in sorted(acls.items())]}, indent=1)
+        await trio.to_thread.run_sync(write_atomically, self.path, data.encode() + b"\n")
+        self._all = acls
+
+
+class ZooKeeperAclStore:
+    """A cluster's ACLs in Kafka's ZooKeeper layout (see the module docstring)."""
+
+    def __init__(self, zk: ZooKeeper) -> None:
+        self.zk = zk
+
+    async def load_all(self) -> Acls:
+        acls: Acls = {}
+        for pattern_type, root in acl_roots().items():
+            try:
+                types = await self.zk.get_children(root)
+            except NoNodeError:
+                continue
+            for type_name in types:
+                try:
+                    resource_type = ResourceType.parse(type_name)
+                except ValueError:
+                    continue
+                try:
+                    names = await self.zk.get_children(f"{root}/{type_name}")
+                except NoNodeError:
+                    continue
+                for name in names:
+                    pattern = ResourcePattern(resource_type, name, PatternType[pattern_type])
+                    try:
+                        data = await self.zk.get(acl_path(pattern_type, type_name, name))
+                    except NoNodeError:
+                        continue
+                    entries = frozenset(_entry_of(e, str(pattern))
+                                        for e in decode_acl_node(str(pattern), data))
+                    if entries:
+                        acls[pattern] = entries
+        return acls
+
+    async def write(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry]
+                    ) -> None:
+        kind, type_name = pattern.pattern_type.name, pattern.resource_type.title
+        path = acl_path(kind, type_name, pattern.name)
+        if entries:
+            await self.zk.put(path, encode_acl_node([_entry_json(e) for e in sorted(entries)]))
+        else:
+            try:
+                await self.zk.delete(path)
+            except NoNodeError:
+                pass
+        root = acl_change_root(kind)
+        await self.zk.ensure_path(root)
+        await self.zk.create(f"{root}/acl_changes_",
+                             encode_acl_change(kind, type_name, pattern.name), sequence=True)
+        # Every broker reads all ACLs on any change: old notifications serve nobody.
+        for old in sorted(await self.zk.get_children(root))[:-KEEP_NOTIFICATIONS]:
+            try:
+                await self.zk.delete(f"{root}/{old}")
+            except NoNodeError:
+                pass
+
+    async def follow_changes(self, on_change) -> None:
+        """Call ``on_change()`` whenever a change node appears (under either root)."""
+        async with trio.open_nursery() as nursery:
+            for root in ACL_CHANGE_ROOTS:
+                nursery.start_soon(self._follow, root, on_change)
+
+    async def _follow(self, root: str, on_change) -> None:
+        while True:
+            try:
+                await self.zk.ensure_path(root)
+                value = await self.zk.watch_children(root)
+                async with aclosing(value.eventual_values(lambda v: v is not None)) as values:
+                    async for _children in values:
+                        await on_change()
+            except ZooKeeperError as exc:
+                log.warning("watching %s failed (%s); retrying", root, exc)
+                await trio.sleep(RETRY_S)
+
+
+class AclManager:
+    """One broker's ACLs: the ``Authorizer`` the handlers ask, kept current from the
+    store, and the ACL APIs."""
+
+    def __init__(self, authorizer: Authorizer, store: AclStore) -> None:
+        self.authorizer = authorizer
+        self.store = store
+        self._lock = trio.Lock()
+
+    async def load(self) -> None:
+        self.authorizer.replace_all(dict(await self.store.load_all()))
+        log.info("%d ACL bindings loaded", len(self.authorizer.bindings()))
+
+    async def run(self) -> None:
+        if isinstance(self.store, ZooKeeperAclStore):
+            await self.store.follow_changes(self.load)
+
+    def register(self, handler: RequestHandler) -> None:
+        handler.register(ApiKey.CREATE_ACLS, self.create_acls)
+        handler.register(ApiKey.DESCRIBE_ACLS, self.describe_acls)
+        handler.register(ApiKey.DELETE_ACLS, self.delete_acls)
+
+    def _allowed(self, operation: AclOperation) -> bool:
+        session = current_session.get()
+        return self.authorizer.authorize(session.principal, session.host, operation,
+                                         ResourceType.CLUSTER, CLUSTER_NAME)
+
+    async def create_acls(self, request, header):
+        R = CreateAclsResponse
+        if not self._allowed(AclOperation.ALTER):
+            await trio.lowlevel.checkpoint()
+            return R(throttle_time_ms=0, results=[R.AclCreationResult(
+                error_code=ClusterAuthorizationFailedError.code, error_message=None)
+                for _ in request.creations])
+        results = []
+        async with self._lock:
+            for c in request.creations:
+                try:
+                    binding = AclBinding(
+                        ResourcePattern(ResourceType.parse(c.resource_type), c.resource_name,
+                                        PatternType.parse(c.resource_pattern_type)),
+                        AccessControlEntry(c.principal, c.host, AclOperation.parse(c.operation),
+                                           AclPermissionType.parse(c.permission_type)))
+                    problem = binding.problem()
+                    if problem:
+                        raise InvalidRequestError(problem)
+                    current = self.authorizer.acls(binding.pattern)
+                    if binding.entry not in current:
+                        updated = current | {binding.entry}
+                        await self.store.write(binding.pattern, updated)
+                        self.authorizer.set_acls(binding.pattern, updated)
+                    results.append(R.AclCreationResult(error_code=0, error_message=None))
+                except ValueError as exc:
+                    results.append(R.AclCreationResult(
+                        error_code=InvalidRequestError.code, error_message=str(exc)))
+                except InvalidRequestError as exc:
+                    results.append(R.AclCreationResult(error_code=exc.code,
+                                                       error_message=str(exc)))
+        return R(throttle_time_ms=0, results=results)
+
+    def _filter(self, f, pattern_field: str = "pattern_type_filter") -> AclBindingFilter:
+        return AclBindingFilter(
+            ResourceType.parse(f.resource_type_filter), f.resource_name_filter,
+            PatternType.parse(getattr(f, pattern_field)), f.principal_filter, f.host_filter,
+            AclOperation.parse(f.operation), AclPermissionType.parse(f.permission_type))
+
+    async def describe_acls(self, request, header):
+        R = DescribeAclsResponse
+        await trio.lowlevel.checkpoint()
+        if not self._allowed(AclOperation.DESCRIBE):
+            return R(throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code,
+                     error_message=None, resources=[])
+        try:
+            selected = self._filter(request)
+            problem = selected.problem()
+            if problem:
+                raise ValueError(problem)
+        except ValueError as exc:
+            return R(throttle_time_ms=0, error_code=InvalidRequestError.code,
+                     error_message=str(exc), resources=[])
+        by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = {}
+        for b in self.authorizer.bindings(selected):
+            by_pattern.setdefault(b.pattern, []).append(b.entry)
+        return R(throttle_time_ms=0, error_code=0, error_message=None, resources=[
+            R.DescribeAclsResource(resource_type=p.resource_type, resource_name=p.name,
+                                   pattern_type=p.pattern_type, acls=[
+                                       R.DescribeAclsResource.AclDescription(
+                                           principal=e.principal, host=e.host,
+                                           operation=e.operation,
+                                           permission_type=e.permission_type)
+                                       for e in entries])
+            for p, entries in by_pattern.items()])
+
+    async def delete_acls(self, request, header):
+        R = DeleteAclsResponse
+        FR = R.DeleteAclsFilterResult
+        if not self._allowed(AclOperation.ALTER):
+            await trio.lowlevel.checkpoint()
+            return R(throttle_time_ms=0, filter_results=[FR(
+                error_code=ClusterAuthorizationFailedError.code, error_message=None,
+                matching_acls=[]) for _ in request.filters])
+        results = []
+        async with self._lock:
+            for f in request.filters:
+                try:
+                    selected = self._filter(f)
+                    problem = selected.problem()
+                    if problem:
+                        raise ValueError(problem)
+                except ValueError as exc:
+                    results.append(FR(error_code=InvalidRequestError.code,
+                                      error_message=str(exc), matching_acls=[]))
+                    continue
+                matched = self.authorizer.bindings(selected)
+                by_pattern: dict[ResourcePattern, set[AccessControlEntry]] = {}
+                for b in matched:
+                    by_pattern.setdefault(b.pattern, set()).add(b.entry)
+                for pattern, gone in by_pattern.items():
+                    left = self.authorizer.acls(pattern) - gone
+                    await self.store.write(pattern, left)
+                    self.authorizer.set_acls(pattern, left)
+                results.append(FR(error_code=0, error_message=None, matching_acls=[
+                    FR.DeleteAclsMatchingAcl(
+                        error_code=0, error_message=None,
+                        resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
+                        pattern_type=b.pattern.pattern_type, principal=b.entry.principal,
+                        host=b.entry.host, operation=b.entry.operation,
+                        permission_type=b.entry.permission_type) for b in matched]))
+        return R(throttle_time_ms=0, filter_results=results)
+
+
+def standalone_acl_store(log_dirs: list[str]) -> FileAclStore:
+    return FileAclStore(os.path.join(log_dirs[0], STANDALONE_FILE))
+
+
+def acls_disabled_answer(api_key: int, request: Any) -> Any:
+    """What the ACL APIs answer when no authorizer is configured (Kafka:
+    SECURITY_DISABLED)."""
+    code = SecurityDisabledError.code
+    if api_key == ApiKey.CREATE_ACLS:
+        R = CreateAclsResponse
+        return R(throttle_time_ms=0, results=[R.AclCreationResult(
+            error_code=code, error_message="no authorizer is configured")
+            for _ in request.creations])
+    if api_key == ApiKey.DELETE_ACLS:
+        D = DeleteAclsResponse
+        return D(throttle_time_ms=0, filter_results=[D.DeleteAclsFilterResult(
+            error_code=code, error_message="no authorizer is configured", matching_acls=[])
+            for _ in request.filters])
+    return DescribeAclsResponse(throttle_time_ms=0, error_code=code,
+                                error_message="no authorizer is configured", resources=[])

@@ -1,0 +1,181 @@
+"""SASL logins on SASL_PLAINTEXT and SASL_SSL listeners (Kafka's
+``SaslServerAuthenticator``).
+
+A connection to a SASL listener may send ApiVersions, then must log in before anything
+else (any other request closes it)::
+
+    SaslHandshake v1 (mechanism)  -> NONE and the enabled mechanisms, or
+                                     UNSUPPORTED_SASL_MECHANISM (33) and the connection closes
+    SaslAuthenticate (token)      -> the mechanism's answer; once it is complete the
+                                     connection is ``User:<name>``.  A wrong password or an
+                                     unknown user: SASL_AUTHENTICATION_FAILED (58), and the
+                                     connection closes once that answer is out.
+
+With SaslHandshake v0 (Kafka 0.10's clients) the tokens that follow are bare size-delimited
+frames instead of SaslAuthenticate requests (``raw_token``); a failure just closes.
+PLAIN checks the password against the user's SCRAM credential (``sasl.enabled.mechanisms``,
+``_users.py``); SCRAM runs RFC 5802 with the stored keys, so no password is stored.  A
+SaslHandshake or SaslAuthenticate out of turn (on a listener without SASL, twice, after the
+login) answers ILLEGAL_SASL_STATE (34) and closes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from trilog.broker._network import Session, current_session
+from trilog.broker._users import UserStore, scram_credential
+from trilog.errors import (
+    IllegalSaslStateError,
+    RemoteProtocolError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
+from trilog.protocol import (
+    ApiKey,
+    SaslAuthenticateResponse,
+    SaslError,
+    SaslHandshakeResponse,
+    ScramCredential,
+    ScramServer,
+    frame,
+    parse_plain,
+)
+
+if TYPE_CHECKING:
+    from trilog.broker._handlers import RequestHandler
+
+log = logging.getLogger("trilog.broker.sasl")
+
+#: What a connection may send before its login is done.
+BEFORE_LOGIN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
+
+class _Login:
+    """One connection's login in progress (``Session.sasl``)."""
+
+    __slots__ = ("mechanism", "raw", "scram", "username", "complete")
+
+    def __init__(self, mechanism: str, raw: bool) -> None:
+        self.mechanism = mechanism
+        self.raw = raw  # SaslHandshake v0: bare tokens follow
+        self.scram: ScramServer | None = None
+        self.username: str | None = None
+        self.complete = False
+
+
+class SaslAuthenticator:
+    """Serves SaslHandshake and SaslAuthenticate for the request handler."""
+
+    def __init__(self, mechanisms: list[str], users: UserStore) -> None:
+        self.mechanisms = list(mechanisms)
+        self.users = users
+
+    def register(self, handler: RequestHandler) -> None:
+        handler.register(ApiKey.SASL_HANDSHAKE, self.handshake)
+        handler.register(ApiKey.SASL_AUTHENTICATE, self.authenticate)
+        handler.sasl = self
+
+    async def handshake(self, request: Any, header: Any) -> Any:
+        session = current_session.get()
+        R = SaslHandshakeResponse
+        if not session.protocol.startswith("SASL_") or session.authenticated or session.sasl:
+            session.close_after_answer = True
+            await trio.lowlevel.checkpoint()
+            return R(error_code=IllegalSaslStateError.code, mechanisms=self.mechanisms)
+        mechanism = request.mechanism
+        if mechanism not in self.mechanisms:
+            log.info("%s asked for SASL mechanism %r; enabled: %s", session.peer, mechanism,
+                     ", ".join(self.mechanisms))
+            session.close_after_answer = True
+            await trio.lowlevel.checkpoint()
+            return R(error_code=UnsupportedSaslMechanismError.code, mechanisms=self.mechanisms)
+        session.sasl = _Login(mechanism, raw=header.api_version == 0)
+        await trio.lowlevel.checkpoint()
+        return R(error_code=0, mechanisms=self.mechanisms)
+
+    async def authenticate(self, request: Any, header: Any) -> Any:
+        session = current_session.get()
+        login = session.sasl
+        R = SaslAuthenticateResponse
+        if not isinstance(login, _Login) or login.raw or session.authenticated:
+            session.close_after_answer = True
+            await trio.lowlevel.checkpoint()
+            return R(error_code=IllegalSaslStateError.code,
+                     error_message="SaslAuthenticate out of turn: SaslHandshake v1 first, "
+                                   "once per connection", auth_bytes=b"")
+        try:
+            answer = await self._step(session, login, bytes(request.auth_bytes))
+        except SaslError as exc:
+            session.close_after_answer = True
+            log.info("SASL %s login from %s failed: %s", login.mechanism, session.peer, exc)
+            return R(error_code=SaslAuthenticationFailedError.code,
+                     error_message="Authentication failed during authentication due to "
+                                   f"invalid credentials with SASL mechanism {login.mechanism}",
+                     auth_bytes=b"")
+        return R(error_code=0, error_message=None, auth_bytes=answer, session_lifetime_ms=0)
+
+    async def raw_token(self, token: bytes, session: Session) -> list[bytes]:
+        """A bare token after SaslHandshake v0: the answer, framed; a failure closes."""
+        login = session.sasl
+        assert isinstance(login, _Login)
+        try:
+            return [frame(await self._step(session, login, token))]
+        except SaslError as exc:
+            log.info("SASL %s login from %s failed: %s", login.mechanism, session.peer, exc)
+            raise RemoteProtocolError(f"SASL {login.mechanism} login failed") from None
+
+    async def _step(self, session: Session, login: _Login, token: bytes) -> bytes:
+        if login.mechanism == "PLAIN":
+            answer = await self._plain(login, token)
+        else:
+            answer = await self._scram(login, token)
+        if login.complete:
+            session.authenticated = True
+            session.principal = f"User:{login.username}"
+            session.sasl = None
+            log.debug("%s logged in as %s with %s", session.peer, session.principal,
+                      login.mechanism)
+        return answer
+
+    async def _plain(self, login: _Login, token: bytes) -> bytes:
+        _authzid, username, password = parse_plain(token)
+        credentials = await self.users.credentials(username)
+        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
+            text = credentials.get(mechanism)
+            if text is None:
+                continue
+            credential = ScramCredential.from_text(text)
+            ok = await trio.to_thread.run_sync(credential.matches, mechanism, password)
+            if ok:
+                login.username, login.complete = username, True
+                return b""
+            break
+        raise SaslError("unknown user or wrong password")
+
+    async def _scram(self, login: _Login, token: bytes) -> bytes:
+        if login.scram is None:
+            username = scram_username(token)
+            credential = (await scram_credential(self.users, login.mechanism, username)
+                          if username else None)
+            login.scram = ScramServer(login.mechanism, lambda _name: credential)
+        else:
+            await trio.lowlevel.checkpoint()
+        answer = login.scram.respond(token)
+        if login.scram.complete:
+            login.username, login.complete = login.scram.username, True
+        return answer
+
+
+def scram_username(client_first: bytes) -> str | None:
+    """The user a SCRAM client-first message names (``n,,n=<user>,r=...``), or None."""
+    try:
+        parts = client_first.decode("utf-8").split(",")
+    except UnicodeDecodeError:
+        return None
+    if len(parts) < 4 or not parts[2].startswith("n="):
+        return None
+    return parts[2][2:].replace("=2C", ",").replace("=3D", "=") or None

@@ -1,0 +1,142 @@
+"""Where SCRAM credentials live: salted, never the passwords themselves.
+
+- ZooKeeper (Kafka's layout): ``/config/users/<user>`` holds ``{"version":1,"config":
+  {"SCRAM-SHA-256":"salt=...,stored_key=...,server_key=...,iterations=4096", ...}}``, what
+  ``kafka-configs --alter --add-config 'SCRAM-SHA-256=[password=...]' --entity-type users``
+  writes.
+- Standalone: the same map per user in a JSON file (``sasl.credentials.file``, by default
+  ``users.json`` in the first log dir), ``{"version":1,"users":{user:{mechanism:text}}}``,
+  replaced atomically on every change.
+
+The broker reads a user's credentials at each login (a login is rare; a change applies at
+the next one, with no notification to follow); ``trilog users`` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Protocol
+
+import trio
+
+from trilog.errors import RemoteProtocolError
+from trilog.protocol import SASL_MECHANISMS, SaslError, ScramCredential
+from trilog.storage import write_atomically
+from trilog.zk import (
+    CONFIG_USERS,
+    NoNodeError,
+    ZooKeeper,
+    decode_entity_config,
+    encode_entity_config,
+    user_config_path,
+)
+
+STANDALONE_FILE = "users.json"
+SCRAM_MECHANISMS = tuple(m for m in SASL_MECHANISMS if m.startswith("SCRAM-"))
+
+#: user -> {mechanism: credential text}
+Users = dict[str, dict[str, str]]
+
+
+class UserStore(Protocol):
+    async def credentials(self, user: str) -> dict[str, str]:
+        """``{mechanism: credential text}`` of ``user`` (empty: no such user)."""
+        ...
+
+    async def users(self) -> Users: ...
+
+    async def set(self, user: str, credentials: dict[str, str]) -> None:
+        """Replace ``user``'s credentials (empty: delete the user)."""
+        ...
+
+
+async def scram_credential(store: UserStore, mechanism: str, user: str
+                           ) -> ScramCredential | None:
+    """``user``'s credential for ``mechanism`` (None: unknown user, or no credential of
+    that mechanism, or an unreadable one)."""
+    text = (await store.credentials(user)).get(mechanism)
+    if text is None:
+        return None
+    try:
+        return ScramCredential.from_text(text)
+    except SaslError:
+        return None
+
+
+class FileUserStore:
+    """A standalone broker's credentials: one JSON file (see the module docstring)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _read(self) -> Users:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise RemoteProtocolError(f"cannot read {self.path}: {exc}") from None
+        users = data.get("users", {}) if isinstance(data, dict) else {}
+        return {u: {m: str(t) for m, t in c.items()} for u, c in users.items()
+                if isinstance(c, dict)}
+
+    async def users(self) -> Users:
+        return await trio.to_thread.run_sync(self._read)
+
+    async def credentials(self, user: str) -> dict[str, str]:
+        return (await self.users()).get(user, {})
+
+    async def set(self, user: str, credentials: dict[str, str]) -> None:
+        users = await self.users()
+        if credentials:
+            users[user] = dict(credentials)
+        else:
+            users.pop(user, None)
+        data = json.dumps({"version": 1, "users": users}, indent=1, sort_keys=True)
+        await trio.to_thread.run_sync(self._write, data.encode() + b"\n")
+
+    def _write(self, data: bytes) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        write_atomically(self.path, data)
+
+
+class ZooKeeperUserStore:
+    """A cluster's credentials: Kafka's ``/config/users`` nodes."""
+
+    def __init__(self, zk: ZooKeeper) -> None:
+        self.zk = zk
+
+    async def credentials(self, user: str) -> dict[str, str]:
+        try:
+            data = await self.zk.get(user_config_path(user))
+        except NoNodeError:
+            return {}
+        return decode_entity_config(f"user {user}", data)
+
+    async def users(self) -> Users:
+        try:
+            names = await self.zk.get_children(CONFIG_USERS)
+        except NoNodeError:
+            return {}
+        users = {}
+        for name in sorted(names):
+            credentials = await self.credentials(name)
+            if credentials:
+                users[name] = credentials
+        return users
+
+    async def set(self, user: str, credentials: dict[str, str]) -> None:
+        path = user_config_path(user)
+        if not credentials:
+            try:
+                await self.zk.delete(path)
+            except NoNodeError:
+                pass
+            return
+        await self.zk.put(path, encode_entity_config(credentials))
+
+
+def standalone_user_store(log_dirs: list[str], path: str | None = None) -> FileUserStore:
+    return FileUserStore(path or os.path.join(log_dirs[0], STANDALONE_FILE))
