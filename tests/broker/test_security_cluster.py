@@ -1,7 +1,8 @@
 """Brokers that talk to each other over SASL_SSL: replica fetches and the controller's
 requests go through the inter-broker listener, logged in with SCRAM as the brokers' own
-user (credentials in ZooKeeper, written by ``trilog users --zookeeper``); clients use
-another listener and are told only its addresses."""
+user (credentials in ZooKeeper, written by ``trilog users --zookeeper``; a super user, as
+ACLs are on); clients use another listener and are told only its addresses.  An ACL
+created through one broker reaches the other (ZooKeeper's change notifications)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ import trio
 from security_helpers import USERS, add_users, make_certs
 
 import trilog
+from trilog.protocol import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePattern,
+    ResourceType,
+)
 from trilog.records import iter_batches
 from replication_helpers import log_bytes
 
@@ -28,6 +37,8 @@ def settings(certs) -> dict:
                             'required username="admin" password="admin-secret";',
         "ssl.certfile": certs["server"],
         "ssl.cafile": certs["ca"],
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
         "default.replication.factor": 2,
         "offsets.topic.replication.factor": 1,
         "zookeeper.session.timeout.ms": 6000,
@@ -42,8 +53,13 @@ async def test_replication_and_control_over_sasl_ssl(broker_process, zookeeper, 
     external = [b.listener("EXTERNAL") for b in brokers]
     login = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
              "sasl_plain_username": "alice", "sasl_plain_password": USERS["alice"]}
+    admin_login = {**login, "sasl_plain_username": "admin",
+                   "sasl_plain_password": ADMIN["admin"]}
+    alice_writes = AclBinding(ResourcePattern(ResourceType.TOPIC, "replicated"),
+                              AccessControlEntry("User:alice", "*", AclOperation.WRITE,
+                                                 AclPermissionType.ALLOW))
     with trio.fail_after(60):
-        async with trilog.open_admin(external[0], **login) as admin:
+        async with trilog.open_admin(external[0], **admin_login) as admin:
             while True:  # the controller tells both brokers about each other
                 brokers_seen = await admin.brokers()
                 if len(brokers_seen) == 2:
@@ -52,6 +68,10 @@ async def test_replication_and_control_over_sasl_ssl(broker_process, zookeeper, 
             # Clients of EXTERNAL are told EXTERNAL addresses only.
             assert sorted(f"{b.host}:{b.port}" for b in brokers_seen) == sorted(external)
             await admin.create_topic("replicated", 1, replication_factor=2)
+            await admin.create_acls([alice_writes])
+        async with trilog.open_admin(external[1], **admin_login) as other:
+            while alice_writes not in await other.describe_acls():  # via ZooKeeper
+                await trio.sleep(0.1)
         async with trilog.open_producer(external[1], acks="all", linger_ms=1,
                                         **login) as producer:
             for i in range(10):

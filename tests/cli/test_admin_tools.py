@@ -6,31 +6,13 @@ admin API, and bad input is one line and a non-zero status, never a traceback.""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-import trio
+from cli_helpers import cli
 
 import trilog
 from trilog.client import open_admin
 from trilog.zk._server import free_port
-
-_MAIN = "import sys; from trilog.cli import main; sys.exit(main())"
-
-
-async def cli(*args: str, stdin: bytes = b"", timeout: float = 60
-              ) -> subprocess.CompletedProcess:
-    """Run ``trilog ARGS...`` in a child process; stdout/stderr as text, never a traceback."""
-    with trio.fail_after(timeout):
-        done = await trio.run_process([sys.executable, "-c", _MAIN, *args], stdin=stdin,
-                                      capture_stdout=True, capture_stderr=True, check=False)
-    result = subprocess.CompletedProcess(done.args, done.returncode,
-                                         done.stdout.decode("utf-8", "replace"),
-                                         done.stderr.decode("utf-8", "replace"))
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
 
 @pytest.fixture
 def broker(broker_process):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from security_helpers import add_users
-from test_admin_tools import cli
+from cli_helpers import cli
 
 pytestmark = pytest.mark.slow
 

@@ -38,15 +38,19 @@ from trilog.broker._authorizer import (
 from trilog.broker._network import current_session
 from trilog.errors import (
     ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     InvalidRequestError,
     RemoteProtocolError,
     SecurityDisabledError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from trilog.protocol import (
     ApiKey,
     CreateAclsResponse,
     DeleteAclsResponse,
     DescribeAclsResponse,
+    response_class,
 )
 from trilog.storage import write_atomically
 from trilog.zk import (
@@ -214,6 +218,31 @@ class ZooKeeperAclStore:
                 await trio.sleep(RETRY_S)
 
 
+class Access:
+    """``access(operation, resource_type, name)``: may the connection whose request is
+    being handled do that?  Without an authorizer (``authorizer.class.name`` unset) the
+    answer is always yes, as in Kafka."""
+
+    def __init__(self, authorizer: Authorizer | None = None) -> None:
+        self.authorizer = authorizer
+
+    @property
+    def enabled(self) -> bool:
+        return self.authorizer is not None
+
+    def __call__(self, operation: AclOperation, resource_type: ResourceType,
+                 name: str = CLUSTER_NAME) -> bool:
+        if self.authorizer is None:
+            return True
+        session = current_session.get()
+        return self.authorizer.authorize(session.principal, session.host, operation,
+                                         resource_type, name)
+
+
+#: What components start with, before the broker hands them its own.
+ALLOW_ALL = Access()
+
+
 class AclManager:
     """One broker's ACLs: the ``Authorizer`` the handlers ask, kept current from the
     store, and the ACL APIs."""
@@ -237,9 +266,7 @@ class AclManager:
         handler.register(ApiKey.DELETE_ACLS, self.delete_acls)
 
     def _allowed(self, operation: AclOperation) -> bool:
-        session = current_session.get()
-        return self.authorizer.authorize(session.principal, session.host, operation,
-                                         ResourceType.CLUSTER, CLUSTER_NAME)
+        return Access(self.authorizer)(operation, ResourceType.CLUSTER)
 
     async def create_acls(self, request, header):
         R = CreateAclsResponse
@@ -365,3 +392,70 @@ def acls_disabled_answer(api_key: int, request: Any) -> Any:
             for _ in request.filters])
     return DescribeAclsResponse(throttle_time_ms=0, error_code=code,
                                 error_message="no authorizer is configured", resources=[])
+
+
+_GROUP_DENIED = GroupAuthorizationFailedError.code
+_CLUSTER_DENIED = ClusterAuthorizationFailedError.code
+_TOPIC_DENIED = TopicAuthorizationFailedError.code
+#: APIs whose whole request is one act on the cluster (the inter-broker ones).
+_CLUSTER_ACTIONS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA,
+                              ApiKey.UPDATE_METADATA, ApiKey.CONTROLLED_SHUTDOWN})
+#: Group membership: Read on the group.
+_GROUP_READS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
+                          ApiKey.LEAVE_GROUP})
+
+
+def refused_request(access: Access, api_key: int, version: int, request: Any) -> Any:
+    """The answer to a request its principal may not make at all (one resource decides the
+    whole request: the cluster, or the request's group), or None when it may go on (the
+    handlers then check each topic).  Kafka's checks (``KafkaApis``):
+
+    - LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown: ClusterAction on the
+      cluster, else CLUSTER_AUTHORIZATION_FAILED;
+    - JoinGroup, SyncGroup, Heartbeat, LeaveGroup: Read on the group; FindCoordinator:
+      Describe on the group; OffsetCommit: Read on the group, and Read on each topic;
+      OffsetFetch: Describe on the group, and Describe on each topic; else
+      GROUP_AUTHORIZATION_FAILED (TOPIC_AUTHORIZATION_FAILED for a topic).
+    """
+    response = response_class(api_key)
+    if api_key in _CLUSTER_ACTIONS:
+        if access(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return None
+        return response(error_code=_CLUSTER_DENIED)
+    if api_key in _GROUP_READS:
+        if access(AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return None
+        return response(error_code=_GROUP_DENIED)
+    if api_key == ApiKey.FIND_COORDINATOR:
+        if getattr(request, "key_type", 0) == 1:
+            if access(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, request.key):
+                return None
+            return response(error_code=TransactionalIdAuthorizationFailedError.code)
+        if access(AclOperation.DESCRIBE, ResourceType.GROUP, request.key):
+            return None
+        return response(error_code=_GROUP_DENIED)
+    if api_key == ApiKey.OFFSET_COMMIT:
+        group_ok = access(AclOperation.READ, ResourceType.GROUP, request.group_id)
+        codes = {t.name: _GROUP_DENIED if not group_ok else
+                 0 if access(AclOperation.READ, ResourceType.TOPIC, t.name) else _TOPIC_DENIED
+                 for t in request.topics}
+        if not any(codes.values()):
+            return None
+        if group_ok and not all(codes.values()):
+            return None  # some topics may commit: left to the coordinator (see below)
+        R = response
+        return R(topics=[R.OffsetCommitResponseTopic(name=t.name, partitions=[
+            R.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=codes[t.name])
+            for p in t.partitions]) for t in request.topics])
+    if api_key == ApiKey.OFFSET_FETCH:
+        if access(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+            return None
+        R = response
+        if version >= 2:
+            return R(error_code=_GROUP_DENIED, topics=[])
+        return R(topics=[R.OffsetFetchResponseTopic(name=t.name, partitions=[
+            R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=-1, metadata="", error_code=_GROUP_DENIED)
+            for p in t.partition_indexes]) for t in request.topics or []])
+    return None

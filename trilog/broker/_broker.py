@@ -30,7 +30,16 @@ import trio
 
 from trilog._concurrency import unwrap_exception_group
 from trilog._time import now_ms
+from trilog.broker._acls import (
+    Access,
+    AclManager,
+    AclStore,
+    ZooKeeperAclStore,
+    acls_disabled_answer,
+    standalone_acl_store,
+)
 from trilog.broker._admin_apis import AdminApis
+from trilog.broker._authorizer import Authorizer
 from trilog.broker._cluster import (
     BrokerInfo,
     Cluster,
@@ -68,6 +77,7 @@ from trilog.broker._sasl import SaslAuthenticator
 from trilog.broker._users import UserStore, ZooKeeperUserStore, standalone_user_store
 from trilog.broker._zkcluster import ZooKeeperCluster, open_zookeeper_cluster
 from trilog.errors import TrilogError
+from trilog.protocol import ApiKey
 from trilog.storage import Log, LogManager
 
 log = logging.getLogger("trilog.broker")
@@ -110,6 +120,21 @@ class Broker:
                             else standalone_user_store(config.log_dirs,
                                                        config["sasl.credentials.file"]))
         SaslAuthenticator(config["sasl.enabled.mechanisms"], users).register(self.handler)
+        #: the ACLs (``authorizer.class.name``; None: everyone may do everything)
+        self.acls: AclManager | None = None
+        if config["authorizer.class.name"]:
+            authorizer = Authorizer(
+                super_users=config["super.users"],
+                allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
+            store: AclStore = (ZooKeeperAclStore(cluster.zk)
+                               if isinstance(cluster, ZooKeeperCluster)
+                               else standalone_acl_store(config.log_dirs))
+            self.acls = AclManager(authorizer, store)
+            self.acls.register(self.handler)
+            self.handler.access = self.coordinator.access = Access(authorizer)
+        else:
+            for api in (ApiKey.CREATE_ACLS, ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS):
+                self.handler.register(api, partial(_acls_disabled, api))
         #: the listeners, bound (their ports are known: port 0 picks one)
         self.listeners = listeners
         if isinstance(cluster, ZooKeeperCluster):
@@ -203,6 +228,9 @@ class Broker:
         once it serves."""
         config = self.config
         async with trio.open_nursery() as nursery:
+            if self.acls is not None:
+                await self.acls.load()  # before any request is served
+                nursery.start_soon(self.acls.run)
             await nursery.start(self.network.serve)
             nursery.start_soon(_flush_scheduler, self)
             nursery.start_soon(_retention_checker, self)
@@ -317,6 +345,11 @@ def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:
             f"for the segments in {', '.join(config.log_dirs)} plus {RESERVED_FDS} reserved; "
             "raise the limit"
         ) from None
+
+
+async def _acls_disabled(api_key: int, request: Any, header: Any) -> Any:
+    await trio.lowlevel.checkpoint()
+    return acls_disabled_answer(api_key, request)
 
 
 async def _bind(config: BrokerConfig) -> list[BoundListener]:

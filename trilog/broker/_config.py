@@ -88,6 +88,26 @@ def _mechanisms(text: str) -> list[str]:
     return [_mechanism(part) for part in _list(text)]
 
 
+AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer",
+               "kafka.security.auth.SimpleAclAuthorizer")
+
+
+def _authorizer(text: str) -> str | None:
+    value = text.strip()
+    if value and value not in AUTHORIZERS:
+        raise ValueError(f"the authorizer is {AUTHORIZERS[0]} (or empty: none)")
+    return value or None
+
+
+def _principals(text: str) -> list[str]:
+    principals = [p.strip() for p in text.split(";") if p.strip()]
+    for p in principals:
+        kind, sep, name = p.partition(":")
+        if not sep or not kind or not name:
+            raise ValueError(f"{p!r} is not Type:name (e.g. User:admin)")
+    return principals
+
+
 def _host_counts(text: str) -> dict[str, int]:
     """Kafka's ``max.connections.per.ip.overrides``: ``host:count,host:count``."""
     counts = {}
@@ -164,6 +184,15 @@ PROPERTIES: tuple[Property, ...] = (
     Property("connection.failed.authentication.delay.ms", _int, 100,
              "How long a connection whose SASL login failed stays open after its answer "
              "(slows password guessing).", low=0),
+    Property("authorizer.class.name", _authorizer, None,
+             "Turns ACLs on: kafka.security.authorizer.AclAuthorizer (Kafka's name; also "
+             "kafka.security.auth.SimpleAclAuthorizer). Unset: every principal may do "
+             "everything."),
+    Property("super.users", _principals, [],
+             "Principals allowed everything whatever the ACLs, ;-separated "
+             "(User:admin;User:broker): the brokers' own principal belongs here."),
+    Property("allow.everyone.if.no.acl.found", _bool, False,
+             "With ACLs on: may anyone act on a resource that has no ACL at all."),
     Property("sasl.credentials.file", _str, None,
              "Standalone mode: the file of SCRAM credentials managed by `trilog users` "
              "(default users.json in the first log directory). With ZooKeeper they live "

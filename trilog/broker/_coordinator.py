@@ -38,9 +38,13 @@ from trilog.broker._groups import (
     Reply,
     SyncResult,
 )
+from trilog.broker._acls import ALLOW_ALL, Access
+from trilog.broker._authorizer import AclOperation, ResourceType
 from trilog.broker._network import current_session
 from trilog.broker._offsets import OFFSETS_TOPIC, OffsetManager, partition_for
 from trilog.errors import (
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
     NO_ERROR,
     ApiError,
     CoordinatorLoadInProgressError,
@@ -101,6 +105,8 @@ class GroupCoordinator:
         self.config = config
         self.cluster = cluster
         self.logs = logs
+        #: may the current request's principal do something (ACLs; set by the broker)
+        self.access: Access = ALLOW_ALL
         segment_bytes = config["offsets.topic.segment.bytes"]
         logs.update_topic_config(
             OFFSETS_TOPIC, OffsetManager.topic_config(logs.default_config, segment_bytes))
@@ -410,6 +416,9 @@ class GroupCoordinator:
                 if code:
                     results[tp] = code
                     continue
+                if not self.access(AclOperation.READ, ResourceType.TOPIC, topic.name):
+                    results[tp] = TopicAuthorizationFailedError.code
+                    continue
                 if self.cluster.leader(*tp) is None:
                     results[tp] = UnknownTopicOrPartitionError.code
                     continue
@@ -486,6 +495,8 @@ class GroupCoordinator:
         out: list[StructValue] = []
         for gid in request.groups:
             code = self._error_for(gid)
+            if not self.access(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+                code = GroupAuthorizationFailedError.code
             group = self.groups.get(gid)
             if code:
                 out.append(G(error_code=code, group_id=gid, group_state="", protocol_type="",
@@ -509,6 +520,10 @@ class GroupCoordinator:
         listed = {gid: g.protocol_type or "" for gid, g in self.groups.items()}
         for gid in self.offsets.groups():
             listed.setdefault(gid, "")
+        if not self.access(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            # Kafka: without Describe on the cluster, the groups one may describe.
+            listed = {g: t for g, t in listed.items()
+                      if self.access(AclOperation.DESCRIBE, ResourceType.GROUP, g)}
         code = CoordinatorLoadInProgressError.code if self.offsets.is_loading() else NO_ERROR
         return R(throttle_time_ms=0, error_code=code,
                  groups=[R.ListedGroup(group_id=g, protocol_type=t)
@@ -524,6 +539,8 @@ class GroupCoordinator:
         codes: dict[str, int] = {}
         for gid in group_ids:
             code = self._group_error(gid)
+            if not self.access(AclOperation.DELETE, ResourceType.GROUP, gid):
+                code = GroupAuthorizationFailedError.code
             group = self.groups.get(gid)
             p = self.partition_of(gid)
             if code:

@@ -30,6 +30,8 @@ import trio
 
 from trilog._time import now_ms
 from trilog._topic import validate_topic_name
+from trilog.broker._acls import ALLOW_ALL, Access, refused_request
+from trilog.broker._authorizer import AclOperation, ResourceType
 from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker._config import BrokerConfig
 from trilog.broker._limits import RateLimitedLog
@@ -40,6 +42,7 @@ from trilog.broker._producer_state import ProducerStateTable
 from trilog.broker._purgatory import FetchPurgatory
 from trilog.errors import (
     ApiError,
+    ClusterAuthorizationFailedError,
     CorruptMessageError,
     InvalidRequestError,
     InvalidRequiredAcksError,
@@ -139,6 +142,8 @@ class RequestHandler:
             k: v for k, v in API_VERSIONS.items() if k in self._handlers}
         self._api_versions: Any = None  # the ApiVersions answer, made once
         self.metrics = RequestMetrics()
+        #: may the current request's principal do something (ACLs; all yes without them)
+        self.access: Access = ALLOW_ALL
         #: SASL logins (SASL listeners; set by ``SaslAuthenticator.register``)
         self.sasl: SaslAuthenticator | None = None
         #: the replica manager in a ZooKeeper cluster (None standalone: every partition here
@@ -223,6 +228,11 @@ class RequestHandler:
         handler = self._handlers.get(header.api_key)
         if handler is None:
             raise RemoteProtocolError(f"{_api_name(header.api_key)} is not served by this broker")
+        if self.access.enabled:
+            refusal = refused_request(self.access, header.api_key, header.api_version, request)
+            if refusal is not None:
+                await trio.lowlevel.checkpoint()
+                return header, refusal
         try:
             return header, await handler(request, header)
         except ProtocolError:
@@ -245,8 +255,11 @@ class RequestHandler:
         R = MetadataResponse
         cluster = self.cluster
         topics_all = cluster.topics()
+        access = self.access
         if request.topics is None or (header.api_version == 0 and not request.topics):
-            wanted = sorted(topics_all)
+            # All topics: those this principal may not describe are left out (Kafka).
+            wanted = sorted(t for t in topics_all
+                            if access(AclOperation.DESCRIBE, ResourceType.TOPIC, t))
         else:
             wanted = [t.name for t in request.topics]
         auto_create = (
@@ -257,10 +270,16 @@ class RequestHandler:
         topics = []
         for name in wanted:
             error = 0
+            if access.enabled and not access(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(R.MetadataResponseTopic(
+                    error_code=TopicAuthorizationFailedError.code, name=name, partitions=[]))
+                continue
             if name not in topics_all:
                 try:
                     validate_topic_name(name)
-                    if not auto_create or name in INTERNAL_TOPICS:
+                    may_create = (access(AclOperation.CREATE, ResourceType.CLUSTER)
+                                  or access(AclOperation.CREATE, ResourceType.TOPIC, name))
+                    if not auto_create or not may_create or name in INTERNAL_TOPICS:
                         raise UnknownTopicOrPartitionError()
                     await cluster.create_topic(name, -1)
                     error = LeaderNotAvailableError.code  # Kafka's answer: ask again shortly
@@ -303,8 +322,12 @@ class RequestHandler:
             topics=topics,
         )
 
-    def _check_partition(self, topic: str, partition: int, *, write: bool = False) -> None:
-        """Raise the ApiError a request for this partition gets, if any."""
+    def _check_partition(self, topic: str, partition: int, *, write: bool = False,
+                         operation: AclOperation | None = None) -> None:
+        """Raise the ApiError a request for this partition gets, if any (``operation``:
+        what the request does to the topic, which its principal must be allowed)."""
+        if operation is not None and not self.access(operation, ResourceType.TOPIC, topic):
+            raise TopicAuthorizationFailedError(f"not authorized to {operation.title} {topic}")
         leader = self.cluster.leader(topic, partition)
         if leader is None:
             validate_topic_name(topic)  # an illegal name is INVALID_TOPIC_EXCEPTION
@@ -333,7 +356,8 @@ class RequestHandler:
                     continue
                 epoch = None
                 try:
-                    self._check_partition(topic.name, part.index, write=True)
+                    self._check_partition(topic.name, part.index, write=True,
+                                          operation=AclOperation.WRITE)
                     if part.records is None or len(part.records) == 0:
                         raise CorruptMessageError("empty record set")
                     if self.replicas is not None:
@@ -488,9 +512,17 @@ class RequestHandler:
         given on the first read only); else a consumer's, reading below the high watermark."""
         checked: list[int | None] = []
         replicas = self.replicas
+        operation: AclOperation | None = None
+        if self.access.enabled:
+            # A follower's fetch is the cluster's business; a consumer's reads its topics.
+            if replica >= 0 and not self.access(AclOperation.CLUSTER_ACTION,
+                                                ResourceType.CLUSTER):
+                await trio.lowlevel.checkpoint()
+                return [(ClusterAuthorizationFailedError.code, None, None) for _ in wanted]
+            operation = AclOperation.READ if replica < 0 else None
         for i, (topic, partition, offset, part_max) in enumerate(wanted):
             try:
-                self._check_partition(topic, partition)
+                self._check_partition(topic, partition, operation=operation)
                 if replicas is not None:
                     epoch = epochs[i] if epochs is not None else -1
                     if replica >= 0:
@@ -592,7 +624,7 @@ class RequestHandler:
         checked = []
         for topic, partition, _ts, _n in wanted:
             try:
-                self._check_partition(topic, partition)
+                self._check_partition(topic, partition, operation=AclOperation.DESCRIBE)
                 checked.append(0)
             except ApiError as exc:
                 checked.append(exc.code)
@@ -651,6 +683,15 @@ class RequestHandler:
                 throttle_time_ms=0, error_code=InvalidRequestError.code,
                 producer_id=-1, producer_epoch=-1,
             )
+        access = self.access
+        if access.enabled and not (
+                access(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+                or any(access(AclOperation.WRITE, ResourceType.TOPIC, t)
+                       for t in self.cluster.topics())):
+            # Kafka: IdempotentWrite on the cluster, or Write on some topic.
+            return InitProducerIdResponse(
+                throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code,
+                producer_id=-1, producer_epoch=-1)
         try:
             producer_id = await trio.to_thread.run_sync(self._producer_ids.allocate)
         except OSError as exc:
@@ -670,6 +711,9 @@ class RequestHandler:
         for t in request.topics:
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             try:
+                if not (self.access(AclOperation.CREATE, ResourceType.CLUSTER)
+                        or self.access(AclOperation.CREATE, ResourceType.TOPIC, t.name)):
+                    raise TopicAuthorizationFailedError(f"not authorized to create {t.name}")
                 await self.cluster.create_topic(
                     t.name, t.num_partitions, t.replication_factor, assignment or None,
                     validate_only=getattr(request, "validate_only", False),
@@ -686,6 +730,8 @@ class RequestHandler:
         results = []
         for name in request.topic_names:
             try:
+                if not self.access(AclOperation.DELETE, ResourceType.TOPIC, name):
+                    raise TopicAuthorizationFailedError(f"not authorized to delete {name}")
                 if not self.config["delete.topic.enable"]:
                     raise TopicDeletionDisabledError()
                 if name in INTERNAL_TOPICS:

@@ -7,6 +7,7 @@ import sys
 
 from trilog import __version__
 from trilog.cli import (
+    _acls,
     _broker,
     _configs,
     _consume,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     _perf.add_parser(sub)
     _zookeeper.add_parser(sub)
     _users.add_parser(sub)
+    _acls.add_parser(sub)
     return parser
 
 

@@ -42,15 +42,26 @@ from trilog.errors import (
     error_for_code,
 )
 from trilog.protocol import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     MetadataRequest,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
 )
 
 if TYPE_CHECKING:  # trilog.zk imports kazoo: only a client that uses ZooKeeper pays for it
@@ -247,6 +258,21 @@ class Admin:
         """The reassignments under way: each partition's target replicas.  Needs ZooKeeper."""
         raise _needs_zookeeper("list_partition_reassignments")
 
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Add ACL bindings (CreateAcls); raises the first error (e.g.
+        ``ClusterAuthorizationFailedError`` without Alter on the cluster,
+        ``SecurityDisabledError`` when the brokers have no authorizer).  Needs brokers."""
+        raise _needs_brokers("create_acls")
+
+    async def describe_acls(self, selected: AclBindingFilter | None = None
+                            ) -> list[AclBinding]:
+        """The ACL bindings ``selected`` matches (all by default; DescribeAcls)."""
+        raise _needs_brokers("describe_acls")
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Remove the bindings the filters match; returns them (DeleteAcls)."""
+        raise _needs_brokers("delete_acls")
+
 
 def _needs_brokers(what: str) -> TrilogError:
     return TrilogError(f"{what} is done by the brokers: open the admin with bootstrap_servers")
@@ -318,6 +344,51 @@ class _BrokerAdmin(Admin):
                                                                timeout_ms=30_000))
         for result in response.responses:
             _raise_for(result.error_code, f"cannot delete topic {name!r}")
+
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        R = CreateAclsRequest
+        bindings = list(bindings)
+        response = await self.conn.request(R(creations=[R.AclCreation(
+            resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
+            resource_pattern_type=b.pattern.pattern_type, principal=b.entry.principal,
+            host=b.entry.host, operation=b.entry.operation,
+            permission_type=b.entry.permission_type) for b in bindings]))
+        for binding, result in zip(bindings, response.results):
+            _raise_for(result.error_code, f"cannot create the ACL {binding.pattern}: "
+                       f"{binding.entry}", result.error_message)
+
+    async def describe_acls(self, selected: AclBindingFilter | None = None
+                            ) -> list[AclBinding]:
+        f = selected or AclBindingFilter()
+        response = await self.conn.request(DescribeAclsRequest(
+            resource_type_filter=f.resource_type, resource_name_filter=f.name,
+            pattern_type_filter=f.pattern_type, principal_filter=f.principal,
+            host_filter=f.host, operation=f.operation, permission_type=f.permission_type))
+        _raise_for(response.error_code, "cannot describe the ACLs", response.error_message)
+        return sorted(
+            AclBinding(ResourcePattern(ResourceType.parse(r.resource_type), r.resource_name,
+                                       PatternType.parse(r.pattern_type)),
+                       AccessControlEntry(a.principal, a.host, AclOperation.parse(a.operation),
+                                          AclPermissionType.parse(a.permission_type)))
+            for r in response.resources for a in r.acls)
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        R = DeleteAclsRequest
+        response = await self.conn.request(R(filters=[R.DeleteAclsFilter(
+            resource_type_filter=f.resource_type, resource_name_filter=f.name,
+            pattern_type_filter=f.pattern_type, principal_filter=f.principal,
+            host_filter=f.host, operation=f.operation, permission_type=f.permission_type)
+            for f in filters]))
+        deleted = []
+        for result in response.filter_results:
+            _raise_for(result.error_code, "cannot delete ACLs", result.error_message)
+            for a in result.matching_acls:
+                deleted.append(AclBinding(
+                    ResourcePattern(ResourceType.parse(a.resource_type), a.resource_name,
+                                    PatternType.parse(a.pattern_type)),
+                    AccessControlEntry(a.principal, a.host, AclOperation.parse(a.operation),
+                                       AclPermissionType.parse(a.permission_type))))
+        return sorted(deleted)
 
     async def create_partitions(self, name: str, count: int,
                                 assignment: list[list[int]] | None = None, *,

@@ -21,7 +21,8 @@ Modules: ``_primitives`` (wire types, Reader/Writer, length caps), ``_schema`` (
 DSL and generated classes), ``_messages`` (every supported API as data), ``_framing``
 (frames, headers, whole messages, zero-copy fetch, ApiVersions fallback), ``_offsets_topic``
 (the key and value records of ``__consumer_offsets``), ``_sasl`` (the PLAIN and SCRAM
-mechanisms, both sides).
+mechanisms, both sides), ``_acl`` (the ACL vocabulary: resource types, operations,
+patterns, bindings and filters).
 """
 
 from trilog.protocol._consumer_protocol import (
@@ -52,6 +53,17 @@ from trilog.protocol._framing import (
     frame,
     peek_request_header,
     read_correlation_id,
+)
+from trilog.protocol._acl import (
+    CLUSTER_NAME,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
 )
 from trilog.protocol._sasl import (
     MECHANISMS as SASL_MECHANISMS,
@@ -215,6 +227,15 @@ __all__ = [
     "CreateAclsResponse",
     "DeleteAclsRequest",
     "DeleteAclsResponse",
+    "CLUSTER_NAME",
+    "AccessControlEntry",
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
+    "PatternType",
+    "ResourcePattern",
+    "ResourceType",
     "SASL_MECHANISMS",
     "SaslError",
     "ScramClient",
