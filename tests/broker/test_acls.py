@@ -90,6 +90,16 @@ async def test_write_on_one_topic_prefixes_and_deny(secured, tmp_path):
     async with trilog.open_admin(address, **login("alice")) as admin:
         with pytest.raises(ClusterAuthorizationFailedError):
             await admin.describe_acls()
+        # Write implies Describe, not DescribeConfigs; nor may she alter a topic's partitions
+        # or delete its records
+        (described,) = await admin.describe_configs(["a"])
+        assert "TOPIC_AUTHORIZATION_FAILED" in described.error
+        with pytest.raises(TopicAuthorizationFailedError):
+            await admin.alter_configs({"retention.ms": "1000"}, topic="a")
+        with pytest.raises(TopicAuthorizationFailedError):
+            await admin.create_partitions("a", 2)
+        deleted = await admin.delete_records({("a", 0): -1})
+        assert "TOPIC_AUTHORIZATION_FAILED" in str(deleted[0].error)
         # Metadata shows alice the topics she may describe (Write implies Describe; the
         # Deny of Write on logs.secret does not deny Describe)
         names = {t.name for t in await admin.describe_topics()}

@@ -414,8 +414,9 @@ def refused_request(access: Access, api_key: int, version: int, request: Any) ->
       cluster, else CLUSTER_AUTHORIZATION_FAILED;
     - JoinGroup, SyncGroup, Heartbeat, LeaveGroup: Read on the group; FindCoordinator:
       Describe on the group; OffsetCommit: Read on the group, and Read on each topic;
-      OffsetFetch: Describe on the group, and Describe on each topic; else
-      GROUP_AUTHORIZATION_FAILED (TOPIC_AUTHORIZATION_FAILED for a topic).
+      OffsetFetch: Describe on the group; else GROUP_AUTHORIZATION_FAILED
+      (TOPIC_AUTHORIZATION_FAILED for a topic);
+    - ElectLeaders: Alter on the cluster.
     """
     response = response_class(api_key)
     if api_key in _CLUSTER_ACTIONS:
@@ -448,6 +449,16 @@ def refused_request(access: Access, api_key: int, version: int, request: Any) ->
             R.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
                 partition_index=p.partition_index, error_code=codes[t.name])
             for p in t.partitions]) for t in request.topics])
+    if api_key == ApiKey.ELECT_LEADERS:
+        if access(AclOperation.ALTER, ResourceType.CLUSTER):
+            return None
+        R = response
+        E = R.ReplicaElectionResult
+        return R(throttle_time_ms=0, error_code=_CLUSTER_DENIED, replica_election_results=[
+            E(topic=t.topic, partition_result=[E.PartitionResult(
+                partition_id=p, error_code=_CLUSTER_DENIED, error_message=None)
+                for p in t.partitions])
+            for t in request.topic_partitions or []])
     if api_key == ApiKey.OFFSET_FETCH:
         if access(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
             return None

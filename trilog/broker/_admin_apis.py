@@ -35,9 +35,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from trilog.broker._acls import ALLOW_ALL, Access
+from trilog.broker._authorizer import AclOperation, ResourceType
 from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker._coordinator import GroupCoordinator
 from trilog.errors import (
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
     NO_ERROR,
     ApiError,
     InvalidRequestError,
@@ -80,6 +84,8 @@ class AdminApis:
         self.logs = logs
         self.coordinator = coordinator
         self.limiter = limiter
+        #: may the current request's principal do something (ACLs; set by the broker)
+        self.access: Access = ALLOW_ALL
 
     def register(self, handler: RequestHandler) -> None:
         """Serve our APIs through ``handler``."""
@@ -105,6 +111,8 @@ class AdminApis:
             answered.add(t.name)
             code, message = NO_ERROR, None
             try:
+                if not self.access(AclOperation.ALTER, ResourceType.TOPIC, t.name):
+                    raise TopicAuthorizationFailedError(f"not authorized to alter {t.name}")
                 if named[t.name] > 1:
                     raise InvalidRequestError("Duplicate topic in request.")
                 assignment = (None if t.assignments is None
@@ -147,6 +155,9 @@ class AdminApis:
             for part in topic.partitions:
                 tp = (topic.name, part.partition_index)
                 try:
+                    if not self.access(AclOperation.DELETE, ResourceType.TOPIC, topic.name):
+                        raise TopicAuthorizationFailedError(
+                            f"not authorized to delete records of {topic.name}")
                     self._check_leader(*tp)
                 except ApiError as exc:
                     outcomes[tp] = (-1, exc.code)
@@ -196,6 +207,9 @@ class AdminApis:
         D = R.DescribeLogDirsResult
         T = D.DescribeLogDirsTopic
         P = T.DescribeLogDirsPartition
+        if not self.access(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            # (Kafka answers an empty list; v2+ would carry CLUSTER_AUTHORIZATION_FAILED)
+            return R(throttle_time_ms=0, results=[])
         wanted: set[TopicPartition] | None = None
         if request.topics is not None:
             wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
@@ -227,10 +241,16 @@ class AdminApis:
         P = T.OffsetDeleteResponsePartition
         codes: dict[TopicPartition, int] = {}
         known: list[TopicPartition] = []
+        if not self.access(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+            await trio.lowlevel.checkpoint()
+            return R(error_code=GroupAuthorizationFailedError.code, throttle_time_ms=0,
+                     topics=[])
         for topic in request.topics:
             for part in topic.partitions:
                 tp = (topic.name, part.partition_index)
-                if self.cluster.leader(*tp) is None:
+                if not self.access(AclOperation.READ, ResourceType.TOPIC, topic.name):
+                    codes[tp] = TopicAuthorizationFailedError.code
+                elif self.cluster.leader(*tp) is None:
                     codes[tp] = UnknownTopicOrPartitionError.code
                 else:
                     known.append(tp)

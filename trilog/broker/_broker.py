@@ -114,8 +114,10 @@ class Broker:
         self.coordinator = GroupCoordinator(config, cluster, logs, limiter,
                                             purgatory=self.purgatory, replicas=self.replicas)
         self.coordinator.register(self.handler)
-        AdminApis(cluster, logs, self.coordinator, limiter).register(self.handler)
-        ConfigApis(config, cluster).register(self.handler)
+        admin_apis = AdminApis(cluster, logs, self.coordinator, limiter)
+        admin_apis.register(self.handler)
+        config_apis = ConfigApis(config, cluster)
+        config_apis.register(self.handler)
         users: UserStore = (ZooKeeperUserStore(cluster.zk) if isinstance(cluster, ZooKeeperCluster)
                             else standalone_user_store(config.log_dirs,
                                                        config["sasl.credentials.file"]))
@@ -131,7 +133,11 @@ class Broker:
                                else standalone_acl_store(config.log_dirs))
             self.acls = AclManager(authorizer, store)
             self.acls.register(self.handler)
-            self.handler.access = self.coordinator.access = Access(authorizer)
+            access = Access(authorizer)
+            self.handler.access = self.coordinator.access = access
+            admin_apis.access = config_apis.access = access
+            if self.replicas is not None:
+                self.replicas.access = access
         else:
             for api in (ApiKey.CREATE_ACLS, ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS):
                 self.handler.register(api, partial(_acls_disabled, api))

@@ -31,7 +31,11 @@ from trilog.broker._topic_configs import (
     effective_value,
     validate_overrides,
 )
+from trilog.broker._acls import ALLOW_ALL, Access
+from trilog.broker._authorizer import AclOperation, ResourceType
 from trilog.errors import (
+    ClusterAuthorizationFailedError,
+    TopicAuthorizationFailedError,
     ApiError,
     InvalidConfigError,
     InvalidRequestError,
@@ -58,6 +62,8 @@ class ConfigApis:
     def __init__(self, config: BrokerConfig, cluster: Cluster) -> None:
         self.config = config
         self.cluster = cluster
+        #: may the current request's principal do something (ACLs; set by the broker)
+        self.access: Access = ALLOW_ALL
 
     def register(self, handler: Any) -> None:
         handler.register(ApiKey.DESCRIBE_CONFIGS, self.describe_configs)
@@ -85,7 +91,15 @@ class ConfigApis:
                 configs=[_described(e, synonyms, documentation) for e in entries]))
         return R(throttle_time_ms=0, results=results)
 
+    def _authorize(self, kind: int, name: str, operation: AclOperation) -> None:
+        """DescribeConfigs/AlterConfigs on the topic, or on the cluster for a broker."""
+        if kind == TOPIC and not self.access(operation, ResourceType.TOPIC, name):
+            raise TopicAuthorizationFailedError(f"not authorized to {operation.title} {name}")
+        if kind == BROKER and not self.access(operation, ResourceType.CLUSTER):
+            raise ClusterAuthorizationFailedError(f"not authorized to {operation.title}")
+
     def _describe(self, kind: int, name: str, keys: list[str] | None) -> list[ConfigEntry]:
+        self._authorize(kind, name, AclOperation.DESCRIBE_CONFIGS)
         if kind == TOPIC:
             self._check_topic(name)
             configs = self.cluster.topic_configs
@@ -137,6 +151,7 @@ class ConfigApis:
                      new_overrides: Any) -> tuple[int, str | None]:
         """Apply ``new_overrides(current) -> overrides`` to a topic; ``(error, message)``."""
         try:
+            self._authorize(kind, name, AclOperation.ALTER_CONFIGS)
             if kind == BROKER:
                 self._check_broker(name)
                 raise InvalidRequestError(

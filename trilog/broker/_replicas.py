@@ -36,7 +36,11 @@ import trio
 
 from trilog import _time
 from trilog.broker._fetcher import ReplicaFetchers
+from trilog.broker._acls import ALLOW_ALL, Access
+from trilog.broker._authorizer import AclOperation, ResourceType
 from trilog.errors import (
+    ClusterAuthorizationFailedError,
+    TopicAuthorizationFailedError,
     NO_ERROR,
     FencedLeaderEpochError,
     NotEnoughReplicasAfterAppendError,
@@ -137,6 +141,8 @@ class ReplicaManager:
         self.logs = logs
         self.purgatory = purgatory
         self.limiter = limiter
+        #: may the current request's principal do something (ACLs; set by the broker)
+        self.access: Access = ALLOW_ALL
         #: how this broker connects to the others
         self.security = inter_broker_security(config)
         self.broker_id = config.broker_id
@@ -522,11 +528,24 @@ class ReplicaManager:
     async def offset_for_leader_epoch(self, request: Any, header: Any) -> Any:
         R = OffsetForLeaderEpochResponse
         topics = []
+        # A follower's request (replica_id, v3+) is the cluster's business; a consumer's
+        # needs Describe on each topic (Kafka).
+        follower = header.api_version >= 3 and request.replica_id >= 0
+        cluster_ok = not follower or self.access(AclOperation.CLUSTER_ACTION,
+                                                 ResourceType.CLUSTER)
         for topic in request.topics:
             partitions = []
+            topic_ok = cluster_ok and (follower or self.access(
+                AclOperation.DESCRIBE, ResourceType.TOPIC, topic.topic))
             for p in topic.partitions:
                 tp = (topic.topic, p.partition)
                 error, epoch, end = NO_ERROR, -1, -1
+                if not topic_ok:
+                    partitions.append(R.OffsetForLeaderTopicResult.EpochEndOffset(
+                        error_code=(TopicAuthorizationFailedError.code if cluster_ok
+                                    else ClusterAuthorizationFailedError.code),
+                        partition=p.partition, leader_epoch=-1, end_offset=-1))
+                    continue
                 try:
                     if not self.is_leader(tp):
                         raise NotLeaderOrFollowerError(f"not the leader of {tp}")
