@@ -365,3 +365,27 @@ def test_the_sasl_exchange_survives_fuzzing_and_never_logs_anyone_in(broker):
         token = b"\0bob\0" + USERS["bob"].encode()
         assert roundtrip(sock, p.SaslAuthenticateRequest(auth_bytes=token), 1).error_code == 0
         assert roundtrip(sock, p.MetadataRequest(topics=None), 1).brokers
+
+
+async def test_mutual_tls_names_the_principal_by_its_certificate(broker_process, certs,
+                                                                 tmp_path):
+    """ssl.client.auth=required: trilog's client with a certificate gets in, and the
+    mapping rule makes its subject (CN=alice,...) the principal User:alice, whom the ACLs
+    name; a client without one is refused at the handshake."""
+    strict = broker_process(tmp_path / "data", overrides={
+        "listeners": "SSL://127.0.0.1:0", "ssl.certfile": certs["server"],
+        "ssl.cafile": certs["ca"], "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": r"RULE:^CN=([^,]*),.*$/$1/,DEFAULT",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:alice"})
+    address = strict.listener("SSL")
+    with trio.fail_after(30):
+        async with trilog.open_admin(address, security_protocol="SSL", ssl_cafile=certs["ca"],
+                                     ssl_certfile=certs["client_cert"],
+                                     ssl_keyfile=certs["client_key"]) as admin:
+            await admin.create_topic("mtls", 1)  # Create: alice is a super user
+            assert "mtls" in await admin.list_topics()
+    with pytest.raises((AuthenticationError, trilog.errors.NetworkError)), trio.fail_after(30):
+        async with trilog.open_admin(address, security_protocol="SSL",
+                                     ssl_cafile=certs["ca"]) as admin:
+            await admin.list_topics()

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from trilog.client._security import ClientSecurity, SecurityConfigError
+from trilog.sync import ClientSecurity, SecurityConfigError
 from trilog.errors import TrilogError
 
 #: Offsets in the JSON form of ``startingOffsets``/``endingOffsets``: as Spark's Kafka source.

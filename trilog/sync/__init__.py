@@ -6,8 +6,11 @@
 Each facade runs its client in one trio loop in a background thread shared by every facade
 of the process; methods are thread-safe and block the caller.  A facade created before
 ``fork()`` refuses to work in the child (``ForkedFacadeError``); create one in the child.
+Every facade takes the client's security keywords (``security_protocol``, ``ssl_cafile``,
+``sasl_mechanism``, ...; or a ready ``ClientSecurity`` as ``security=``).
 """
 
+from trilog.client import ClientSecurity, SecurityConfigError
 from trilog.sync._facades import (
     Consumer,
     Producer,
@@ -18,10 +21,12 @@ from trilog.sync._facades import (
 from trilog.sync._portal import FacadeClosedError, ForkedFacadeError
 
 __all__ = [
+    "ClientSecurity",
     "Consumer",
     "FacadeClosedError",
     "ForkedFacadeError",
     "Producer",
+    "SecurityConfigError",
     "SimpleConsumer",
     "SyncDelivery",
     "SyncMessageStream",
