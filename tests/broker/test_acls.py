@@ -167,3 +167,63 @@ async def test_acl_apis_without_an_authorizer_say_security_is_disabled(broker_pr
     async with trilog.open_admin(broker.bootstrap) as admin:
         with pytest.raises(SecurityDisabledError):
             await admin.describe_acls()
+
+
+async def test_offset_fetch_shows_only_the_topics_one_may_describe(secured):
+    from trilog.client import ClientSecurity, open_connection
+    from trilog.protocol import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        FindCoordinatorRequest,
+        OffsetCommitRequest,
+        OffsetFetchRequest,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    _broker, address, _data = secured
+    host, port = address.rsplit(":", 1)
+
+    def allow(kind, name, operation):
+        return AclBinding(ResourcePattern(kind, name), AccessControlEntry(
+            "User:bob", "*", operation, AclPermissionType.ALLOW))
+
+    async with trilog.open_admin(address, **login("admin")) as admin:
+        for topic in ("seen", "hidden"):
+            await admin.create_topic(topic, 1)
+        await admin.create_acls([allow(ResourceType.GROUP, "g2", AclOperation.DESCRIBE),
+                                 allow(ResourceType.TOPIC, "seen", AclOperation.DESCRIBE)])
+
+    async def connection(user):
+        return open_connection(host, int(port), security=ClientSecurity.from_options(
+            **login(user)))
+
+    C = OffsetCommitRequest
+    with trio.fail_after(60):
+        async with await connection("admin") as conn:
+            while (await conn.request(FindCoordinatorRequest(key="g2"))).error_code:
+                await trio.sleep(0.2)  # the offsets topic is being created
+            commit = C(group_id="g2", topics=[
+                C.OffsetCommitRequestTopic(name=t, partitions=[
+                    C.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=7, committed_metadata="")])
+                for t in ("seen", "hidden")])
+            while True:  # COORDINATOR_LOAD_IN_PROGRESS while the new partition loads
+                committed = await conn.request(commit, version=2)
+                codes = {p.error_code for t in committed.topics for p in t.partitions}
+                if codes != {14}:
+                    break
+                await trio.sleep(0.1)
+            assert codes == {0}
+        async with await connection("bob") as conn:
+            every = await conn.request(OffsetFetchRequest(group_id="g2", topics=None),
+                                       version=2)
+            assert [(t.name, t.partitions[0].committed_offset) for t in every.topics] == \
+                [("seen", 7)]
+            F = OffsetFetchRequest
+            named = await conn.request(F(group_id="g2", topics=[
+                F.OffsetFetchRequestTopic(name="hidden", partition_indexes=[0])]), version=2)
+            assert named.topics[0].partitions[0].error_code == \
+                TopicAuthorizationFailedError.code

@@ -463,10 +463,13 @@ class GroupCoordinator:
         if code and version >= 2:
             return R(throttle_time_ms=0, topics=[], error_code=code)
         stored = {} if code else self.offsets.fetch(self.partition_of(gid), gid)
+        access = self.access
         if request.topics is None:
+            # All the group's offsets: those of topics one may not describe are left out.
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(stored):
-                wanted.setdefault(topic, []).append(partition)
+                if access(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+                    wanted.setdefault(topic, []).append(partition)
         else:
             wanted = {}
             for t in request.topics:
@@ -474,9 +477,14 @@ class GroupCoordinator:
         topics: list[StructValue] = []
         for name, partitions in wanted.items():
             parts: list[StructValue] = []
+            topic_ok = access(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
             for index in partitions:
                 om = stored.get((name, index))
-                if om is None:
+                if not topic_ok:
+                    parts.append(P(partition_index=index, committed_offset=-1,
+                                   committed_leader_epoch=-1, metadata="",
+                                   error_code=TopicAuthorizationFailedError.code))
+                elif om is None:
                     parts.append(P(partition_index=index, committed_offset=-1,
                                    committed_leader_epoch=-1, metadata="", error_code=code))
                 else:
