@@ -2,15 +2,20 @@
 
     async with trilog.open_producer(bootstrap_servers="127.0.0.1:9092") as producer:
         await producer.send_and_wait("events", value=b"hello")
-    async with trilog.open_simple_consumer(bootstrap_servers="127.0.0.1:9092") as consumer:
-        async for record in consumer.iterate("events", partition=0, offset=0):
+    async with trilog.open_consumer("events", group_id="app",
+                                    bootstrap_servers="127.0.0.1:9092") as consumer:
+        async for record in consumer:
             ...
 """
 
 from trilog.client import (
     Blacklist,
     ClientSecurity,
+    Consumer,
     ConsumerRebalanceFailedError,
+    ConsumerRebalanceListener,
+    OffsetAndMetadata,
+    TopicPartition,
     MessageStream,
     Whitelist,
     open_consumer,
@@ -34,7 +39,11 @@ __version__ = "0.1.0"
 __all__ = [
     "Blacklist",
     "ClientSecurity",
+    "Consumer",
     "ConsumerRebalanceFailedError",
+    "ConsumerRebalanceListener",
+    "OffsetAndMetadata",
+    "TopicPartition",
     "MessageStream",
     "Whitelist",
     "open_consumer",

@@ -28,11 +28,18 @@ async def test_zookeeper_admin_spreads_topics_over_live_brokers(zookeeper, tmp_p
                     await trio.sleep(0.05)
             leaders = [p.leader for p in info.partitions]
             assert sorted(set(leaders)) == [1, 2] and leaders.count(1) == 2
-            # Each broker made logs for exactly the partitions it leads.
-            for broker in (b1, b2):
-                mine = sorted(lg.partition for lg in broker.logs.logs() if lg.topic == "spread")
-                assert mine == [p.partition for p in info.partitions
-                                if p.leader == broker.broker_id]
+            # Each broker makes logs for exactly the partitions it leads (once the
+            # controller's LeaderAndIsr reaches it, a moment after the state is in ZooKeeper).
+            def logs_of(broker):
+                return sorted(lg.partition for lg in broker.logs.logs() if lg.topic == "spread")
+
+            led = {b: [p.partition for p in info.partitions if p.leader == b.broker_id]
+                   for b in (b1, b2)}
+            with trio.move_on_after(10):
+                while any(logs_of(b) != led[b] for b in led):
+                    await trio.sleep(0.05)
+            assert {b.broker_id: logs_of(b) for b in led} == \
+                {b.broker_id: partitions for b, partitions in led.items()}
             await admin.delete_topic("spread")
             with pytest.raises(UnknownTopicOrPartitionError):
                 await admin.delete_topic("spread")

@@ -142,7 +142,7 @@ def test_the_sync_facades_pass_statistics_through(broker_process, tmp_path):
     with trilog.sync.SimpleConsumer(broker.bootstrap) as consumer:
         fetched = consumer.fetch("sync-stats", 0, 0)
         assert consumer.statistics()["records_consumed"] == len(fetched) == 10
-    with trilog.sync.Consumer("sync-group", bootstrap_servers=broker.bootstrap,
+    with trilog.sync.ConsumerConnector("sync-group", bootstrap_servers=broker.bootstrap,
                               topics={"sync-stats": 1}, auto_offset_reset="smallest",
                               consumer_timeout_ms=1000) as group:
         assert len(list(group.streams["sync-stats"][0])) == 10

@@ -141,7 +141,7 @@ def test_group_consumer_facade_reads_with_blocking_streams(zookeeper, broker_pro
         for i in range(40):
             producer.send("grouped", b"%d" % i, partition=i % 2)
         producer.flush()
-    with ts.Consumer("sync-group", zookeeper=zookeeper, topics={"grouped": 2},
+    with ts.ConsumerConnector("sync-group", zookeeper=zookeeper, topics={"grouped": 2},
                      auto_offset_reset="smallest", consumer_timeout_ms=1500) as consumer:
         got: list = []
         readers = [threading.Thread(target=lambda s=s: got.extend(s))

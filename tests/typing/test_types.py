@@ -21,7 +21,8 @@ from trilog.client import (
     open_producer,
     open_simple_consumer,
 )
-from trilog.client._group import open_consumer
+from trilog.client._group import open_consumer_connector
+from trilog.client._kafka_consumer import KafkaConsumerOptions, open_kafka_consumer
 
 ROOT = Path(__file__).parents[2]
 
@@ -57,6 +58,10 @@ def test_a_strict_user_script_gets_real_types(tmp_path):
                                             topics={"t": 1}) as group:
                 async for message in group.streams["t"][0]:
                     reveal_type(message.value)
+            async with trilog.open_consumer("t", group_id="g") as kafka_consumer:
+                reveal_type(kafka_consumer)
+                async for kafka_record in kafka_consumer:
+                    reveal_type(kafka_record.offset)
 
 
         with trilog.sync.Producer("127.0.0.1:9092", acks="all") as sync_producer:
@@ -73,6 +78,8 @@ def test_a_strict_user_script_gets_real_types(tmp_path):
         '"tuple[str, int, int, int, fallback=trilog.client._producer.RecordMetadata]"',
         '"bytes | None"',
         '"bytes | None"',
+        '"trilog.client._kafka_consumer.Consumer"',
+        '"int"',
         '"trilog.sync._facades.Producer"',
     ], out
     errors = [line for line in out.splitlines() if ": error:" in line]
@@ -88,7 +95,8 @@ def test_py_typed_ships():
 @pytest.mark.parametrize("options, opener", [
     (ProducerOptions, open_producer),
     (SimpleConsumerOptions, open_simple_consumer),
-    (ConsumerOptions, open_consumer),
+    (ConsumerOptions, open_consumer_connector),
+    (KafkaConsumerOptions, open_kafka_consumer),
 ])
 def test_the_option_types_name_every_keyword_argument(options, opener):
     from trilog.client import SecurityOptions
@@ -100,6 +108,14 @@ def test_the_option_types_name_every_keyword_argument(options, opener):
     assert parameters["security"].kind is inspect.Parameter.VAR_KEYWORD  # **SecurityOptions
     keywords |= set(SecurityOptions.__annotations__)
     assert set(options.__annotations__) - {"bootstrap_servers"} == keywords
+
+
+def test_the_sync_consumer_offers_every_method_of_the_async_one():
+    from trilog.client import Consumer
+
+    public = {name for name in vars(Consumer) if not name.startswith("_")}
+    renamed = {"getmany": "poll", "getone": "__next__"}  # kafka-python's names
+    assert {renamed.get(name, name) for name in public} <= set(dir(trilog.sync.Consumer))
 
 
 def test_the_sync_facades_send_and_fetch_as_their_async_twins():

@@ -1,4 +1,4 @@
-"""trilog's trio-native Kafka client: producer, simple consumer, group consumer, admin.
+"""trilog's trio-native Kafka client: producer, consumer, simple consumer, admin.
 
 Every object with background work is an ``async with open_*(...)`` that owns its nursery.
 """
@@ -27,7 +27,18 @@ from trilog.client._consumer import (
     SimpleConsumerOptions,
     open_simple_consumer,
 )
-from trilog.client._group import open_consumer
+from trilog.client._group import open_consumer, open_consumer_connector
+from trilog.client._kafka_consumer import (
+    Consumer,
+    ConsumerConfig,
+    ConsumerRebalanceListener,
+    IllegalStateError,
+    KafkaConsumerOptions,
+    NoOffsetForPartitionError,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from trilog.client._group_base import GroupConsumerConnector
 from trilog.client._group_config import ConsumerOptions
 from trilog.client._group_broker import BrokerConsumerConnector
@@ -68,6 +79,16 @@ __all__ = [
     "ZooKeeperConsumerConnector",
     "assign_ranges",
     "open_consumer",
+    "open_consumer_connector",
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerRebalanceListener",
+    "IllegalStateError",
+    "KafkaConsumerOptions",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "TopicPartition",
     "EARLIEST",
     "LATEST",
     "Admin",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
 def assign_ranges(partitions: Iterable[int], threads: Iterable[str]) -> dict[str, list[int]]:
@@ -68,6 +68,38 @@ def assign_members(subscriptions: Mapping[str, Iterable[str]],
     assigned = _assign_topics({topic: [m for m in subs if topic in subs[m]] for topic in topics},
                               partitions)
     return {m: assigned.get(m, {}) for m in subs}
+
+
+def assign_round_robin(subscriptions: Mapping[str, Iterable[str]],
+                       partitions: Mapping[str, Iterable[int]]
+                       ) -> dict[str, dict[str, list[int]]]:
+    """Kafka's ``RoundRobinAssignor``: every topic's partitions, sorted by topic then
+    partition, dealt in turn to the members sorted by id, each skipping the members not
+    subscribed to its topic.  The sizes differ by at most one when every member subscribes
+    to the same topics."""
+    subs = {m: set(ts) for m, ts in subscriptions.items()}
+    members = sorted(subs)
+    out: dict[str, dict[str, list[int]]] = {m: {} for m in members}
+    turn = 0
+    for topic in sorted({t for ts in subs.values() for t in ts}):
+        for partition in sorted(set(partitions.get(topic, ()))):
+            while topic not in subs[members[turn % len(members)]]:
+                turn += 1
+            out[members[turn % len(members)]].setdefault(topic, []).append(partition)
+            turn += 1
+    return out
+
+
+#: An assignor: ``{member id: subscribed topics}``, ``{topic: partitions}`` ->
+#: ``{member id: {topic: [partitions]}}`` with every member present.
+Assignor = Callable[[Mapping[str, Iterable[str]], Mapping[str, Iterable[int]]],
+                    dict[str, dict[str, list[int]]]]
+
+#: The assignors a group member can offer, by the protocol names every Kafka client uses.
+ASSIGNORS: dict[str, Assignor] = {
+    "range": assign_members,
+    "roundrobin": assign_round_robin,
+}
 
 
 def _assign_topics(subscribers: Mapping[str, Iterable[str]],

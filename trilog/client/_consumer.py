@@ -467,11 +467,28 @@ async def list_offsets(client: Client, topic: str, partition: int, time: int,
                        max_offsets: int = 1) -> list[int]:
     """``SimpleConsumer.offsets_before`` (see there) on ``client``: ListOffsets to the
     partition's leader, retried while it answers retriably."""
+    if max_offsets > 1:
+        p = await _list_offsets(client, topic, partition, time, max_offsets, version=0)
+        return list(p.old_style_offsets)
+    p = await _list_offsets(client, topic, partition, time)
+    return [p.offset] if p.offset >= 0 else []
+
+
+async def offset_for_time(client: Client, topic: str, partition: int, time: int
+                          ) -> tuple[int, int] | None:
+    """The first offset of ``topic``-``partition`` whose timestamp is at least ``time``
+    (ms), with that timestamp; None when no record is that recent."""
+    p = await _list_offsets(client, topic, partition, time)
+    return (p.offset, p.timestamp) if p.offset >= 0 else None
+
+
+async def _list_offsets(client: Client, topic: str, partition: int, time: int,
+                        max_offsets: int = 1, version: int | None = None) -> Any:
+    """One partition's ListOffsets answer from its leader, retried while retriable."""
     R = ListOffsetsRequest
     request = R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
         name=topic, partitions=[R.ListOffsetsTopic.ListOffsetsPartition(
             partition_index=partition, timestamp=time, max_num_offsets=max_offsets)])])
-    version = 0 if max_offsets > 1 else None
     tries = _RETRY.attempts()
     async for _ in tries:
         node = client.metadata.value.leader_for(topic, partition)
@@ -494,9 +511,7 @@ async def list_offsets(client: Client, topic: str, partition: int, time: int,
                 client.request_metadata_refresh()
                 continue
             raise type(err)(f"{topic}-{partition}: {err}")
-        if version == 0:
-            return list(p.old_style_offsets)
-        return [p.offset] if p.offset >= 0 else []
+        return p
     raise NotLeaderOrFollowerError(f"{topic}-{partition}: no leader answered")
 
 

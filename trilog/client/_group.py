@@ -1,7 +1,12 @@
-"""The group consumer: ``open_consumer`` opens one of the two coordination modes.
+"""``open_consumer``: Kafka's consumer, or the seeds' consumer connector with streams.
 
-    async with open_consumer(group_id="g", bootstrap_servers="h:9092", topics={"events": 2}) as c:
-        async for record in c.streams["events"][0]: ...
+    async with open_consumer("events", group_id="g", bootstrap_servers="h:9092") as c:
+        async for record in c: ...                     # Kafka's consumer (_kafka_consumer.py)
+
+    async with open_consumer("g", bootstrap_servers="h:9092", topics={"events": 2}) as c:
+        async for record in c.streams["events"][0]: ...   # the connector: topics= or topic_filter=
+
+``open_consumer_connector`` opens the connector alone, in one of two coordination modes:
 
 - ``coordination="zookeeper"`` (the default when ``zookeeper`` is given): the seeds'
   ZooKeeper consumer connector, ``_group_zookeeper.py``;
@@ -16,7 +21,7 @@ partitions the member owns.  Every setting travels as one ``GroupConfig``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Unpack, overload
 
@@ -26,6 +31,7 @@ from trilog.client._group_base import GroupConsumerConnector
 from trilog.client._group_broker import open_broker_consumer
 from trilog.client._group_config import ConsumerOptions, GroupConfig
 from trilog.client._group_zookeeper import open_zookeeper_consumer
+from trilog.client._kafka_consumer import Consumer, KafkaConsumerOptions, open_kafka_consumer
 from trilog.client._streams import FilterStreams, TopicStreams
 
 Opener = Callable[[GroupConfig], AbstractAsyncContextManager[GroupConsumerConnector[Any]]]
@@ -43,8 +49,43 @@ def open_consumer(group_id: str, *, topic_filter: TopicFilter, topics: None = No
                   ) -> AbstractAsyncContextManager[GroupConsumerConnector[FilterStreams]]: ...
 
 
+@overload
+def open_consumer(*topics: str | Iterable[str], **options: Unpack[KafkaConsumerOptions]
+                  ) -> AbstractAsyncContextManager[Consumer]: ...
+
+
+def open_consumer(*args: Any, **options: Any) -> AbstractAsyncContextManager[Any]:
+    """A consumer for the body of ``async with``.
+
+    ``open_consumer(*topics, group_id=..., bootstrap_servers=..., ...)`` is Kafka's consumer
+    (``Consumer``: subscribe, poll, seek, pause, commit, rebalance listeners), with
+    kafka-python's names and defaults; see ``_kafka_consumer.open_kafka_consumer``.
+
+    ``open_consumer(group_id, topics={topic: streams}, ...)`` or ``(group_id,
+    topic_filter=...)`` is the seeds' consumer connector with its streams; see
+    ``open_consumer_connector``.
+    """
+    if "topics" in options or "topic_filter" in options:
+        return open_consumer_connector(*args, **options)
+    return open_kafka_consumer(*args, **options)
+
+
+@overload
+def open_consumer_connector(
+    group_id: str, *, topics: dict[str, int], topic_filter: None = None,
+    **options: Unpack[ConsumerOptions]
+) -> AbstractAsyncContextManager[GroupConsumerConnector[TopicStreams]]: ...
+
+
+@overload
+def open_consumer_connector(
+    group_id: str, *, topic_filter: TopicFilter, topics: None = None,
+    **options: Unpack[ConsumerOptions]
+) -> AbstractAsyncContextManager[GroupConsumerConnector[FilterStreams]]: ...
+
+
 @asynccontextmanager
-async def open_consumer(
+async def open_consumer_connector(
     group_id: str,
     *,
     zookeeper: str | None = None,

@@ -44,48 +44,29 @@ from typing import Any
 import trio
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.client._assignment import assign_members, spread_over_streams
+from trilog.client._assignment import spread_over_streams
 from trilog.client._client import Client, open_client
 from trilog.client._coordinator import Coordinator
 from trilog.client._group_base import GroupConsumerConnector, Streams, running
 from trilog.client._group_config import GroupConfig
+from trilog.client._membership import (
+    COORDINATOR_ERRORS,
+    GENERATION_ERRORS,
+    REJOIN_ERRORS,
+    GroupMembership,
+)
 from trilog.client._metadata import ClusterMetadata
 from trilog.client._offsets import BrokerOffsetStore
 from trilog.client._streams import MessageStream
 from trilog.errors import (
     ApiError,
     CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
-    IllegalGenerationError,
-    NetworkError,
-    NotCoordinatorError,
-    ProtocolError,
     RebalanceInProgressError,
-    RequestTimedOutError,
     TrilogError,
-    UnknownMemberIdError,
-    error_for_code,
 )
-from trilog.protocol import (
-    CONSUMER_PROTOCOL_TYPE,
-    RANGE_ASSIGNOR,
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
-    SyncGroupRequest,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
+from trilog.protocol import RANGE_ASSIGNOR
 
 log = logging.getLogger("trilog.consumer.group")
-
-#: Errors after which the coordinator must be found again.
-_COORDINATOR_ERRORS = (NotCoordinatorError, CoordinatorNotAvailableError, NetworkError,
-                       RequestTimedOutError)
-#: Errors that mean "rejoin", not "fail".
-_REJOIN_ERRORS = (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
 
 
 class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
@@ -103,19 +84,27 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
         self._store = BrokerOffsetStore(client, self.group_id, coordinator=coordinator)
         self._stores.append(self._store)
         self._backoff_s = config.retry_backoff_ms / 1000
-        # A JoinGroup waits for the whole join phase: Kafka allows it the rebalance timeout
-        # plus a margin.
-        self._join_timeout_s = max(client.request_timeout_s, config.join_timeout_ms / 1000 + 5)
-        self.member_id = ""
-        self.generation_id = -1
-        self.leader_id = ""
-        #: True while we are a member of ``generation_id`` (our commits count).
-        self._in_generation = False
+        self._membership = GroupMembership(
+            client, coordinator, self.group_id, assignors=(RANGE_ASSIGNOR,),
+            session_timeout_ms=config.session_timeout_ms,
+            rebalance_timeout_ms=config.join_timeout_ms,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            retry_backoff_ms=config.retry_backoff_ms)
         self._subscription: tuple[str, ...] = ()
-        #: the leader's: topic -> the partitions its last assignment was computed from
-        self._group_partitions: dict[str, tuple[int, ...]] = {}
         self._rejoin_needed = trio.Event()
         self._heartbeat_scope: trio.CancelScope | None = None
+
+    @property
+    def member_id(self) -> str:
+        return self._membership.member_id
+
+    @property
+    def generation_id(self) -> int:
+        return self._membership.generation_id
+
+    @property
+    def leader_id(self) -> str:
+        return self._membership.leader_id
 
     @property
     def consumer_id(self) -> str:
@@ -123,7 +112,7 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
 
     @property
     def is_leader(self) -> bool:
-        return bool(self.member_id) and self.member_id == self.leader_id
+        return self._membership.is_leader
 
     # -- the rebalance loop ------------------------------------------------------------------
 
@@ -162,7 +151,7 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
                 self._start_heartbeat(nursery)
                 await self._assign(mine, nursery)
             except ApiError as exc:
-                await self._after_error(exc)
+                await self._membership.recover(exc)
                 continue
             except TrilogError as exc:  # a malformed assignment, say: try again
                 log.warning("consumer %s (group %s): rebalance failed: %s", self.consumer_id,
@@ -175,76 +164,14 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
                      sorted(mine))
             return
 
-    async def _after_error(self, exc: ApiError) -> None:
-        if isinstance(exc, UnknownMemberIdError):
-            self.member_id = ""  # join as a new member, now
-            self.generation_id = -1
-            await trio.lowlevel.checkpoint()
-        elif isinstance(exc, (RebalanceInProgressError, IllegalGenerationError)):
-            await trio.lowlevel.checkpoint()  # the next join is what the group waits for
-        elif exc.retriable:
-            if isinstance(exc, _COORDINATOR_ERRORS):
-                self._coordinator.reset()
-            log.info("consumer %s (group %s): %s; retrying", self.consumer_id, self.group_id,
-                     exc)
-            await trio.sleep(self._backoff_s)
-        else:
-            raise exc
-
     async def _join_and_sync(self) -> dict[str, tuple[int, ...]]:
         """Steps 1-3: our share of the partitions, ``{topic: partitions}``."""
-        self._in_generation = False
         meta = await self._client.refresh_metadata()
         self._subscription = self._subscribed_topics(meta)
-        conn = await self._coordinator.connection()
-        J = JoinGroupRequest
-        join = await conn.request(J(
-            group_id=self.group_id, session_timeout_ms=self.config.session_timeout_ms,
-            rebalance_timeout_ms=self.config.join_timeout_ms, member_id=self.member_id,
-            protocol_type=CONSUMER_PROTOCOL_TYPE,
-            protocols=[J.JoinGroupRequestProtocol(
-                name=RANGE_ASSIGNOR, metadata=encode_subscription(self._subscription))],
-        ), timeout_s=self._join_timeout_s)
-        if join.error_code:
-            raise error_for_code(join.error_code)
-        self.member_id = join.member_id
-        self.generation_id = join.generation_id
-        self.leader_id = join.leader
-        assignments = []
-        if self.is_leader:
-            assignments = await self._plan(join.members)
-        sync = await conn.request(SyncGroupRequest(
-            group_id=self.group_id, generation_id=self.generation_id,
-            member_id=self.member_id, assignments=assignments,
-        ), timeout_s=self._join_timeout_s)
-        if sync.error_code:
-            raise error_for_code(sync.error_code)
+        assigned = await self._membership.join(self._subscription)
         self._store.generation_id = self.generation_id
         self._store.member_id = self.member_id
-        self._in_generation = True
-        assigned = decode_assignment(sync.assignment).partitions
-        unwanted = set(assigned) - set(self._subscription)
-        if unwanted:
-            log.warning("consumer %s: the leader assigned topics we did not subscribe to: %s",
-                        self.consumer_id, sorted(unwanted))
-        return {t: ps for t, ps in assigned.items() if t in self._subscription}
-
-    async def _plan(self, members: list[Any]) -> list[Any]:
-        """The leader's step 3: every member's assignment, as SyncGroup carries them."""
-        subscriptions: dict[str, tuple[str, ...]] = {}
-        for member in members:
-            try:
-                subscriptions[member.member_id] = decode_subscription(member.metadata).topics
-            except ProtocolError as exc:
-                log.warning("member %s of group %s sent a bad subscription (%s); it gets "
-                            "nothing", member.member_id, self.group_id, exc)
-                subscriptions[member.member_id] = ()
-        meta = await self._client.refresh_metadata()  # the join phase may have been long
-        wanted = {t for topics in subscriptions.values() for t in topics}
-        self._group_partitions = {t: tuple(meta.partitions_for(t) or ()) for t in wanted}
-        plan = assign_members(subscriptions, self._group_partitions)
-        A = SyncGroupRequest.SyncGroupRequestAssignment
-        return [A(member_id=m, assignment=encode_assignment(plan[m])) for m in subscriptions]
+        return assigned
 
     def _subscribed_topics(self, meta: ClusterMetadata) -> tuple[str, ...]:
         if self.config.topic_filter is None:
@@ -256,7 +183,7 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
         still ours), and give every partition up."""
         await self._stop_heartbeat()
         await self._stop_fetchers()
-        if self._in_generation and self.owned:
+        if self._membership.in_generation and self.owned:
             timeout = (self.config.session_timeout_ms / 2000 if commit_timeout_s is None
                        else commit_timeout_s)
             with trio.move_on_after(timeout):
@@ -275,7 +202,7 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
     def _start_heartbeat(self, nursery: trio.Nursery) -> None:
         scope = trio.CancelScope()
         self._heartbeat_scope = scope
-        nursery.start_soon(self._heartbeat, scope, self.generation_id, self.member_id)
+        nursery.start_soon(self._heartbeat, scope)
 
     async def _stop_heartbeat(self) -> None:
         if self._heartbeat_scope is not None:
@@ -283,34 +210,20 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
             self._heartbeat_scope = None
         await trio.lowlevel.checkpoint()
 
-    async def _heartbeat(self, scope: trio.CancelScope, generation_id: int,
-                         member_id: str) -> None:
+    async def _heartbeat(self, scope: trio.CancelScope) -> None:
         """Keep our session alive; on any answer but NONE, ask for a rejoin and stop."""
-        request = HeartbeatRequest(group_id=self.group_id, generation_id=generation_id,
-                                   member_id=member_id)
         with scope:
-            while True:
-                await trio.sleep(self.config.heartbeat_interval_ms / 1000)
-                try:
-                    conn = await self._coordinator.connection()
-                    response = await conn.request(
-                        request, timeout_s=min(self._client.request_timeout_s,
-                                               self.config.session_timeout_ms / 1000))
-                    if response.error_code:
-                        raise error_for_code(response.error_code)
-                except ApiError as exc:
-                    if scope.cancel_called:
-                        return  # answered just as the rebalance loop stopped us: stale
-                    self._heartbeat_failed(exc)
-                    return
+            exc = await self._membership.heartbeats()
+            if not scope.cancel_called:  # else: answered just as the loop stopped us: stale
+                self._heartbeat_failed(exc)
 
     def _heartbeat_failed(self, exc: ApiError) -> None:
-        if isinstance(exc, _REJOIN_ERRORS):
-            if not isinstance(exc, RebalanceInProgressError):
-                self._in_generation = False  # our commits would be refused
+        if isinstance(exc, GENERATION_ERRORS):
+            self._membership.in_generation = False  # our commits would be refused
+        if isinstance(exc, REJOIN_ERRORS):
             self._request_rejoin(exc.name)
             return
-        if isinstance(exc, _COORDINATOR_ERRORS + (CoordinatorLoadInProgressError,)):
+        if isinstance(exc, COORDINATOR_ERRORS + (CoordinatorLoadInProgressError,)):
             self._coordinator.reset()
         self._request_rejoin(f"heartbeat failed: {exc}")
 
@@ -344,13 +257,8 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
 
     async def _leave_until_polled(self) -> None:
         """Commit what was processed, leave the group, wait for the application."""
-        member_id = self.member_id
         await self._revoke_partitions()
-        self._in_generation = False
-        if member_id:
-            await self._leave_group(member_id)
-        self.member_id = ""
-        self.generation_id = -1
+        await self._membership.leave()
         await self._polls_resumed.wait()
 
     def resume_polling(self) -> None:
@@ -376,8 +284,9 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
             if topics != self._subscription:
                 self._request_rejoin(f"subscribed topics changed: {list(self._subscription)} "
                                      f"-> {list(topics)}")
-            elif self.is_leader and any(tuple(meta.partitions_for(t) or ()) != parts
-                                        for t, parts in self._group_partitions.items()):
+            elif self.is_leader and any(
+                    tuple(meta.partitions_for(t) or ()) != parts
+                    for t, parts in self._membership.group_partitions.items()):
                 self._request_rejoin("the partitions of a subscribed topic changed")
 
     # -- offsets ---------------------------------------------------------------------------------
@@ -390,9 +299,9 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
         the partitions may already be someone else's)."""
         try:
             await super().commit_offsets()
-        except _REJOIN_ERRORS as exc:
+        except REJOIN_ERRORS as exc:
             if not isinstance(exc, RebalanceInProgressError):
-                self._in_generation = False
+                self._membership.in_generation = False
             self._request_rejoin(f"commit refused: {exc.name}")
             raise
 
@@ -402,33 +311,18 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
         """Commit processed offsets and leave the group (clean shutdown)."""
         await self._stop_heartbeat()
         await self._stop_fetchers()
-        member_id = self.member_id
         try:
-            if member_id:
+            if self.member_id:
                 # Our own connection: the tasks holding the usual ones may be cancelled.
                 async with self._coordinator.connection_in_this_task():
                     try:
                         await self._revoke_partitions(commit_timeout_s=5)
                     finally:
-                        await self._leave_group(member_id)
+                        await self._membership.leave()
         finally:
-            self._in_generation = False
+            self._membership.in_generation = False
             await self._revoke_partitions()  # only local now: nothing left to commit
-            self.member_id = ""
-            self.generation_id = -1
             self._coordinator.reset()
-
-    async def _leave_group(self, member_id: str) -> None:
-        try:
-            with trio.move_on_after(5):
-                conn = await self._coordinator.connection()
-                response = await conn.request(
-                    LeaveGroupRequest(group_id=self.group_id, member_id=member_id))
-                if response.error_code:
-                    log.info("consumer %s: LeaveGroup: %s", member_id,
-                             error_for_code(response.error_code))
-        except TrilogError as exc:
-            log.info("consumer %s: LeaveGroup failed: %s", member_id, exc)
 
 
 @asynccontextmanager

@@ -84,14 +84,18 @@ class BrokerOffsetStore:
         self.generation_id = -1
         self.member_id = ""
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+    async def commit(self, offsets: dict[TopicPartition, int],
+                     metadata: Mapping[TopicPartition, str] | None = None) -> None:
+        """Commit ``offsets``, each with its ``metadata`` string (default empty)."""
         R = OffsetCommitRequest
         P = R.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+        notes = metadata or {}
         await self.coordinator.request(R(
             group_id=self._group, generation_id_or_member_epoch=self.generation_id,
             member_id=self.member_id, retention_time_ms=-1,
             topics=[R.OffsetCommitRequestTopic(name=topic, partitions=[
-                P(partition_index=p, committed_offset=offset, committed_metadata="")
+                P(partition_index=p, committed_offset=offset,
+                  committed_metadata=notes.get((topic, p), ""))
                 for p, offset in sorted(by_partition.items())])
                 for topic, by_partition in _by_topic(offsets).items()]))
 

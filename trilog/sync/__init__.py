@@ -2,6 +2,9 @@
 
     with trilog.sync.Producer("127.0.0.1:9092") as producer:
         producer.send("events", b"hello").get(timeout=10)
+    with trilog.sync.Consumer("events", group_id="app",
+                              bootstrap_servers="127.0.0.1:9092") as consumer:
+        for record in consumer: ...
 
 Each facade runs its client in one trio loop in a background thread shared by every facade
 of the process; methods are thread-safe and block the caller.  A facade created before
@@ -13,6 +16,7 @@ Every facade takes the client's security keywords (``security_protocol``, ``ssl_
 from trilog.client import ClientSecurity, SecurityConfigError
 from trilog.sync._facades import (
     Consumer,
+    ConsumerConnector,
     Producer,
     SimpleConsumer,
     SyncDelivery,
@@ -23,6 +27,7 @@ from trilog.sync._portal import FacadeClosedError, ForkedFacadeError
 __all__ = [
     "ClientSecurity",
     "Consumer",
+    "ConsumerConnector",
     "FacadeClosedError",
     "ForkedFacadeError",
     "Producer",

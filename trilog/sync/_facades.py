@@ -1,6 +1,8 @@
-"""Blocking twins of the trio client: ``Producer`` and ``SimpleConsumer``.
+"""Blocking twins of the trio client: ``Producer``, ``Consumer``, ``SimpleConsumer`` and
+``ConsumerConnector``.
 
-Same arguments as ``trilog.open_producer`` / ``trilog.open_simple_consumer``; every method
+Same arguments as ``trilog.open_producer`` / ``open_consumer`` / ``open_simple_consumer`` /
+``open_consumer_connector``; every method
 blocks the calling thread until the loop thread has the answer, except ``Producer.send``,
 which queues the record for the loop thread and returns (see ``_Outbox``).  Thread-safe
 (all calls run on the one trio loop), fork-safe (see ``_portal``), context managers with
@@ -24,6 +26,9 @@ from trilog.client import (
     BufferFullError,
     ConsumerOptions,
     ConsumerRecord,
+    KafkaConsumerOptions,
+    OffsetAndTimestamp,
+    TopicPartition,
     Delivery,
     FetchedRecords,
     MessageStream,
@@ -33,9 +38,11 @@ from trilog.client import (
     SimpleConsumerOptions,
     TopicFilter,
     open_consumer,
+    open_consumer_connector,
     open_producer,
     open_simple_consumer,
 )
+from trilog.client import Consumer as AsyncConsumer
 from trilog.client._producer import Headers
 from trilog.errors import UnknownTopicOrPartitionError
 from trilog.sync._portal import Portal
@@ -371,7 +378,114 @@ class SyncMessageStream:
 
 
 class Consumer(_Facade):
-    """``trilog.open_consumer`` (the group consumer) for threads.
+    """``trilog.open_consumer`` (Kafka's consumer) for threads, in kafka-python's
+    ``KafkaConsumer`` shape: a script moves over by changing its import.
+
+        with trilog.sync.Consumer("orders", group_id="billing",
+                                  bootstrap_servers="127.0.0.1:9092") as consumer:
+            for record in consumer:
+                ...
+            batch = consumer.poll(timeout_ms=100, max_records=500)
+
+    Iterating and ``poll`` block; a rebalance listener's methods may be plain functions
+    (they run in the loop thread, as kafka-python runs them inside ``poll``).
+    """
+
+    def __init__(self, *topics: str | Iterable[str],
+                 **options: Unpack[KafkaConsumerOptions]) -> None:
+        self._portal = Portal(open_consumer(*topics, **options), "trilog.sync.Consumer")
+        self._consumer: AsyncConsumer = self._portal.value
+        self.config = self._consumer.config
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        try:
+            return self._portal.run(self._consumer.__anext__)
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def poll(self, timeout_ms: float = 0, max_records: int | None = None
+             ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records at hand by partition, waiting up to ``timeout_ms`` for the first."""
+        return self._portal.run(functools.partial(
+            self._consumer.getmany, timeout_ms=timeout_ms, max_records=max_records))
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None,
+                  listener: Any = None) -> None:
+        self._portal.run_sync(functools.partial(
+            self._consumer.subscribe, topics, pattern=pattern, listener=listener))
+
+    def unsubscribe(self) -> None:
+        self._portal.run_sync(self._consumer.unsubscribe)
+
+    def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
+        self._portal.run_sync(self._consumer.assign, list(partitions))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._portal.run_sync(self._consumer.assignment)
+
+    def subscription(self) -> set[str]:
+        return self._portal.run_sync(self._consumer.subscription)
+
+    def pause(self, *partitions: tuple[str, int]) -> None:
+        self._portal.run_sync(self._consumer.pause, *partitions)
+
+    def resume(self, *partitions: tuple[str, int]) -> None:
+        self._portal.run_sync(self._consumer.resume, *partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._portal.run_sync(self._consumer.paused)
+
+    def seek(self, partition: tuple[str, int], offset: int) -> None:
+        self._portal.run_sync(self._consumer.seek, partition, offset)
+
+    def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
+        self._portal.run(self._consumer.seek_to_beginning, *partitions)
+
+    def seek_to_end(self, *partitions: tuple[str, int]) -> None:
+        self._portal.run(self._consumer.seek_to_end, *partitions)
+
+    def position(self, partition: tuple[str, int]) -> int:
+        return self._portal.run(self._consumer.position, partition)
+
+    def highwater(self, partition: tuple[str, int]) -> int | None:
+        return self._portal.run_sync(self._consumer.highwater, partition)
+
+    def committed(self, partition: tuple[str, int]) -> int | None:
+        return self._portal.run(self._consumer.committed, partition)
+
+    def commit(self, offsets: Any = None) -> None:
+        """Commit ``offsets`` (``{partition: OffsetAndMetadata or offset}``), or every
+        assigned partition's position."""
+        self._portal.run(self._consumer.commit, offsets)
+
+    def beginning_offsets(self, partitions: Iterable[tuple[str, int]]
+                          ) -> dict[TopicPartition, int]:
+        return self._portal.run(self._consumer.beginning_offsets, list(partitions))
+
+    def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
+        return self._portal.run(self._consumer.end_offsets, list(partitions))
+
+    def offsets_for_times(self, timestamps: dict[Any, int]
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        return self._portal.run(self._consumer.offsets_for_times, timestamps)
+
+    def topics(self) -> set[str]:
+        return self._portal.run(self._consumer.topics)
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return self._portal.run(self._consumer.partitions_for_topic, topic)
+
+    def statistics(self) -> dict[str, Any]:
+        """The consumer's ``statistics()`` (the last counters once closed)."""
+        return self._statistics(self._consumer.statistics)
+
+
+class ConsumerConnector(_Facade):
+    """``trilog.open_consumer_connector`` (the seeds' group consumer, with streams) for
+    threads.
 
     ``streams`` has the async twin's shape (``{topic: [stream, ...]}`` for ``topics=``, a
     list for ``topic_filter=``) with blocking iterators; each stream may be read from its
@@ -383,12 +497,12 @@ class Consumer(_Facade):
                  **options: Unpack[ConsumerOptions]) -> None:
         opened: Any
         if topic_filter is None and topics is not None:
-            opened = open_consumer(group_id, topics=topics, **options)
+            opened = open_consumer_connector(group_id, topics=topics, **options)
         elif topics is None and topic_filter is not None:
-            opened = open_consumer(group_id, topic_filter=topic_filter, **options)
+            opened = open_consumer_connector(group_id, topic_filter=topic_filter, **options)
         else:
             raise ValueError("give exactly one of topics and topic_filter")
-        self._portal = Portal(opened, "trilog.sync.Consumer")
+        self._portal = Portal(opened, "trilog.sync.ConsumerConnector")
         self._connector = self._portal.value
         streams = self._connector.streams
         if isinstance(streams, dict):
