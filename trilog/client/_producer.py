@@ -15,12 +15,16 @@ broker.  Each batch is compressed as a whole and gets one CRC.
 - Too large: a batch the broker rejects with ``MESSAGE_TOO_LARGE`` goes again as two
   halves (and so on); only a record too large on its own fails.
 - Retries: retriable errors (``NOT_LEADER_OR_FOLLOWER``, ``UNKNOWN_TOPIC_OR_PARTITION``,
-  lost connections, timeouts) refresh metadata and retry up to ``retries`` times after
-  ``retry_backoff_ms``.  With ``max_in_flight_requests_per_connection=1`` a partition has
-  one batch in flight at a time, so retries keep the order within it.
-- Idempotence (``enable_idempotence=True``): a producer id from ``InitProducerId`` and
-  per-partition sequence numbers stamped at sealing, one batch per partition in flight; a
-  batch that fails for good leaves a gap, closed by a new producer id (``_renew_producer_id``).
+  lost connections, timeouts) refresh metadata and retry after ``retry_backoff_ms``, until
+  ``delivery_timeout_ms`` (or ``retries`` times, unbounded by default, as Kafka 3's).
+  With ``max_in_flight_requests_per_connection=1`` a partition has one batch in flight at
+  a time, so retries keep the order within it.
+- Idempotence (on by default with ``acks="all"``, Kafka 3's defaults; see
+  ``producer_guarantees``): a producer id from ``InitProducerId`` and per-partition
+  sequence numbers stamped at sealing, one batch per partition in flight; a batch that
+  fails for good leaves a gap, closed by a new producer id (``_renew_producer_id``).  A
+  broker without InitProducerId gets records without idempotence (and a warning), unless
+  ``enable_idempotence=True`` was asked for.
 - Close: leaving the ``async with`` normally flushes first; cancellation stops at once.
 - ``statistics()``: plain counters since the producer opened (records and bytes sent, batch
   size, request latency, buffer available, errors, retries), for an application's metrics.
@@ -28,6 +32,7 @@ broker.  Each batch is compressed as a whole and gets one CRC.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections import deque
@@ -53,6 +58,7 @@ from trilog.errors import (
     TrilogError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from trilog.protocol import InitProducerIdRequest, Message, ProduceRequest
@@ -68,10 +74,25 @@ _SEQUENCE_MOD = 1 << 31  # sequence numbers wrap at int32's end, as the broker's
 
 #: turns what the application sends as a key or value into bytes
 Serializer = Callable[[Any], bytes]
-#: ``partitioner(key, partitions) -> partition`` (the key after serialization)
-Partitioner = Callable[[bytes | None, tuple[int, ...]], int]
+#: ``partitioner(key, partitions) -> partition`` (the key after serialization), or
+#: kafka-python's ``partitioner(key, all_partitions, available_partitions)``
+Partitioner = (Callable[[bytes | None, tuple[int, ...]], int]
+               | Callable[[bytes | None, tuple[int, ...], tuple[int, ...]], int])
 #: a record's headers: ``(name, value)`` pairs
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+def _positional_arity(fn: Callable[..., Any]) -> int:
+    """How many positional arguments ``fn`` takes (``*args``: many)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the two-argument form
+        return 2
+    kinds = [p.kind for p in parameters]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return 3
+    return sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+               for k in kinds)
 
 
 class BufferFullError(TrilogError):
@@ -252,6 +273,8 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._custom_partitioner = partitioner
+        self._partitioner_wants_available = partitioner is not None and \
+            _positional_arity(partitioner) >= 3
         self._partitioner = DefaultPartitioner()
         self._retries = retries
         self._retry_backoff_s = retry_backoff_ms / 1000
@@ -493,7 +516,10 @@ class Producer:
             self._topic_cache[topic] = cached
         _meta, partitions, available = cached
         if self._custom_partitioner is not None:
-            chosen = self._custom_partitioner(key, partitions)
+            if self._partitioner_wants_available:
+                chosen = self._custom_partitioner(key, partitions, available)  # type: ignore[call-arg]
+            else:
+                chosen = self._custom_partitioner(key, partitions)  # type: ignore[call-arg]
             if chosen not in partitions:
                 raise ValueError(f"partitioner returned {chosen}, not one of {partitions}")
             return chosen
@@ -924,14 +950,14 @@ class ProducerOptions(SecurityOptions, total=False):
     (``trilog.sync.Producer(..., **options)``); a test keeps the two the same."""
 
     zookeeper: str | None
-    acks: int | str
+    acks: int | str | None
     linger_ms: float
     batch_size: int
     buffer_memory: int
     compression_type: str | None
     key_serializer: Callable[[Any], bytes] | None
     value_serializer: Callable[[Any], bytes] | None
-    partitioner: Callable[[bytes | None, tuple[int, ...]], int] | None
+    partitioner: Partitioner | None
     retries: int
     retry_backoff_ms: int
     delivery_timeout_ms: int
@@ -939,9 +965,28 @@ class ProducerOptions(SecurityOptions, total=False):
     max_in_flight_requests_per_connection: int
     max_request_size: int
     on_delivery: Callable[[Any], None] | None
-    enable_idempotence: bool
+    enable_idempotence: bool | None
     client_id: str
     metadata_max_age_ms: int
+
+
+#: ``retries``' default: as many as ``delivery_timeout_ms`` allows (Kafka's ``MAX_VALUE``)
+MAX_RETRIES = 2_147_483_647
+
+
+def producer_guarantees(acks: int | str | None, enable_idempotence: bool | None
+                        ) -> tuple[int | str, bool, bool]:
+    """``(acks, enable_idempotence, idempotence_explicit)`` as Kafka 3's producer settles
+    them: both unset means ``acks="all"`` with idempotence; ``enable_idempotence=True``
+    alone sets ``acks="all"``; an explicit ``acks`` of 0 or 1 turns the default idempotence
+    off, and conflicts with an explicit ``enable_idempotence=True`` (``ValueError``)."""
+    strong = acks is None or acks in (-1, "all")
+    if enable_idempotence is None:
+        return ("all" if acks is None else acks), strong, False
+    if enable_idempotence and not strong:
+        raise ValueError(f"enable_idempotence=True needs acks='all', not acks={acks!r} "
+                         "(as in Kafka)")
+    return ("all" if acks is None else acks), enable_idempotence, True
 
 
 @asynccontextmanager
@@ -949,7 +994,7 @@ async def open_producer(
     bootstrap_servers: str | list[str] | None = None,
     *,
     zookeeper: str | None = None,
-    acks: int | str = 1,
+    acks: int | str | None = None,
     linger_ms: float = 5,
     batch_size: int = 65536,
     buffer_memory: int = 32 << 20,
@@ -957,14 +1002,14 @@ async def open_producer(
     key_serializer: Serializer | None = None,
     value_serializer: Serializer | None = None,
     partitioner: Partitioner | None = None,
-    retries: int = 5,
+    retries: int = MAX_RETRIES,
     retry_backoff_ms: int = 100,
     delivery_timeout_ms: int = 120_000,
     request_timeout_ms: int = 30_000,
     max_in_flight_requests_per_connection: int = 5,
     max_request_size: int = 1048576,
     on_delivery: OnDelivery | None = None,
-    enable_idempotence: bool = False,
+    enable_idempotence: bool | None = None,
     client_id: str = "trilog-producer",
     metadata_max_age_ms: int = 300_000,
     **security: Unpack[SecurityOptions],
@@ -975,7 +1020,11 @@ async def open_producer(
     (``"host:port[/chroot]"``) says where the cluster is; ``security_protocol``,
     ``ssl_*`` and ``sasl_*`` (kafka-python's names, ``ClientSecurity.from_options``) how
     to connect to it.
+
+    Kafka 3's defaults: ``acks="all"`` and idempotence (see ``producer_guarantees``);
+    ``retries`` is bounded by ``delivery_timeout_ms`` only.
     """
+    acks, enable_idempotence, explicit = producer_guarantees(acks, enable_idempotence)
     with unwrap_exception_group():
         async with open_client(bootstrap_servers, zookeeper=zookeeper, client_id=client_id,
                                request_timeout_ms=request_timeout_ms,
@@ -992,7 +1041,14 @@ async def open_producer(
                 enable_idempotence=enable_idempotence,
             )
             if enable_idempotence:
-                await producer.init_producer_id()
+                try:
+                    await producer.init_producer_id()
+                except UnsupportedVersionError as exc:
+                    if explicit:
+                        raise
+                    log.warning("producer: the broker cannot make producers idempotent "
+                                "(%s); producing without idempotence", exc)
+                    producer.idempotent = False
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(producer._sender)
                 try:
