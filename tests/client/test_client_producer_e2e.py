@@ -380,9 +380,13 @@ async def test_idempotent_batches_carry_a_producer_id_and_contiguous_sequences(b
 
 async def test_idempotence_needs_acks_all(broker):
     with pytest.raises(ValueError, match="acks='all'"):
-        async with trilog.open_producer(bootstrap_servers=broker.bootstrap,
+        async with trilog.open_producer(bootstrap_servers=broker.bootstrap, acks=1,
                                         enable_idempotence=True):
             pass
+    # Alone, enable_idempotence=True sets acks="all" (Kafka 3).
+    async with trilog.open_producer(bootstrap_servers=broker.bootstrap,
+                                    enable_idempotence=True) as producer:
+        assert producer.idempotent and producer._acks == -1
 
 
 async def test_a_failed_idempotent_batch_does_not_block_its_partition(broker_process):

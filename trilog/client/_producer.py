@@ -615,7 +615,11 @@ class Producer:
                 self._expire(now)
                 next_deadline = self._seal_lingering(now)
                 if self._sequence_gap:  # before anything else is sent
-                    await self._renew_producer_id()
+                    # ... but not past the next delivery deadline: with the cluster out of
+                    # reach, deliveries must still fail on time (DeliveryTimeoutError).
+                    first = min((b.deadline for b in self._unfinished), default=math.inf)
+                    with trio.move_on_after(max(first - now, self._retry_backoff_s)):
+                        await self._renew_producer_id()
                     continue
                 drained = await self._drain(nursery, now)
                 if drained:
@@ -867,20 +871,21 @@ class Producer:
         """A failed batch left a gap in a partition's sequence numbers, which the broker
         would refuse every later batch for: start afresh under a new producer id, as
         Kafka's producer does (by bumping its epoch).  Batches not sent yet are stamped
-        again; the one in flight per partition keeps its old id and sequence."""
-        self._sequence_gap = False
+        again; the one in flight per partition keeps its old id and sequence.  The gap
+        stays (and this is tried again) until it works."""
         try:
             await self.init_producer_id()
         except TrilogError as exc:
             if is_retriable(exc):
                 log.warning("producer: could not renew the producer id (%s); retrying", exc)
-                self._sequence_gap = True
                 await trio.sleep(self._retry_backoff_s)
                 return
             # Fatal, as in Kafka: nothing more can be sent in order.
             log.error("producer: cannot renew the producer id: %s; closing", exc)
+            self._sequence_gap = False
             self.fail_all(exc)
             return
+        self._sequence_gap = False
         log.info("producer: a failed batch left a sequence gap; new producer id %d",
                  self._producer_id)
         self._next_sequence = {}
