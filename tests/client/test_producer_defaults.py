@@ -21,6 +21,7 @@ def test_the_guarantees_settle_as_kafka_3s():
     assert producer_guarantees(1, None) == (1, False, False)  # explicit acks=1: no idempotence
     assert producer_guarantees(0, False) == (0, False, True)
     assert producer_guarantees(None, False) == ("all", False, True)
+    assert producer_guarantees(None, None, retries=0) == ("all", False, False)
     with pytest.raises(ValueError, match="enable_idempotence=True needs acks='all'"):
         producer_guarantees(1, True)
 

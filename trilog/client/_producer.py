@@ -979,15 +979,17 @@ class ProducerOptions(SecurityOptions, total=False):
 MAX_RETRIES = 2_147_483_647
 
 
-def producer_guarantees(acks: int | str | None, enable_idempotence: bool | None
+def producer_guarantees(acks: int | str | None, enable_idempotence: bool | None,
+                        retries: int = MAX_RETRIES
                         ) -> tuple[int | str, bool, bool]:
     """``(acks, enable_idempotence, idempotence_explicit)`` as Kafka 3's producer settles
     them: both unset means ``acks="all"`` with idempotence; ``enable_idempotence=True``
-    alone sets ``acks="all"``; an explicit ``acks`` of 0 or 1 turns the default idempotence
-    off, and conflicts with an explicit ``enable_idempotence=True`` (``ValueError``)."""
+    alone sets ``acks="all"``; an explicit ``acks`` of 0 or 1, or ``retries=0``, turns the
+    default idempotence off, and conflicts with an explicit ``enable_idempotence=True``
+    (``ValueError``)."""
     strong = acks is None or acks in (-1, "all")
     if enable_idempotence is None:
-        return ("all" if acks is None else acks), strong, False
+        return ("all" if acks is None else acks), strong and retries >= 1, False
     if enable_idempotence and not strong:
         raise ValueError(f"enable_idempotence=True needs acks='all', not acks={acks!r} "
                          "(as in Kafka)")
@@ -1029,7 +1031,8 @@ async def open_producer(
     Kafka 3's defaults: ``acks="all"`` and idempotence (see ``producer_guarantees``);
     ``retries`` is bounded by ``delivery_timeout_ms`` only.
     """
-    acks, enable_idempotence, explicit = producer_guarantees(acks, enable_idempotence)
+    acks, enable_idempotence, explicit = producer_guarantees(acks, enable_idempotence,
+                                                             retries)
     with unwrap_exception_group():
         async with open_client(bootstrap_servers, zookeeper=zookeeper, client_id=client_id,
                                request_timeout_ms=request_timeout_ms,
