@@ -34,6 +34,7 @@ from trilog.broker._offsets import OFFSETS_TOPIC, partition_for
 NONE, NOT_AVAILABLE, NOT_COORDINATOR = 0, 15, 16
 ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, INVALID_GROUP_ID = 22, 23, 24
 UNKNOWN_MEMBER_ID, INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS = 25, 26, 27
+MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 79, 82
 
 RANGE = [("range", b"r-meta"), ("roundrobin", b"rr-meta")]
 
@@ -95,7 +96,7 @@ async def test_first_rebalance_waits_the_initial_delay_and_extends_it_for_newcom
     assert ra.member_id.startswith("a-") and rb.member_id.startswith("b-")
     assert ra.leader == rb.leader == ra.member_id  # the first joiner leads
     assert ra.protocol == "range"
-    assert ra.members == ((ra.member_id, b"r-meta"), (rb.member_id, b"r-meta"))
+    assert ra.members == ((ra.member_id, None, b"r-meta"), (rb.member_id, None, b"r-meta"))
     assert rb.members == ()
     assert group.state is GroupState.COMPLETING_REBALANCE
 
@@ -151,7 +152,7 @@ async def test_a_new_member_makes_the_others_rejoin_and_silent_ones_are_dropped(
     group.poll(now + 30)
     ra, rc = _result(a), _result(c)
     assert ra.generation == rc.generation == 2
-    assert ra.leader == leader and [m for m, _ in ra.members] == [leader, rc.member_id]
+    assert ra.leader == leader and [m for m, _, _ in ra.members] == [leader, rc.member_id]
     assert follower not in group.members
     assert group.heartbeat(follower, 2, now + 31) == UNKNOWN_MEMBER_ID
 
@@ -210,6 +211,82 @@ async def test_a_stable_follower_rejoining_unchanged_gets_the_current_generation
     again = _join(group, follower, 5.0)
     assert again == JoinResult(NONE, 1, "range", leader, follower, ())
     assert group.state is GroupState.STABLE
+
+
+def _join_static(group: Group, instance: str, member_id: str = "", now: float = 0.0, **kw):
+    return group.join(member_id, client_id="c", client_host="/127.0.0.1",
+                      session_timeout_s=kw.get("session", 10.0), rebalance_timeout_s=30.0,
+                      protocol_type="consumer", protocols=kw.get("protocols", RANGE), now=now,
+                      group_instance_id=instance)
+
+
+def _stable_static_pair(group: Group) -> tuple[str, str]:
+    a, b = _join_static(group, "ia"), _join_static(group, "ib")
+    now = 0.0
+    while not a.done:
+        now += 0.5
+        group.poll(now)
+    ra, rb = _result(a), _result(b)
+    group.sync(rb.member_id, 1, {}, now, "ib")
+    group.sync(ra.member_id, 1, {ra.member_id: b"A", rb.member_id: b"B"}, now, "ia")
+    assert group.state is GroupState.STABLE
+    return ra.member_id, rb.member_id
+
+
+async def test_a_static_member_that_restarts_gets_its_assignment_without_a_rebalance():
+    group = Group("g", initial_delay_s=1.0)
+    leader, follower = _stable_static_pair(group)
+    assert group.static_members == {"ia": leader, "ib": follower}
+    # The follower restarts: a JoinGroup with no member id but its instance.
+    again = _join_static(group, "ib", now=5.0)
+    assert isinstance(again, JoinResult) and again.error == NONE
+    assert again.generation == 1 and again.member_id != follower
+    assert group.state is GroupState.STABLE and group.generation == 1
+    assert group.sync(again.member_id, 1, {}, 5.0, "ib") == SyncResult(NONE, b"B")
+    # The old incarnation is fenced, the leader untouched.
+    assert group.heartbeat(follower, 1, 5.0, "ib") == FENCED_INSTANCE_ID
+    assert group.sync(follower, 1, {}, 5.0, "ib") == SyncResult(FENCED_INSTANCE_ID)
+    assert group.validate_commit(follower, 1, 5.0, "ib") == FENCED_INSTANCE_ID
+    assert group.heartbeat(leader, 1, 5.0, "ia") == NONE
+    # The leader restarts: it is answered with the old leader id, so it does not assign.
+    back = _join_static(group, "ia", now=6.0)
+    assert isinstance(back, JoinResult) and back.leader == leader != back.member_id
+    assert group.leader_id == back.member_id and group.generation == 1
+    assert group.sync(back.member_id, 1, {}, 6.0, "ia") == SyncResult(NONE, b"A")
+
+
+async def test_a_static_member_leaves_by_its_session_or_by_its_instance_only():
+    group = Group("g", initial_delay_s=1.0)
+    leader, follower = _stable_static_pair(group)
+    group.heartbeat(leader, 1, 9.0, "ia")
+    expired = group.poll(12.5)  # the follower's session (10 s) ran out
+    assert expired == [follower] and group.static_members == {"ia": leader}
+    assert group.state is GroupState.PREPARING_REBALANCE
+    group = Group("h", initial_delay_s=1.0)
+    leader, follower = _stable_static_pair(group)
+    assert group.leave("", 1.0, "nobody") == UNKNOWN_MEMBER_ID
+    assert group.leave("someone-else", 1.0, "ib") == FENCED_INSTANCE_ID
+    assert group.leave("", 1.0, "ib") == NONE  # by instance alone
+    assert set(group.static_members) == {"ia"} and set(group.members) == {leader}
+
+
+async def test_a_new_dynamic_member_of_join_group_v4_gets_its_member_id_first():
+    group = Group("g", initial_delay_s=0.0)
+    first = group.join("", client_id="c", client_host="/h", session_timeout_s=10.0,
+                       rebalance_timeout_s=30.0, protocol_type="consumer", protocols=RANGE,
+                       now=0.0, require_known_member_id=True)
+    assert isinstance(first, JoinResult) and first.error == MEMBER_ID_REQUIRED
+    assert first.member_id.startswith("c-") and group.members == {}
+    joined = _join(group, first.member_id, now=0.1)
+    group.poll(0.2)
+    assert _result(joined).error == NONE and _result(joined).member_id == first.member_id
+    # An id handed out and never used lapses after the session timeout.
+    lapsing = group.join("", client_id="d", client_host="/h", session_timeout_s=1.0,
+                         rebalance_timeout_s=30.0, protocol_type="consumer", protocols=RANGE,
+                         now=1.0, require_known_member_id=True)
+    group.poll(2.5)
+    assert _join(group, lapsing.member_id, now=3.0) == JoinResult(
+        UNKNOWN_MEMBER_ID, member_id=lapsing.member_id)
 
 
 async def test_commit_validation():

@@ -480,3 +480,45 @@ async def test_trilog_kafka_python_and_librdkafka_members_share_a_group(broker, 
     # rebalance the others, who read again from the last commit (at least once).
     assert {v for _, _, v in got} == set(range(40))
     assert {(t, p) for t, p, _ in ours} <= {(t, p) for t, ps in plan[me].items() for p in ps}
+
+
+# -- static membership (KIP-345) ------------------------------------------------------------------
+
+
+async def test_a_static_member_restarted_within_its_session_keeps_its_partitions(broker):
+    await produce(broker.bootstrap, "static", 0, partitions=4)
+    opts = options(broker, session_timeout_ms=6000)
+    async with trilog.open_consumer("static", group_id="g", group_instance_id="one",
+                                    **opts) as one:
+        async with trilog.open_consumer("static", group_id="g", group_instance_id="two",
+                                        **opts) as two:
+            await wait_until(lambda: len(one.assignment()) == 2 and len(two.assignment()) == 2)
+            theirs = two.assignment()
+        # "two" stopped without leaving (static members never send LeaveGroup): the group
+        # keeps its partitions for it until its session (6 s) runs out.
+        generation, rebalances = one._membership.generation_id, one.rebalances
+        async with trilog.open_consumer("static", group_id="g", group_instance_id="two",
+                                        **opts) as again:
+            assert again.assignment() == theirs
+            assert again._membership.generation_id == generation
+            await trio.sleep(0.5)  # heartbeats go on: no rebalance comes
+            assert one.rebalances == rebalances and one._membership.generation_id == generation
+            async with trilog.client.open_group_admin(broker.bootstrap) as admin:
+                described = await admin.describe_group("g")
+            assert described.state == "Stable" and len(described.members) == 2
+
+
+async def test_a_second_process_with_the_same_instance_fences_the_first(broker):
+    from trilog.errors import FencedInstanceIdError
+
+    await produce(broker.bootstrap, "fenced", 1, partitions=1)
+    opts = options(broker, session_timeout_ms=6000)
+    with pytest.raises(FencedInstanceIdError, match="group_instance_id 'dup'"):
+        async with trilog.open_consumer("fenced", group_id="g", group_instance_id="dup",
+                                        **opts) as first:
+            async with trilog.open_consumer("fenced", group_id="g", group_instance_id="dup",
+                                            **opts) as second:
+                assert second.assignment() == {TP("fenced", 0)}
+                with trio.fail_after(10):
+                    while True:  # the first hears it is fenced at its next heartbeat
+                        await first.getmany(timeout_ms=100)

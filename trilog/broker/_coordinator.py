@@ -320,13 +320,16 @@ class GroupCoordinator:
         await trio.lowlevel.checkpoint()
         R = JoinGroupResponse
         gid, member_id = request.group_id, request.member_id
+        version = header.api_version
+        instance = request.group_instance_id if version >= 5 else None
 
         def answer(result: JoinResult) -> Message:
             return R(throttle_time_ms=0, error_code=result.error,
                      generation_id=result.generation, protocol_name=result.protocol,
                      leader=result.leader, member_id=result.member_id,
-                     members=[R.JoinGroupResponseMember(member_id=m, metadata=data)
-                              for m, data in result.members])
+                     members=[R.JoinGroupResponseMember(member_id=m, group_instance_id=i,
+                                                        metadata=data)
+                              for m, i, data in result.members])
 
         code = self._group_error(gid)
         if not code and not (self._min_session_ms <= request.session_timeout_ms
@@ -352,6 +355,8 @@ class GroupCoordinator:
             protocol_type=request.protocol_type,
             protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
             now=trio.current_time(),
+            group_instance_id=instance,
+            require_known_member_id=version >= 4,
         )
         self._wake_timers()
         if isinstance(result, Reply):
@@ -366,7 +371,8 @@ class GroupCoordinator:
             return R(throttle_time_ms=0, error_code=code, assignment=b"")
         result = group.sync(request.member_id, request.generation_id,
                             {a.member_id: bytes(a.assignment) for a in request.assignments},
-                            trio.current_time())
+                            trio.current_time(),
+                            request.group_instance_id if header.api_version >= 3 else None)
         self._wake_timers()
         if isinstance(result, Reply):
             result = await result.wait()
@@ -377,18 +383,33 @@ class GroupCoordinator:
         await trio.lowlevel.checkpoint()
         code, group = self._member_group(request.group_id)
         if group is not None:
-            code = group.heartbeat(request.member_id, request.generation_id, trio.current_time())
+            code = group.heartbeat(
+                request.member_id, request.generation_id, trio.current_time(),
+                request.group_instance_id if header.api_version >= 3 else None)
         return HeartbeatResponse(throttle_time_ms=0, error_code=code)
 
     async def leave_group(self, request: Message, header: RequestHeader) -> Message:
+        """LeaveGroup: one member (v0-2), or (v3+) a batch of members, each by member id
+        or by group instance id, each answered with its own error code."""
         await trio.lowlevel.checkpoint()
+        R = LeaveGroupResponse
         code, group = self._member_group(request.group_id)
-        if group is not None:
-            code = group.leave(request.member_id, trio.current_time())
-            if code == NO_ERROR:
-                log.info("member %s left group %s", request.member_id, request.group_id)
+        leaving = ([(m.member_id, m.group_instance_id) for m in request.members]
+                   if header.api_version >= 3 else [(request.member_id, None)])
+        answers = []
+        for member_id, instance in leaving:
+            error = code
+            if group is not None:
+                error = group.leave(member_id, trio.current_time(), instance)
+                if error == NO_ERROR:
+                    log.info("member %s left group %s", member_id or instance,
+                             request.group_id)
+            answers.append(R.MemberResponse(member_id=member_id, group_instance_id=instance,
+                                            error_code=error))
         self._wake_timers()
-        return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
+        if header.api_version < 3:
+            return R(throttle_time_ms=0, error_code=answers[0].error_code)
+        return R(throttle_time_ms=0, error_code=code, members=answers)
 
     # -- OffsetCommit / OffsetFetch ----------------------------------------------------------------
 
@@ -406,7 +427,9 @@ class GroupCoordinator:
                 # may not.
                 code = NO_ERROR if generation < 0 else IllegalGenerationError.code
             else:
-                code = group.validate_commit(member_id, generation, trio.current_time())
+                code = group.validate_commit(
+                    member_id, generation, trio.current_time(),
+                    request.group_instance_id if version >= 7 else None)
         retention_ms = request.retention_time_ms if 2 <= version <= 4 else -1
         results: dict[tuple[str, int], int] = {}
         to_store: dict[tuple[str, int], OffsetAndMetadata] = {}

@@ -20,6 +20,17 @@
 - **Stable**: heartbeats keep members alive; a member silent for its session timeout is
   removed (as by LeaveGroup), which starts a rebalance.
 
+**Static members** (KIP-345, JoinGroup v5+) carry a ``group_instance_id``: one that joins
+again with no member id (a restart) takes over its instance's member, assignment and
+leadership under a new member id, and while the group is Stable (and its protocol would not
+change) that causes no rebalance: the member rejoins the same generation.  Requests from
+the replaced member id are fenced (FENCED_INSTANCE_ID).  A static member is removed only by
+its session timeout or a LeaveGroup naming its instance.
+
+A dynamic member joining with JoinGroup v4+ and no member id first gets one with
+MEMBER_ID_REQUIRED and joins again with it (KIP-394); the id is pending until then (for
+its session timeout at most).
+
 Parked JoinGroup/SyncGroup requests wait on a ``Reply``.  The class does no I/O and reads no
 clock: every method takes ``now`` (trio time, seconds), and ``poll(now)`` runs what is due;
 ``next_deadline()`` says when to call it next.  Runs in the trio thread only.
@@ -39,8 +50,10 @@ import trio
 
 from trilog.errors import (
     NO_ERROR,
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
+    MemberIdRequiredError,
     NotCoordinatorError,
     RebalanceInProgressError,
     RemoteProtocolError,
@@ -86,7 +99,8 @@ class JoinResult(NamedTuple):
     protocol: str = ""
     leader: str = ""
     member_id: str = ""
-    members: tuple[tuple[str, bytes], ...] = ()
+    #: the leader's: ``(member id, group instance id or None, metadata)`` of every member
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
 
 
 class SyncResult(NamedTuple):
@@ -107,6 +121,7 @@ class Member:
     join_reply: Reply | None = None
     sync_reply: Reply | None = None
     heartbeat_deadline: float = math.inf
+    group_instance_id: str | None = None
 
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
@@ -153,6 +168,10 @@ class Group:
     protocol: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
+    #: group instance id -> the member id of the static member that holds it now
+    static_members: dict[str, str] = field(default_factory=dict)
+    #: member ids handed out with MEMBER_ID_REQUIRED -> when they lapse unused
+    pending_members: dict[str, float] = field(default_factory=dict)
     #: When the current PreparingRebalance ends at the latest.
     join_deadline: float | None = None
     #: While in the initial delay of an empty group: how much longer it may be extended.
@@ -189,15 +208,16 @@ class Group:
 
     def next_deadline(self) -> float:
         deadline = self.join_deadline if self.join_deadline is not None else math.inf
+        deadline = min(deadline, *self.pending_members.values(), math.inf)
         for m in self.members.values():
             if m.join_reply is None and m.sync_reply is None:
                 deadline = min(deadline, m.heartbeat_deadline)
         return deadline
 
     def _current_join(self, member: Member) -> JoinResult:
-        members: tuple[tuple[str, bytes], ...] = ()
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
         if member.member_id == self.leader_id:
-            members = tuple((m.member_id, m.metadata(self.protocol))
+            members = tuple((m.member_id, m.group_instance_id, m.metadata(self.protocol))
                             for m in self.members.values())
         return JoinResult(NO_ERROR, self.generation, self.protocol or "", self.leader_id or "",
                           member.member_id, members)
@@ -206,25 +226,47 @@ class Group:
 
     def join(self, member_id: str, *, client_id: str, client_host: str,
              session_timeout_s: float, rebalance_timeout_s: float, protocol_type: str,
-             protocols: list[tuple[str, bytes]], now: float) -> JoinResult | Reply:
-        """A JoinGroup: an immediate ``JoinResult`` or a ``Reply`` to wait for."""
+             protocols: list[tuple[str, bytes]], now: float,
+             group_instance_id: str | None = None,
+             require_known_member_id: bool = False) -> JoinResult | Reply:
+        """A JoinGroup: an immediate ``JoinResult`` or a ``Reply`` to wait for.
+        ``require_known_member_id`` (JoinGroup v4+): a new dynamic member first gets its
+        member id with MEMBER_ID_REQUIRED."""
         if self.state is GroupState.EMPTY:
             if not protocols or not protocol_type:
                 return JoinResult(InconsistentGroupProtocolError.code, member_id=member_id)
         elif protocol_type != self.protocol_type or not self.supports(protocols):
             return JoinResult(InconsistentGroupProtocolError.code, member_id=member_id)
-        if self.state is GroupState.DEAD or (member_id and member_id not in self.members):
+        if self.state is GroupState.DEAD:
+            return JoinResult(UnknownMemberIdError.code, member_id=member_id)
+        if member_id and group_instance_id is not None:
+            code = self.check_instance(member_id, group_instance_id)
+            if code:
+                return JoinResult(code, member_id=member_id)
+        pending = self.pending_members.pop(member_id, None) is not None
+        if member_id and not pending and member_id not in self.members:
             return JoinResult(UnknownMemberIdError.code, member_id=member_id)
         reply = Reply()
-        if not member_id:
-            member = Member(f"{client_id}-{uuid.uuid4()}", client_id, client_host,
+        if not member_id and group_instance_id is not None and \
+                self.static_members.get(group_instance_id) in self.members:
+            return self._replace_static(group_instance_id, reply, client_id, client_host,
+                                        session_timeout_s, rebalance_timeout_s, protocols, now)
+        if not member_id or pending:
+            if not member_id:
+                member_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
+                if require_known_member_id and group_instance_id is None:
+                    self.pending_members[member_id] = now + session_timeout_s
+                    return JoinResult(MemberIdRequiredError.code, member_id=member_id)
+            member = Member(member_id, client_id, client_host,
                             session_timeout_s, rebalance_timeout_s, protocol_type,
-                            protocols, join_reply=reply)
+                            protocols, join_reply=reply, group_instance_id=group_instance_id)
             if not self.members:
                 self.protocol_type = protocol_type
             if self.leader_id is None:
                 self.leader_id = member.member_id
             self.members[member.member_id] = member
+            if group_instance_id is not None:
+                self.static_members[group_instance_id] = member.member_id
             if self.initial_delay_left is not None:
                 self.new_member_added = True
             self._maybe_prepare_rebalance(now)
@@ -243,6 +285,53 @@ class Group:
             self._maybe_prepare_rebalance(now)
         self.poll(now)
         return reply
+
+    def _replace_static(self, instance: str, reply: Reply, client_id: str, client_host: str,
+                        session_timeout_s: float, rebalance_timeout_s: float,
+                        protocols: list[tuple[str, bytes]], now: float) -> JoinResult | Reply:
+        """A known static member joins again with no member id (it restarted): it takes
+        over its instance's member under a new id; Kafka's ``updateStaticMemberAndRebalance``."""
+        old_id = self.static_members[instance]
+        member = self.members.pop(old_id)
+        for parked, fenced in ((member.join_reply, JoinResult(FencedInstanceIdError.code,
+                                                              member_id=old_id)),
+                               (member.sync_reply, SyncResult(FencedInstanceIdError.code))):
+            if parked is not None:
+                parked.set(fenced)
+        member.join_reply = member.sync_reply = None
+        member.member_id = f"{instance}-{uuid.uuid4()}"
+        self.members[member.member_id] = member
+        self.static_members[instance] = member.member_id
+        current_leader = self.leader_id
+        if self.leader_id == old_id:
+            self.leader_id = member.member_id
+        member.keep_alive(now)
+        member.client_id, member.client_host = client_id, client_host
+        member.session_timeout_s = session_timeout_s
+        member.rebalance_timeout_s = rebalance_timeout_s
+        member.protocols = protocols
+        if self.state is GroupState.STABLE:
+            if select_protocol(list(self.members.values())) == self.protocol:
+                # No rebalance: the same generation and assignment.  The leader id answered
+                # is the one before the swap, so that a restarted leader does not assign
+                # again (a Stable group would not pass a new plan on); Kafka does the same.
+                return JoinResult(NO_ERROR, self.generation, self.protocol or "",
+                                  current_leader or "", member.member_id)
+        self._update(member, reply, client_id, client_host, session_timeout_s,
+                     rebalance_timeout_s, protocols)
+        self._maybe_prepare_rebalance(now)
+        self.poll(now)
+        return reply
+
+    def check_instance(self, member_id: str, group_instance_id: str | None) -> int:
+        """A static member's request: its instance must be held by ``member_id``
+        (FENCED_INSTANCE_ID when another member id holds it now)."""
+        if group_instance_id is None:
+            return NO_ERROR
+        current = self.static_members.get(group_instance_id)
+        if current is None:
+            return UnknownMemberIdError.code
+        return NO_ERROR if current == member_id else FencedInstanceIdError.code
 
     def _update(self, member: Member, reply: Reply, client_id: str, client_host: str,
                 session_timeout_s: float, rebalance_timeout_s: float,
@@ -308,7 +397,10 @@ class Group:
     # -- SyncGroup ------------------------------------------------------------------------------
 
     def sync(self, member_id: str, generation: int, assignments: dict[str, bytes],
-             now: float) -> SyncResult | Reply:
+             now: float, group_instance_id: str | None = None) -> SyncResult | Reply:
+        fenced = self.check_instance(member_id, group_instance_id)
+        if fenced:
+            return SyncResult(fenced)
         member = self.members.get(member_id)
         if member is None:
             return SyncResult(UnknownMemberIdError.code)
@@ -339,10 +431,14 @@ class Group:
 
     # -- Heartbeat, LeaveGroup, commits -----------------------------------------------------------
 
-    def heartbeat(self, member_id: str, generation: int, now: float) -> int:
+    def heartbeat(self, member_id: str, generation: int, now: float,
+                  group_instance_id: str | None = None) -> int:
         member = self.members.get(member_id)
-        if self.state is GroupState.DEAD or member is None:
+        if self.state is GroupState.DEAD:
             return UnknownMemberIdError.code
+        fenced = self.check_instance(member_id, group_instance_id)
+        if fenced or member is None:
+            return fenced or UnknownMemberIdError.code
         if generation != self.generation:
             return IllegalGenerationError.code
         member.keep_alive(now)
@@ -350,19 +446,34 @@ class Group:
             return RebalanceInProgressError.code
         return NO_ERROR
 
-    def leave(self, member_id: str, now: float) -> int:
+    def leave(self, member_id: str, now: float, group_instance_id: str | None = None) -> int:
+        """A LeaveGroup of ``member_id``, or (v3+) of the static member holding
+        ``group_instance_id`` (``member_id`` may then be empty: unknown)."""
+        if self.state is GroupState.DEAD:
+            return UnknownMemberIdError.code
+        if group_instance_id is not None:
+            current = self.static_members.get(group_instance_id)
+            if current is None:
+                return UnknownMemberIdError.code
+            if member_id and member_id != current:
+                return FencedInstanceIdError.code
+            member_id = current
         member = self.members.get(member_id)
-        if self.state is GroupState.DEAD or member is None:
+        if member is None:
             return UnknownMemberIdError.code
         self._remove_and_rebalance(member, now)
         return NO_ERROR
 
-    def validate_commit(self, member_id: str, generation: int, now: float) -> int:
+    def validate_commit(self, member_id: str, generation: int, now: float,
+                        group_instance_id: str | None = None) -> int:
         """The error an OffsetCommit from ``member_id`` at ``generation`` gets (0: store)."""
         if generation < 0 and self.state is GroupState.EMPTY:
             return NO_ERROR  # a "simple" consumer's commit: no group management
         if self.state is GroupState.DEAD:
             return UnknownMemberIdError.code
+        fenced = self.check_instance(member_id, group_instance_id)
+        if fenced:
+            return fenced
         if self.state is GroupState.COMPLETING_REBALANCE:
             return RebalanceInProgressError.code
         member = self.members.get(member_id)
@@ -382,6 +493,9 @@ class Group:
             member.sync_reply.set(SyncResult(UnknownMemberIdError.code))
             member.sync_reply = None
         del self.members[member.member_id]
+        instance = member.group_instance_id
+        if instance is not None and self.static_members.get(instance) == member.member_id:
+            del self.static_members[instance]
         if self.leader_id == member.member_id:
             self.leader_id = next(iter(self.members), None)
 
@@ -406,6 +520,9 @@ class Group:
                 self.join_deadline = now + step
             else:
                 self._complete_join(now)
+        for member_id, lapse in list(self.pending_members.items()):
+            if lapse <= now:  # a member id handed out with MEMBER_ID_REQUIRED, never used
+                del self.pending_members[member_id]
         expired = []
         for m in list(self.members.values()):
             if (m.join_reply is None and m.sync_reply is None and m.heartbeat_deadline <= now
@@ -425,6 +542,8 @@ class Group:
                 m.sync_reply.set(SyncResult(error))
                 m.sync_reply = None
         self.members.clear()
+        self.static_members.clear()
+        self.pending_members.clear()
         self.leader_id = None
         self.join_deadline = None
         self.state = GroupState.DEAD

@@ -182,8 +182,10 @@ class ConsumerConfig:
         if self.isolation_level != "read_uncommitted":
             raise ValueError(f"isolation_level={self.isolation_level!r}: trilog has no "
                              "transactions yet, so only 'read_uncommitted' is possible")
-        if self.group_instance_id is not None:
-            raise ValueError("group_instance_id (static membership) is not supported yet")
+        if self.group_instance_id is not None and (
+                not self.group_instance_id or self.group_id is None):
+            raise ValueError("group_instance_id (static membership) must be a non-empty "
+                             "string, with a group_id")
         if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be positive and below "
                              "session_timeout_ms")
@@ -267,6 +269,7 @@ class Consumer:
             rebalance_timeout_ms=config.max_poll_interval_ms,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             retry_backoff_ms=config.retry_backoff_ms,
+            group_instance_id=config.group_instance_id,
         ) if group and self._coordinator else None
         self._backoff_s = config.retry_backoff_ms / 1000
         # What to read.
@@ -649,6 +652,7 @@ class Consumer:
             # A member commits as one of its generation; a manual assignment as no member.
             store.generation_id = membership.generation_id if membership else -1
             store.member_id = membership.member_id if membership else ""
+            store.group_instance_id = membership.group_instance_id if membership else None
             try:
                 await store.commit({(tp.topic, tp.partition): o for tp, o in offsets.items()},
                                    {(tp.topic, tp.partition): m for tp, m in notes.items()})

@@ -16,6 +16,13 @@ the consumer around it decides when to (re)join and what to do with partitions.
 - ``recover(error)``: what a failed join or heartbeat needs before the next join.
 - ``leave()``: LeaveGroup, so the others rebalance now rather than a session later.
 
+A new member joining a broker that speaks JoinGroup v4+ is first given its member id
+(MEMBER_ID_REQUIRED) and joins again with it at once.  A **static member**
+(``group_instance_id``, KIP-345; JoinGroup v5+) names its instance in every request; when
+it restarts within its session timeout it gets its partitions back without a rebalance,
+and it never sends LeaveGroup (its session timeout, not its shutdown, ends its membership),
+as Kafka's consumer.
+
 A JoinGroup parks on the coordinator for the whole join phase: requests go on the
 ``Coordinator``'s own connection, with a timeout of the rebalance timeout plus a margin.
 """
@@ -34,17 +41,21 @@ from trilog.client._coordinator import Coordinator
 from trilog.errors import (
     ApiError,
     CoordinatorNotAvailableError,
+    FencedInstanceIdError,
     IllegalGenerationError,
+    MemberIdRequiredError,
     NetworkError,
     NotCoordinatorError,
     ProtocolError,
     RebalanceInProgressError,
     RequestTimedOutError,
     UnknownMemberIdError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from trilog.protocol import (
     CONSUMER_PROTOCOL_TYPE,
+    ApiKey,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -73,7 +84,7 @@ class GroupMembership:
     def __init__(self, client: Client, coordinator: Coordinator, group_id: str, *,
                  assignors: Sequence[str], session_timeout_ms: int,
                  rebalance_timeout_ms: int, heartbeat_interval_ms: int,
-                 retry_backoff_ms: int) -> None:
+                 retry_backoff_ms: int, group_instance_id: str | None = None) -> None:
         unknown = [a for a in assignors if a not in ASSIGNORS]
         if unknown or not assignors:
             raise ValueError(f"partition_assignment_strategy: unknown assignor(s) {unknown}; "
@@ -81,6 +92,7 @@ class GroupMembership:
         self._client = client
         self.coordinator = coordinator
         self.group_id = group_id
+        self.group_instance_id = group_instance_id
         self.assignors = tuple(assignors)
         self._session_timeout_ms = session_timeout_ms
         self._rebalance_timeout_ms = rebalance_timeout_ms
@@ -109,13 +121,27 @@ class GroupMembership:
         conn = await self.coordinator.connection()
         subscription = encode_subscription(topics)
         J = JoinGroupRequest
-        join = await conn.request(J(
-            group_id=self.group_id, session_timeout_ms=self._session_timeout_ms,
-            rebalance_timeout_ms=self._rebalance_timeout_ms, member_id=self.member_id,
-            protocol_type=CONSUMER_PROTOCOL_TYPE,
-            protocols=[J.JoinGroupRequestProtocol(name=name, metadata=subscription)
-                       for name in self.assignors],
-        ), timeout_s=self._join_timeout_s)
+        version = None
+        if self.group_instance_id is not None:
+            # JoinGroup v5 is the first to carry the instance: no silent downgrade.
+            try:
+                version = conn.version_for(ApiKey.JOIN_GROUP, (5, J.MAX_VERSION))
+            except UnsupportedVersionError as exc:
+                raise UnsupportedVersionError(
+                    f"static membership (group_instance_id) needs JoinGroup v5+: {exc}"
+                ) from None
+        for _ in range(2):  # once more with the member id a MEMBER_ID_REQUIRED hands out
+            join = await conn.request(J(
+                group_id=self.group_id, session_timeout_ms=self._session_timeout_ms,
+                rebalance_timeout_ms=self._rebalance_timeout_ms, member_id=self.member_id,
+                group_instance_id=self.group_instance_id,
+                protocol_type=CONSUMER_PROTOCOL_TYPE,
+                protocols=[J.JoinGroupRequestProtocol(name=name, metadata=subscription)
+                           for name in self.assignors],
+            ), version=version, timeout_s=self._join_timeout_s)
+            if join.error_code != MemberIdRequiredError.code:
+                break
+            self.member_id = join.member_id
         if join.error_code:
             raise error_for_code(join.error_code)
         self.member_id = join.member_id
@@ -125,7 +151,8 @@ class GroupMembership:
         plan = await self._plan(join.members) if self.is_leader else []
         sync = await conn.request(SyncGroupRequest(
             group_id=self.group_id, generation_id=self.generation_id,
-            member_id=self.member_id, assignments=plan,
+            member_id=self.member_id, group_instance_id=self.group_instance_id,
+            assignments=plan,
         ), timeout_s=self._join_timeout_s)
         if sync.error_code:
             raise error_for_code(sync.error_code)
@@ -159,7 +186,8 @@ class GroupMembership:
         """Heartbeat until the coordinator answers with an error (or cannot be reached):
         that error."""
         request = HeartbeatRequest(group_id=self.group_id, generation_id=self.generation_id,
-                                   member_id=self.member_id)
+                                   member_id=self.member_id,
+                                   group_instance_id=self.group_instance_id)
         timeout_s = min(self._client.request_timeout_s, self._session_timeout_ms / 1000)
         while True:
             await trio.sleep(self._heartbeat_s)
@@ -173,7 +201,12 @@ class GroupMembership:
 
     async def recover(self, exc: ApiError) -> None:
         """Get ready to join again after ``exc`` (from ``join`` or ``heartbeats``); raises
-        ``exc`` when joining again cannot help (an inconsistent protocol, say)."""
+        ``exc`` when joining again cannot help (an inconsistent protocol; another process
+        with the same ``group_instance_id``: FENCED_INSTANCE_ID)."""
+        if isinstance(exc, FencedInstanceIdError):
+            raise FencedInstanceIdError(
+                f"group {self.group_id!r}: another member took group_instance_id "
+                f"{self.group_instance_id!r}")
         if isinstance(exc, GENERATION_ERRORS):
             self.in_generation = False
         if isinstance(exc, UnknownMemberIdError):
@@ -192,11 +225,13 @@ class GroupMembership:
             raise exc
 
     async def leave(self) -> None:
-        """LeaveGroup (within 5 s; a failure is only logged), and forget the membership."""
+        """LeaveGroup (within 5 s; a failure is only logged), and forget the membership.
+        A static member sends nothing: its session timeout ends its membership, so that a
+        restart within it moves no partition."""
         member_id, self.member_id = self.member_id, ""
         self.generation_id = -1
         self.in_generation = False
-        if not member_id:
+        if not member_id or self.group_instance_id is not None:
             await trio.lowlevel.checkpoint()
             return
         try:

@@ -83,6 +83,7 @@ class BrokerOffsetStore:
         self.coordinator = coordinator or Coordinator(client, group_id)
         self.generation_id = -1
         self.member_id = ""
+        self.group_instance_id: str | None = None
 
     async def commit(self, offsets: dict[TopicPartition, int],
                      metadata: Mapping[TopicPartition, str] | None = None) -> None:
@@ -92,7 +93,8 @@ class BrokerOffsetStore:
         notes = metadata or {}
         await self.coordinator.request(R(
             group_id=self._group, generation_id_or_member_epoch=self.generation_id,
-            member_id=self.member_id, retention_time_ms=-1,
+            member_id=self.member_id, group_instance_id=self.group_instance_id,
+            retention_time_ms=-1,
             topics=[R.OffsetCommitRequestTopic(name=topic, partitions=[
                 P(partition_index=p, committed_offset=offset,
                   committed_metadata=notes.get((topic, p), ""))

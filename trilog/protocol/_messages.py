@@ -450,10 +450,11 @@ ControlledShutdownResponse = message(
 # v1: generation/member and a per-partition commit_timestamp (v1 only); v2-4: retention;
 # v3: throttle; v6: committed_leader_epoch.
 
-OffsetCommitRequest = message(K.OFFSET_COMMIT, "OffsetCommitRequest", (0, 6), [
+OffsetCommitRequest = message(K.OFFSET_COMMIT, "OffsetCommitRequest", (0, 7), [
     F("group_id", STRING),
     F("generation_id_or_member_epoch", INT32, "1+", default=-1),
     F("member_id", STRING, "1+"),
+    F("group_instance_id", STRING, "7+", nullable="7+", default=None),
     F("retention_time_ms", INT64, "2-4", default=-1),
     F("topics", Array(Struct("OffsetCommitRequestTopic", [
         F("name", STRING),
@@ -467,7 +468,7 @@ OffsetCommitRequest = message(K.OFFSET_COMMIT, "OffsetCommitRequest", (0, 6), [
     ]))),
 ])
 
-OffsetCommitResponse = message(K.OFFSET_COMMIT, "OffsetCommitResponse", (0, 6), [
+OffsetCommitResponse = message(K.OFFSET_COMMIT, "OffsetCommitResponse", (0, 7), [
     F("throttle_time_ms", INT32, "3+"),
     F("topics", Array(Struct("OffsetCommitResponseTopic", [
         F("name", STRING),
@@ -523,11 +524,12 @@ FindCoordinatorResponse = message(K.FIND_COORDINATOR, "FindCoordinatorResponse",
 
 # -- Group membership (11-14) -------------------------------------------------------------
 
-JoinGroupRequest = message(K.JOIN_GROUP, "JoinGroupRequest", (0, 3), [
+JoinGroupRequest = message(K.JOIN_GROUP, "JoinGroupRequest", (0, 5), [
     F("group_id", STRING),
     F("session_timeout_ms", INT32),
     F("rebalance_timeout_ms", INT32, "1+", default=-1),
     F("member_id", STRING),
+    F("group_instance_id", STRING, "5+", nullable="5+", default=None),
     F("protocol_type", STRING),
     F("protocols", Array(Struct("JoinGroupRequestProtocol", [
         F("name", STRING),
@@ -535,7 +537,7 @@ JoinGroupRequest = message(K.JOIN_GROUP, "JoinGroupRequest", (0, 3), [
     ]))),
 ])
 
-JoinGroupResponse = message(K.JOIN_GROUP, "JoinGroupResponse", (0, 3), [
+JoinGroupResponse = message(K.JOIN_GROUP, "JoinGroupResponse", (0, 5), [
     F("throttle_time_ms", INT32, "2+"),
     F("error_code", INT16),
     F("generation_id", INT32, default=-1),
@@ -544,42 +546,54 @@ JoinGroupResponse = message(K.JOIN_GROUP, "JoinGroupResponse", (0, 3), [
     F("member_id", STRING),
     F("members", Array(Struct("JoinGroupResponseMember", [
         F("member_id", STRING),
+        F("group_instance_id", STRING, "5+", nullable="5+", default=None),
         F("metadata", BYTES),
     ]))),
 ])
 
-HeartbeatRequest = message(K.HEARTBEAT, "HeartbeatRequest", (0, 2), [
+HeartbeatRequest = message(K.HEARTBEAT, "HeartbeatRequest", (0, 3), [
     F("group_id", STRING),
     F("generation_id", INT32),
     F("member_id", STRING),
+    F("group_instance_id", STRING, "3+", nullable="3+", default=None),
 ])
 
-HeartbeatResponse = message(K.HEARTBEAT, "HeartbeatResponse", (0, 2), [
+HeartbeatResponse = message(K.HEARTBEAT, "HeartbeatResponse", (0, 3), [
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
 ])
 
-LeaveGroupRequest = message(K.LEAVE_GROUP, "LeaveGroupRequest", (0, 2), [
+LeaveGroupRequest = message(K.LEAVE_GROUP, "LeaveGroupRequest", (0, 3), [
     F("group_id", STRING),
-    F("member_id", STRING),
+    F("member_id", STRING, "0-2", default=""),
+    F("members", Array(Struct("MemberIdentity", [
+        F("member_id", STRING),
+        F("group_instance_id", STRING, nullable="0+", default=None),
+    ])), "3+", default=[]),
 ])
 
-LeaveGroupResponse = message(K.LEAVE_GROUP, "LeaveGroupResponse", (0, 2), [
+LeaveGroupResponse = message(K.LEAVE_GROUP, "LeaveGroupResponse", (0, 3), [
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
+    F("members", Array(Struct("MemberResponse", [
+        F("member_id", STRING),
+        F("group_instance_id", STRING, nullable="0+", default=None),
+        F("error_code", INT16),
+    ])), "3+", default=[]),
 ])
 
-SyncGroupRequest = message(K.SYNC_GROUP, "SyncGroupRequest", (0, 2), [
+SyncGroupRequest = message(K.SYNC_GROUP, "SyncGroupRequest", (0, 3), [
     F("group_id", STRING),
     F("generation_id", INT32),
     F("member_id", STRING),
+    F("group_instance_id", STRING, "3+", nullable="3+", default=None),
     F("assignments", Array(Struct("SyncGroupRequestAssignment", [
         F("member_id", STRING),
         F("assignment", BYTES),
     ]))),
 ])
 
-SyncGroupResponse = message(K.SYNC_GROUP, "SyncGroupResponse", (0, 2), [
+SyncGroupResponse = message(K.SYNC_GROUP, "SyncGroupResponse", (0, 3), [
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
     F("assignment", BYTES),
