@@ -18,7 +18,12 @@ from trilog.client import (
     NoOffsetForPartitionError,
     OffsetAndMetadata,
 )
-from trilog.client._assignment import ASSIGNORS, assign_round_robin
+from trilog.client._assignment import (
+    ASSIGNORS,
+    assign_round_robin,
+    assign_sticky,
+    cooperative_plan,
+)
 from trilog.client import open_client
 from trilog.client._coordinator import Coordinator
 from trilog.protocol import OffsetFetchRequest
@@ -44,10 +49,44 @@ def test_the_assignors_hand_out_every_partition_exactly_once():
     subs = {f"m{i}": ["a", "b", "c"] for i in range(5)}
     parts = {"a": range(7), "b": range(3), "c": range(12)}
     for name, assignor in ASSIGNORS.items():
-        plan = assignor(subs, parts)
+        plan = assignor(subs, parts, {})
         every = sorted((t, p) for m in plan.values() for t, ps in m.items() for p in ps)
         assert every == sorted((t, p) for t, ps in parts.items() for p in ps), name
         assert set(plan) == set(subs), name
+
+
+def test_sticky_keeps_what_members_own_and_balances():
+    parts = {"t": range(6)}
+    subs = {m: ["t"] for m in ("a", "b")}
+    first = assign_sticky(subs, parts, {})
+    assert sorted(len(a["t"]) for a in first.values()) == [3, 3]
+    owned = {m: [("t", p) for p in a["t"]] for m, a in first.items()}
+    # A third member: each of the two gives up exactly one, keeping the rest.
+    subs["c"] = ["t"]
+    second = assign_sticky(subs, parts, owned)
+    assert sorted(len(a.get("t", [])) for a in second.values()) == [2, 2, 2]
+    for m in ("a", "b"):
+        assert set(second[m]["t"]) <= set(first[m]["t"])
+    # The same plan again with nothing new: nothing moves.
+    owned2 = {m: [("t", p) for p in a.get("t", [])] for m, a in second.items()}
+    assert assign_sticky(subs, parts, owned2) == second
+    # A partition two members claim stays with one; gone partitions and topics are dropped.
+    claimed = assign_sticky({"a": ["t"], "b": ["t"]}, {"t": range(2)},
+                            {"a": [("t", 0), ("t", 9), ("gone", 0)], "b": [("t", 0)]})
+    assert claimed == {"a": {"t": [0]}, "b": {"t": [1]}}
+
+
+def test_cooperative_plans_leave_moving_partitions_out_for_one_round():
+    owned = {"a": [("t", 0), ("t", 1), ("t", 2)], "b": [("t", 3), ("t", 4), ("t", 5)]}
+    plan = assign_sticky({m: ["t"] for m in "abc"}, {"t": range(6)}, owned)
+    first_round = cooperative_plan(plan, owned)
+    assert first_round["c"] == {"t": []}  # its two partitions are still a's and b's
+    assert {m: len(first_round[m]["t"]) for m in "ab"} == {"a": 2, "b": 2}
+    # Next round: a and b gave them up.
+    owned = {m: [("t", p) for p in first_round[m].get("t", [])] for m in "abc"}
+    second = cooperative_plan(
+        assign_sticky({m: ["t"] for m in "abc"}, {"t": range(6)}, owned), owned)
+    assert sorted(len(second[m]["t"]) for m in "abc") == [2, 2, 2]
 
 
 # -- a real broker --------------------------------------------------------------------------------
@@ -459,7 +498,7 @@ async def test_trilog_kafka_python_and_librdkafka_members_share_a_group(broker, 
                 assert description.protocol == strategy
                 # The group's plan is the assignor's, whoever led it.
                 plan = ASSIGNORS[strategy]({m.member_id: topics for m in description.members},
-                                           {t: range(2) for t in topics})
+                                           {t: range(2) for t in topics}, {})
                 assert {m.member_id: sorted(m.assignment) for m in description.members} == \
                     {m: sorted((t, p) for t, ps in a.items() for p in ps)
                      for m, a in plan.items()}
@@ -522,3 +561,139 @@ async def test_a_second_process_with_the_same_instance_fences_the_first(broker):
                 with trio.fail_after(10):
                     while True:  # the first hears it is fenced at its next heartbeat
                         await first.getmany(timeout_ms=100)
+
+
+# -- cooperative rebalancing (KIP-429) ------------------------------------------------------------
+
+
+class SlowToRevoke(ConsumerRebalanceListener):
+    """Cleans up for a second before giving partitions up (as an application that flushes
+    state): the pause it causes shows which partitions a rebalance stops."""
+
+    async def on_partitions_revoked(self, revoked):
+        if revoked:
+            await trio.sleep(1.0)
+
+
+def longest_pause(times: list[float], start: float, end: float) -> float:
+    """The longest stretch of [start, end] without a delivery, given delivery times."""
+    inside = [t for t in times if start <= t <= end]
+    edges = [start, *inside, end]
+    return max(b - a for a, b in zip(edges, edges[1:]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
+async def test_while_a_third_member_joins_only_the_moving_partitions_pause(broker, strategy):
+    topic, partitions = "coop", 12
+    await produce(broker.bootstrap, topic, 0, partitions=partitions)
+    opts = options(broker, partition_assignment_strategy=[strategy], session_timeout_ms=6000,
+                   fetch_max_wait_ms=20)
+    delivered: dict[int, list[float]] = {p: [] for p in range(partitions)}
+
+    async def keep_producing(producer):
+        while True:
+            for p in range(partitions):
+                await producer.send(topic, b"x", partition=p)
+            await trio.sleep(0.02)
+
+    async def keep_reading(consumer):
+        while True:
+            for tp, _records in (await consumer.getmany(timeout_ms=20)).items():
+                delivered[tp.partition].append(trio.current_time())
+
+    async with trilog.open_producer(broker.bootstrap, linger_ms=1) as producer, \
+            trio.open_nursery() as nursery:
+        nursery.start_soon(keep_producing, producer)
+        async with trilog.open_consumer(topic, group_id="g", listener=SlowToRevoke(),
+                                        **opts) as a, \
+                trilog.open_consumer(topic, group_id="g", listener=SlowToRevoke(),
+                                     **opts) as b:
+            await wait_until(lambda: len(a.assignment()) == len(b.assignment()) == 6)
+            nursery.start_soon(keep_reading, a)
+            nursery.start_soon(keep_reading, b)
+            await trio.sleep(0.5)
+            before = {tp.partition: "a" for tp in a.assignment()} | \
+                {tp.partition: "b" for tp in b.assignment()}
+            start = trio.current_time()
+            async with trilog.open_consumer(topic, group_id="g", **opts) as c:
+                nursery.start_soon(keep_reading, c)
+                await wait_until(lambda: [len(m.assignment()) for m in (a, b, c)] == [4, 4, 4])
+                await trio.sleep(0.5)
+                end = trio.current_time()
+                after = {tp.partition: name for name, m in (("a", a), ("b", b), ("c", c))
+                         for tp in m.assignment()}
+                nursery.cancel_scope.cancel()
+    stayed = [p for p in range(partitions) if before[p] == after[p]]
+    moved = [p for p in range(partitions) if before[p] != after[p]]
+    pauses = {p: longest_pause(delivered[p], start, end) for p in range(partitions)}
+    if strategy == "cooperative-sticky":
+        # Sticky: only the four that c needs move.  The partitions that stay never stop;
+        # those that move wait for their owner's cleanup (1 s) and the second round.
+        assert len(moved) == 4 and len(stayed) == 8
+        assert all(pauses[p] < 0.5 for p in stayed), pauses
+        assert all(pauses[p] >= 0.9 for p in moved), pauses
+    else:
+        # Eager: every partition is revoked, and waits for the slowest cleanup.
+        assert all(pauses[p] >= 0.9 for p in range(partitions)), pauses
+
+
+@pytest.mark.slow
+async def test_trilog_and_librdkafka_share_a_cooperative_sticky_group(broker):
+    import threading
+
+    await produce(broker.bootstrap, "coop-mixed", 0, partitions=4)
+    stop = threading.Event()
+    theirs: list = []
+    their_partitions: set = set()
+    every = {TP("coop-mixed", p) for p in range(4)}
+    async with trilog.open_consumer(
+            "coop-mixed", group_id="coop", partition_assignment_strategy=["cooperative-sticky"],
+            **options(broker, session_timeout_ms=6000)) as consumer:
+        assert consumer.assignment() == every
+        async with trio.open_nursery() as nursery:
+            try:
+                # librdkafka's cooperative protocol: incremental assign and unassign.
+                def member():
+                    from confluent_kafka import Consumer
+
+                    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "coop",
+                                  "partition.assignment.strategy": "cooperative-sticky",
+                                  "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                                  "heartbeat.interval.ms": 100, "fetch.wait.max.ms": 100})
+
+                    def on_assign(_c, ps):
+                        their_partitions.update((p.topic, p.partition) for p in ps)
+
+                    def on_revoke(_c, ps):
+                        their_partitions.difference_update((p.topic, p.partition) for p in ps)
+
+                    c.subscribe(["coop-mixed"], on_assign=on_assign, on_revoke=on_revoke)
+                    try:
+                        while not stop.is_set():
+                            m = c.poll(0.1)
+                            if m is not None and not m.error():
+                                theirs.append(m.partition())
+                    finally:
+                        c.close()
+
+                nursery.start_soon(trio.to_thread.run_sync, member)
+                await wait_until(lambda: len(consumer.assignment()) == 2 and
+                                 len(their_partitions) == 2, timeout=30)
+                assert {TP(*tp) for tp in their_partitions} | consumer.assignment() == every
+                assert consumer._membership.protocol == "cooperative-sticky"
+                mine = consumer.assignment()
+                async with trilog.open_producer(broker.bootstrap) as producer:
+                    for i in range(40):
+                        await producer.send("coop-mixed", b"%d" % i, partition=i % 4)
+                ours = []
+                with trio.fail_after(20):
+                    while len(ours) + len(theirs) < 40:
+                        for tp, records in (await consumer.getmany(timeout_ms=100)).items():
+                            assert tp in mine
+                            ours.extend(records)
+            finally:
+                stop.set()
+        # librdkafka left: its two partitions come to us, ours never left.
+        await wait_until(lambda: consumer.assignment() == every, timeout=20)
+    assert len(ours) + len(theirs) == 40

@@ -90,16 +90,97 @@ def assign_round_robin(subscriptions: Mapping[str, Iterable[str]],
     return out
 
 
-#: An assignor: ``{member id: subscribed topics}``, ``{topic: partitions}`` ->
-#: ``{member id: {topic: [partitions]}}`` with every member present.
-Assignor = Callable[[Mapping[str, Iterable[str]], Mapping[str, Iterable[int]]],
+def assign_sticky(subscriptions: Mapping[str, Iterable[str]],
+                  partitions: Mapping[str, Iterable[int]],
+                  owned: Mapping[str, Iterable[tuple[str, int]]] | None = None
+                  ) -> dict[str, dict[str, list[int]]]:
+    """A sticky assignment (Kafka's ``StickyAssignor`` goals): balanced, and moving as few
+    of the ``owned`` partitions (``{member id: [(topic, partition)]}``) as balance allows.
+
+    Each member keeps what it owns that still exists and that it still subscribes to (a
+    partition two members claim stays with the first by member id); what nobody keeps goes,
+    in order, to the least loaded member subscribed to its topic; then, while some member
+    holds two more partitions than another that could take one of them, one moves.  When
+    every member subscribes to the same topics, loads end within one of each other.
+    """
+    subs = {m: set(ts) for m, ts in subscriptions.items()}
+    members = sorted(subs)
+    every = [(t, p) for t in sorted({t for ts in subs.values() for t in ts})
+             for p in sorted(set(partitions.get(t, ())))]
+    eligible = {tp: [m for m in members if tp[0] in subs[m]] for tp in every}
+    mine: dict[str, list[tuple[str, int]]] = {m: [] for m in members}
+    taken: set[tuple[str, int]] = set()
+    for m in members:
+        for tp in sorted(set((owned or {}).get(m, ()))):
+            if tp not in taken and m in eligible.get(tp, ()):
+                mine[m].append(tp)
+                taken.add(tp)
+    for tp in every:
+        if tp not in taken and eligible[tp]:
+            least = min(eligible[tp], key=lambda m: (len(mine[m]), m))
+            mine[least].append(tp)
+    moved = True
+    while moved:  # each move lowers the sum of squared loads: this ends
+        moved = False
+        for donor in sorted(members, key=lambda m: (-len(mine[m]), m)):
+            for tp in reversed(mine[donor]):
+                takers = [m for m in eligible[tp] if len(mine[m]) < len(mine[donor]) - 1]
+                if takers:
+                    taker = min(takers, key=lambda m: (len(mine[m]), m))
+                    mine[donor].remove(tp)
+                    mine[taker].append(tp)
+                    moved = True
+                    break
+            if moved:
+                break
+    out: dict[str, dict[str, list[int]]] = {m: {} for m in members}
+    for m, tps in mine.items():
+        for topic, partition in sorted(tps):
+            out[m].setdefault(topic, []).append(partition)
+    return out
+
+
+def cooperative_plan(plan: Mapping[str, Mapping[str, Iterable[int]]],
+                     owned: Mapping[str, Iterable[tuple[str, int]]]
+                     ) -> dict[str, dict[str, list[int]]]:
+    """KIP-429's cooperative step: a partition that moves to another member is left out of
+    this round, so its owner gives it up first (it sees it missing and revokes it); the
+    next rebalance, which that owner asks for, hands it to its new member."""
+    owner = {tp: m for m, tps in owned.items() for tp in tps}
+    return {m: {t: [p for p in ps if owner.get((t, p), m) == m]
+                for t, ps in assigned.items()}
+            for m, assigned in plan.items()}
+
+
+#: An assignor: ``{member id: subscribed topics}``, ``{topic: partitions}``,
+#: ``{member id: owned (topic, partition)s}`` -> ``{member id: {topic: [partitions]}}``
+#: with every member present.
+Assignor = Callable[[Mapping[str, Iterable[str]], Mapping[str, Iterable[int]],
+                     Mapping[str, Iterable[tuple[str, int]]]],
                     dict[str, dict[str, list[int]]]]
+
+
+def _cooperative_sticky(subscriptions: Mapping[str, Iterable[str]],
+                        partitions: Mapping[str, Iterable[int]],
+                        owned: Mapping[str, Iterable[tuple[str, int]]]
+                        ) -> dict[str, dict[str, list[int]]]:
+    return cooperative_plan(assign_sticky(subscriptions, partitions, owned), owned)
+
 
 #: The assignors a group member can offer, by the protocol names every Kafka client uses.
 ASSIGNORS: dict[str, Assignor] = {
-    "range": assign_members,
-    "roundrobin": assign_round_robin,
+    "range": lambda subscriptions, partitions, _owned: assign_members(subscriptions,
+                                                                      partitions),
+    "roundrobin": lambda subscriptions, partitions, _owned: assign_round_robin(
+        subscriptions, partitions),
+    "sticky": assign_sticky,
+    "cooperative-sticky": _cooperative_sticky,
 }
+#: Assignors of KIP-429's cooperative protocol: members keep their partitions while the
+#: group rebalances and give up only those that move.
+COOPERATIVE_ASSIGNORS = frozenset({"cooperative-sticky"})
+#: Assignors that read the owned partitions of the subscriptions (sent as v1).
+STICKY_ASSIGNORS = frozenset({"sticky", "cooperative-sticky"})
 
 
 def _assign_topics(subscribers: Mapping[str, Iterable[str]],

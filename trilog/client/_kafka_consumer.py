@@ -275,6 +275,8 @@ class Consumer:
         # What to read.
         self._topics: tuple[str, ...] = ()
         self._joined_topics: tuple[str, ...] = ()
+        #: the last assignment (eager sticky assignors keep it in place)
+        self._last_assigned: set[TopicPartition] = set()
         self._pattern: re.Pattern[str] | None = None
         self._listener = ConsumerRebalanceListener()
         self._manual = False
@@ -663,10 +665,12 @@ class Consumer:
                 raise
             self._committed.update(offsets)
 
-    async def _commit_processed(self) -> None:
-        """Commit the processed offsets that changed since the last commit."""
+    async def _commit_processed(self, only: set[TopicPartition] | None = None) -> None:
+        """Commit the processed offsets (of ``only``, when given) that changed since the
+        last commit."""
         changed = {tp: off for tp, off in self._processed.items()
-                   if tp in self._parts and self._committed.get(tp) != off}
+                   if tp in self._parts and self._committed.get(tp) != off
+                   and (only is None or tp in only)}
         await self._commit(changed, {})
 
     async def _auto_commit(self) -> None:
@@ -739,14 +743,23 @@ class Consumer:
             done.set()
 
     async def _join(self, membership: GroupMembership) -> None:
+        """Join the group (again) and take the assignment.  Eager assignors: everything is
+        given up first.  Cooperative ones (KIP-429): the member keeps reading while the
+        group rebalances and gives up only what the new assignment leaves out, then joins
+        once more so that those partitions reach their new owners."""
+        cooperative = membership.cooperative
         while True:
-            await self._give_up_partitions()
+            if not cooperative or self._lost:
+                await self._give_up_partitions()
             self._rejoin = trio.Event()
             try:
                 meta = await self._client.refresh_metadata()
                 self._joined_topics = self._subscribed_topics(meta)
-                assigned = await membership.join(self._joined_topics)
+                owned = set(self._parts) if cooperative else self._last_assigned
+                assigned = await membership.join(self._joined_topics, owned)
             except ApiError as exc:
+                if isinstance(exc, GENERATION_ERRORS):
+                    self._lost = True
                 try:
                     await membership.recover(exc)
                 except ApiError as fatal:
@@ -759,14 +772,22 @@ class Consumer:
                 continue
             self._lost = False
             tps = {TopicPartition(t, p) for t, ps in assigned.items() for p in ps}
+            revoked = set(self._parts) - tps
+            added = tps - set(self._parts)
+            if revoked:  # cooperative: only what moves away
+                await self._give_up_partitions(revoked, lost=False)
             self._set_partitions(tps)
+            self._last_assigned = tps
             self.rebalances += 1
             log.info("consumer %s (group %s, generation %d%s, %s) owns %s", self._member_name,
                      self.config.group_id, membership.generation_id,
                      ", leader" if membership.is_leader else "", membership.protocol,
                      _names(tps))
-            await self._tell_listener("on_partitions_assigned", tps)
+            await self._tell_listener("on_partitions_assigned", added if cooperative else tps)
             self._assigned_once.set()
+            if revoked:
+                self._request_rejoin("cooperative rebalance: what was given up goes on to "
+                                     "its new owners")
             return
 
     async def _heartbeat(self, membership: GroupMembership, scope: trio.CancelScope) -> None:
@@ -781,29 +802,32 @@ class Consumer:
                 membership.coordinator.reset()
             self._request_rejoin(f"heartbeat: {exc.name}")
 
-    async def _give_up_partitions(self) -> None:
-        """Before a rejoin: commit what was processed (auto-commit, and only if the
-        generation is still ours), tell the listener, drop the partitions."""
-        owned = set(self._parts)
+    async def _give_up_partitions(self, which: set[TopicPartition] | None = None, *,
+                                  lost: bool | None = None) -> None:
+        """Give up ``which`` (default: every partition): commit what was processed of
+        them (auto-commit, and only if the generation is still ours), tell the listener
+        (revoked, or lost when the group went on without us), drop them."""
+        owned = set(self._parts) if which is None else which & set(self._parts)
         if not owned:
             await trio.lowlevel.checkpoint()
             return
-        for st in self._parts.values():
-            st.revoking = True  # nothing more is handed out from them
+        for tp in owned:
+            self._parts[tp].revoking = True  # nothing more is handed out from them
         membership = self._membership
-        lost = self._lost or (membership is not None and not membership.in_generation)
+        if lost is None:
+            lost = self._lost or (membership is not None and not membership.in_generation)
         if lost:
             await self._tell_listener("on_partitions_lost", owned)
         else:
             if self.config.enable_auto_commit:
                 with trio.move_on_after(self.config.session_timeout_ms / 2000):
                     try:
-                        await self._commit_processed()
+                        await self._commit_processed(owned)
                     except TrilogError as exc:
                         log.warning("consumer %s: could not commit before rejoining: %s",
                                     self._member_name, exc)
             await self._tell_listener("on_partitions_revoked", owned)
-        self._set_partitions(set())
+        self._set_partitions(set(self._parts) - owned)
 
     async def _tell_listener(self, callback: str, partitions: set[TopicPartition]) -> None:
         try:

@@ -30,12 +30,12 @@ A JoinGroup parks on the coordinator for the whole join phase: requests go on th
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import trio
 
-from trilog.client._assignment import ASSIGNORS
+from trilog.client._assignment import ASSIGNORS, COOPERATIVE_ASSIGNORS, STICKY_ASSIGNORS
 from trilog.client._client import Client
 from trilog.client._coordinator import Coordinator
 from trilog.errors import (
@@ -114,12 +114,21 @@ class GroupMembership:
     def is_leader(self) -> bool:
         return bool(self.member_id) and self.member_id == self.leader_id
 
-    async def join(self, topics: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    @property
+    def cooperative(self) -> bool:
+        """KIP-429's protocol: every assignor offered is cooperative (as Kafka decides: one
+        eager assignor among them makes the member eager, the path to upgrade a group)."""
+        return all(a in COOPERATIVE_ASSIGNORS for a in self.assignors)
+
+    async def join(self, topics: Sequence[str], owned: Iterable[tuple[str, int]] = ()
+                   ) -> dict[str, tuple[int, ...]]:
         """JoinGroup and SyncGroup: our share, ``{topic: partitions}`` (only of ``topics``).
-        Raises the ``ApiError`` the coordinator answered (see ``recover``)."""
+        ``owned``: what the member owns now (sticky assignors keep it in place).  Raises
+        the ``ApiError`` the coordinator answered (see ``recover``)."""
         self.in_generation = False
         conn = await self.coordinator.connection()
-        subscription = encode_subscription(topics)
+        sticky = any(a in STICKY_ASSIGNORS for a in self.assignors)
+        subscription = encode_subscription(topics, owned=list(owned) if sticky else None)
         J = JoinGroupRequest
         version = None
         if self.group_instance_id is not None:
@@ -167,17 +176,21 @@ class GroupMembership:
     async def _plan(self, members: list[Any]) -> list[Any]:
         """The leader's assignment of every member, as SyncGroup carries them."""
         subscriptions: dict[str, tuple[str, ...]] = {}
+        owned: dict[str, tuple[tuple[str, int], ...]] = {}
         for member in members:
             try:
-                subscriptions[member.member_id] = decode_subscription(member.metadata).topics
+                subscription = decode_subscription(member.metadata)
             except ProtocolError as exc:
                 log.warning("member %s of group %s sent a bad subscription (%s); it gets "
                             "nothing", member.member_id, self.group_id, exc)
                 subscriptions[member.member_id] = ()
+                continue
+            subscriptions[member.member_id] = subscription.topics
+            owned[member.member_id] = subscription.owned
         meta = await self._client.refresh_metadata()  # the join phase may have been long
         wanted = {t for topics in subscriptions.values() for t in topics}
         self.group_partitions = {t: tuple(meta.partitions_for(t) or ()) for t in wanted}
-        plan = ASSIGNORS[self.protocol](subscriptions, self.group_partitions)
+        plan = ASSIGNORS[self.protocol](subscriptions, self.group_partitions, owned)
         A = SyncGroupRequest.SyncGroupRequestAssignment
         return [A(member_id=m, assignment=encode_assignment(plan.get(m, {})))
                 for m in subscriptions]

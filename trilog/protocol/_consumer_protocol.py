@@ -6,10 +6,12 @@ can share a group.  Types are those of ``_primitives`` (string: int16 length + U
 nullable bytes: int32 length, -1 for null)::
 
     Subscription (JoinGroup protocol metadata)
-        version      int16      0 written here; any version >= 0 is read by its v0 prefix
+        version      int16      0, or 1 with owned partitions; any version >= 0 is read
         topics       int32 n (-1: none), then n x string
         user_data    nullable bytes; absent in some writers' encodings (null)
-        ...          v1+: owned partitions, generation id, rack (not read)
+        owned        v1+: int32 n, then n x (topic string, int32 m, then m x int32): the
+                     partitions the member owns now (what sticky assignors keep in place)
+        ...          v2+: generation id, v3+: rack (not read)
 
     Assignment (SyncGroup assignment, DescribeGroups member_assignment)
         version      int16
@@ -55,6 +57,8 @@ class ConsumerSubscription(NamedTuple):
     topics: tuple[str, ...]
     user_data: bytes | None = None
     version: int = 0
+    #: v1+: the ``(topic, partition)`` pairs the member owns, sorted
+    owned: tuple[tuple[str, int], ...] = ()
 
 
 class ConsumerAssignment(NamedTuple):
@@ -68,12 +72,22 @@ class ConsumerAssignment(NamedTuple):
         return sorted((t, p) for t, ps in self.partitions.items() for p in ps)
 
 
-def encode_subscription(topics: Iterable[str], user_data: bytes | None = None) -> bytes:
-    """A v0 subscription to ``topics`` (sorted, each once)."""
+def encode_subscription(topics: Iterable[str], user_data: bytes | None = None,
+                        owned: Iterable[tuple[str, int]] | None = None) -> bytes:
+    """A subscription to ``topics`` (sorted, each once): v0, or v1 naming the ``owned``
+    partitions when they are given."""
     w = Writer()
-    INT16.write(w, 0)
+    INT16.write(w, 0 if owned is None else 1)
     _TOPICS.write(w, sorted(set(topics)))
     NULLABLE_BYTES.write(w, user_data)
+    if owned is not None:
+        by_topic: dict[str, set[int]] = {}
+        for topic, partition in owned:
+            by_topic.setdefault(topic, set()).add(partition)
+        INT32.write(w, len(by_topic))
+        for topic in sorted(by_topic):
+            STRING.write(w, topic)
+            _PARTITIONS.write(w, sorted(by_topic[topic]))
     return w.getvalue()
 
 
@@ -95,7 +109,15 @@ def decode_subscription(data: bytes | bytearray | memoryview) -> ConsumerSubscri
     try:
         version = _version(r)
         topics = tuple(_TOPICS.read(r) or ())
-        return ConsumerSubscription(topics, _user_data(r), version)
+        user_data = _user_data(r)
+        owned: list[tuple[str, int]] = []
+        if version >= 1 and r.remaining:
+            count = r.check_length(r.int32(), "owned partitions", nullable=True,
+                                   item_size=_MIN_TOPIC_ENTRY)
+            for _ in range(max(count, 0)):
+                topic = r.string()
+                owned.extend((topic, p) for p in _PARTITIONS.read(r) or ())
+        return ConsumerSubscription(topics, user_data, version, tuple(sorted(set(owned))))
     except RemoteProtocolError as exc:
         raise RemoteProtocolError(f"consumer subscription: {exc}") from None
 
