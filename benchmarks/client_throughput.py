@@ -130,7 +130,7 @@ def trilog_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int)
     async def main() -> None:
         async with trilog.open_consumer(f"bench-{os.getpid()}", bootstrap_servers=bootstrap,
                                         topics={topic: 1}, auto_offset_reset="smallest",
-                                        auto_commit_enable=False) as consumer:
+                                        enable_auto_commit=False) as consumer:
             stream = consumer.streams[topic][0]
             await stream.__anext__()  # the group has formed: off the clock, like a connect
             count, nbytes = 1, 0

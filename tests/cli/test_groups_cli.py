@@ -259,7 +259,7 @@ async def test_zookeeper_group_list_describe_and_reset(zk_cluster, zookeeper):
     await produce(bootstrap, "zk-events", {0: 10, 1: 10})
     where = ("--zookeeper", zookeeper)
     async with trilog.open_consumer("zkg", zookeeper=zookeeper, topics={"zk-events": 1},
-                                    auto_offset_reset="smallest", auto_commit_enable=False,
+                                    auto_offset_reset="smallest", enable_auto_commit=False,
                                     consumer_timeout_ms=500, consumer_id="me") as consumer:
         records = [r async for r in consumer.streams["zk-events"][0]]
         assert len(records) == 20
@@ -310,7 +310,7 @@ async def test_zookeeper_group_list_describe_and_reset(zk_cluster, zookeeper):
 
     # The connector resumes from the reset offsets.
     async with trilog.open_consumer("zkg", zookeeper=zookeeper, topics={"zk-events": 1},
-                                    auto_commit_enable=False, consumer_timeout_ms=500) as again:
+                                    enable_auto_commit=False, consumer_timeout_ms=500) as again:
         rest = [(r.partition, r.offset) async for r in again.streams["zk-events"][0]]
     assert sorted(rest) == [(1, o) for o in range(3, 10)]
 

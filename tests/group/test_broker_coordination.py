@@ -148,7 +148,7 @@ async def test_members_split_partitions_consume_everything_and_take_over_on_leav
 
 async def test_a_member_that_stops_heartbeating_loses_its_partitions(broker):
     await produce(broker.bootstrap, "beats", 0)
-    opts = options(broker, topics={"beats": 1}, auto_commit_enable=False)
+    opts = options(broker, topics={"beats": 1}, enable_auto_commit=False)
     async with trilog.open_consumer("h", **opts) as c1, trilog.open_consumer("h", **opts) as c2, \
             trilog.open_consumer("h", **opts) as c3:
         await wait_until(lambda: split_exactly([c1, c2, c3], "beats", 8))
@@ -213,7 +213,7 @@ async def test_sigkill_moves_the_partitions_within_the_session_timeout(broker):
 
 async def test_commit_offsets_and_restart_resume_from_the_committed_offset(broker):
     await produce(broker.bootstrap, "resume", 30, partitions=1)
-    opts = options(broker, topics={"resume": 1}, auto_commit_enable=False)
+    opts = options(broker, topics={"resume": 1}, enable_auto_commit=False)
     async with trilog.open_consumer("r", **opts) as c:
         stream = c.streams["resume"][0]
         seen = [await stream.__anext__() for _ in range(10)]

@@ -266,7 +266,7 @@ class GroupConsumerConnector(Generic[Streams]):
 
     async def _fetch_from(self, node: Node, tps: Sequence[TopicPartition], generation: int,
                           regroup: trio.Event) -> None:
-        max_bytes, max_wait_ms = self.config.fetch_max_bytes, self.config.fetch_wait_max_ms
+        max_bytes, max_wait_ms = self.config.fetch_max_bytes, self.config.fetch_max_wait_ms
         while True:
             wanted = [(t, p, self._positions[(t, p)], max_bytes) for t, p in tps]
             try:

@@ -120,7 +120,7 @@ class BrokerConsumerConnector(GroupConsumerConnector[Streams]):
                   ) -> None:
         async with trio.open_nursery() as nursery:
             await self._rebalance(nursery)
-            if self.config.auto_commit_enable:
+            if self.config.enable_auto_commit:
                 nursery.start_soon(self._auto_committer)
             nursery.start_soon(self._watch_metadata)
             nursery.start_soon(self._watch_polls)

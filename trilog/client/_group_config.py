@@ -27,7 +27,7 @@ class GroupConfig:
     num_streams: int
     coordination: str | None
     auto_offset_reset: str
-    auto_commit_enable: bool
+    enable_auto_commit: bool
     auto_commit_interval_ms: int
     offsets_storage: str | None
     dual_commit_enabled: bool
@@ -36,7 +36,7 @@ class GroupConfig:
     rebalance_backoff_ms: int
     queued_max_chunks: int
     fetch_max_bytes: int
-    fetch_wait_max_ms: int
+    fetch_max_wait_ms: int
     client_id: str | None
     consumer_id: str | None
     zookeeper_session_timeout_ms: int
@@ -134,7 +134,7 @@ class ConsumerOptions(SecurityOptions, total=False):
     num_streams: int
     coordination: str | None
     auto_offset_reset: str
-    auto_commit_enable: bool
+    enable_auto_commit: bool
     auto_commit_interval_ms: int
     offsets_storage: str | None
     dual_commit_enabled: bool
@@ -143,7 +143,7 @@ class ConsumerOptions(SecurityOptions, total=False):
     rebalance_backoff_ms: int
     queued_max_chunks: int
     fetch_max_bytes: int
-    fetch_wait_max_ms: int
+    fetch_max_wait_ms: int
     client_id: str | None
     consumer_id: str | None
     zookeeper_session_timeout_ms: int

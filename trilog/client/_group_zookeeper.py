@@ -118,7 +118,7 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
                 value = await self._zk.watch_children(path)
                 nursery.start_soon(self._trigger_on_change, value)
             nursery.start_soon(self._session_keeper)
-            if self.config.auto_commit_enable:
+            if self.config.enable_auto_commit:
                 nursery.start_soon(self._auto_committer)
             await self._rebalance_with_retries(nursery)
             task_status.started()
