@@ -20,9 +20,15 @@ each in its own fresh process (started and connected before the clock starts), w
 
 With ``--more`` (no targets; kafka-python beside each, in the same run):
 
-  trilog group      ``open_consumer`` (a new group, Kafka's group protocol), ``async for`` over
-                    its stream; kafka-python: ``KafkaConsumer(group_id=...)`` subscribed.  The
-                    clock starts at the first record (once the group has formed).
+  trilog consumer   ``open_consumer(topic, group_id=...)`` (Kafka's consumer, a new group),
+                    ``async for record in consumer``;
+  trilog getmany    the same, ``await consumer.getmany(max_records=500)`` in a loop;
+  trilog connector  ``open_consumer(group, topics={topic: 1})`` (the seeds' connector),
+                    ``async for`` over its stream;
+  kafka group       kafka-python's ``KafkaConsumer(topic, group_id=...)``, iterating;
+  aiokafka group    aiokafka's ``AIOKafkaConsumer(topic, group_id=...)``, ``getmany`` in a
+                    loop (its fast path), on asyncio.
+                    Each clock starts at the first record (once the group has formed).
   trilog sync       ``trilog.sync.Producer.send`` in a loop, ``flush()``: the blocking
                     facade, against kafka-python's producer (``kafka produce`` above).
 
@@ -120,6 +126,85 @@ def trilog_consume(bootstrap: str, topic: str, n: int, size: int, broker_pid: in
                     process_cpu_seconds(broker_pid) - b0, bytes=nbytes)
 
     trio.run(main)
+
+
+def trilog_consumer(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
+    import trio
+
+    import trilog
+
+    async def main() -> None:
+        async with trilog.open_consumer(topic, group_id=f"bench-{os.getpid()}",
+                                        bootstrap_servers=bootstrap,
+                                        auto_offset_reset="earliest", enable_auto_commit=False,
+                                        max_partition_fetch_bytes=FETCH_BYTES) as consumer:
+            await consumer.__anext__()  # the group has formed: off the clock, like a connect
+            count, nbytes = 1, 0
+            b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+            async for record in consumer:
+                nbytes += len(record.value)
+                count += 1
+                if count >= n:
+                    break
+            seconds = time.perf_counter() - t0
+            _report(count, seconds, time.process_time() - c0,
+                    process_cpu_seconds(broker_pid) - b0, bytes=nbytes)
+
+    trio.run(main)
+
+
+def trilog_getmany(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
+    import trio
+
+    import trilog
+
+    async def main() -> None:
+        async with trilog.open_consumer(topic, group_id=f"bench-{os.getpid()}",
+                                        bootstrap_servers=bootstrap,
+                                        auto_offset_reset="earliest", enable_auto_commit=False,
+                                        max_partition_fetch_bytes=FETCH_BYTES) as consumer:
+            await consumer.getone()  # the group has formed: off the clock, like a connect
+            count, nbytes = 1, 0
+            b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+            while count < n:
+                for records in (await consumer.getmany(timeout_ms=1000,
+                                                       max_records=500)).values():
+                    count += len(records)
+                    nbytes += sum(len(r.value) for r in records)
+            seconds = time.perf_counter() - t0
+            _report(count, seconds, time.process_time() - c0,
+                    process_cpu_seconds(broker_pid) - b0, bytes=nbytes)
+
+    trio.run(main)
+
+
+def aiokafka_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    async def main() -> None:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
+                                    group_id=f"bench-{os.getpid()}", enable_auto_commit=False,
+                                    auto_offset_reset="earliest",
+                                    max_partition_fetch_bytes=FETCH_BYTES)
+        await consumer.start()
+        try:
+            await consumer.getone()  # the group has formed: off the clock, like a connect
+            count, nbytes = 1, 0
+            b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+            while count < n:
+                for records in (await consumer.getmany(timeout_ms=1000,
+                                                       max_records=500)).values():
+                    count += len(records)
+                    nbytes += sum(len(r.value) for r in records)
+            seconds = time.perf_counter() - t0
+            _report(count, seconds, time.process_time() - c0,
+                    process_cpu_seconds(broker_pid) - b0, bytes=nbytes)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(main())
 
 
 def trilog_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
@@ -228,7 +313,10 @@ WORKERS = {
     "kafka-produce": kafka_produce,
     "kafka-consume": kafka_consume,
     "trilog-group": trilog_group,
+    "trilog-consumer": trilog_consumer,
+    "trilog-getmany": trilog_getmany,
     "kafka-group": kafka_group,
+    "aiokafka-group": aiokafka_group,
     "trilog-sync": trilog_sync,
 }
 
@@ -307,9 +395,12 @@ def main(argv: list[str] | None = None) -> int:
                 phases += [("kafka-produce", "kafka-bench", kn),
                            ("kafka-consume", "kafka-bench", kn)]
             if args.more:
-                phases += [("trilog-group", "trilog-bench", n), ("trilog-sync", "sync-bench", n)]
+                phases += [("trilog-consumer", "trilog-bench", n),
+                           ("trilog-getmany", "trilog-bench", n),
+                           ("trilog-group", "trilog-bench", n), ("trilog-sync", "sync-bench", n)]
                 if not args.no_kafka:
-                    phases += [("kafka-group", "kafka-bench", kn)]
+                    phases += [("kafka-group", "kafka-bench", kn),
+                               ("aiokafka-group", "kafka-bench", kn)]
             for name, topic, count in phases:
                 result = run_worker(name, bootstrap, topic, count, size, broker.pid, timeout)
                 results[name] = result
@@ -341,13 +432,18 @@ def main(argv: list[str] | None = None) -> int:
         print(_row(f"trilog {what}", results[f"trilog-{what}"], target, ratio))
         if ref:
             print(_row(f"kafka-python {what}", results[f"kafka-{what}"], "", ""))
-    for mine, ref in (("trilog-group", "kafka-group"), ("trilog-sync", "kafka-produce")):
+    labels = {"trilog-consumer": "trilog consumer", "trilog-getmany": "trilog getmany",
+              "trilog-group": "trilog connector", "trilog-sync": "trilog sync"}
+    for mine, ref in (("trilog-consumer", "kafka-group"), ("trilog-getmany", "kafka-group"),
+                      ("trilog-group", "kafka-group"), ("trilog-sync", "kafka-produce")):
         if mine in results:
             ratio = f"{rate(mine) / rate(ref):.1f}x kafka-python" if rate(ref) else "-"
-            label = "trilog " + mine.split("-")[1]
-            print(_row(label, results[mine], "(no target)", ratio))
-            if ref == "kafka-group" and ref in results:
-                print(_row("kafka-python group", results[ref], "", ""))
+            if mine == "trilog-getmany" and rate("aiokafka-group"):
+                ratio += f", {rate(mine) / rate('aiokafka-group'):.1f}x aiokafka"
+            print(_row(labels[mine], results[mine], "(no target)", ratio))
+    for ref, label in (("kafka-group", "kafka-python group"), ("aiokafka-group", "aiokafka group")):
+        if ref in results:
+            print(_row(label, results[ref], "", ""))
     if args.json:
         print(json.dumps({"records": n, "record_size": size, "partitions": args.partitions,
                           "results": results}))

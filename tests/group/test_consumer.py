@@ -697,3 +697,54 @@ async def test_trilog_and_librdkafka_share_a_cooperative_sticky_group(broker):
         # librdkafka left: its two partitions come to us, ours never left.
         await wait_until(lambda: consumer.assignment() == every, timeout=20)
     assert len(ours) + len(theirs) == 40
+
+
+MEMBER_SCRIPT = """
+import sys, trio, trilog
+async def main(bootstrap):
+    async with trilog.open_consumer("killed", group_id="g", bootstrap_servers=bootstrap,
+                                    session_timeout_ms=2000, heartbeat_interval_ms=100,
+                                    auto_offset_reset="earliest") as consumer:
+        print(sorted(p for _, p in consumer.assignment()), flush=True)
+        await trio.sleep_forever()
+trio.run(main, sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+async def test_the_listener_hears_a_join_and_a_sigkilled_member_in_kafkas_order(broker):
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    await produce(broker.bootstrap, "killed", 0, partitions=4)
+    recorder = Recorder()
+    every = [TP("killed", p) for p in range(4)]
+    async with trilog.open_consumer("killed", group_id="g", listener=recorder,
+                                    **options(broker)) as consumer:
+        assert recorder.calls == [("assigned", every)]
+        other = await trio.lowlevel.open_process(
+            [sys.executable, "-c", MEMBER_SCRIPT, broker.bootstrap], stdout=subprocess.PIPE)
+        try:
+            with trio.fail_after(30):
+                theirs = (await other.stdout.receive_some()).decode().strip()
+            await wait_until(lambda: len(consumer.assignment()) == 2)
+            mine = sorted(consumer.assignment())
+            assert sorted([p for _, p in mine] + json.loads(theirs)) == [0, 1, 2, 3]
+            killed_at = trio.current_time()
+            other.send_signal(signal.SIGKILL)
+            await other.wait()
+            # No LeaveGroup: the group notices when the member's session (2 s) runs out.
+            await wait_until(lambda: len(consumer.assignment()) == 4, timeout=20)
+            assert trio.current_time() - killed_at >= 1.5
+        finally:
+            if other.returncode is None:
+                other.kill()
+                await other.wait()
+    assert recorder.calls == [
+        ("assigned", every),
+        ("revoked", every), ("assigned", mine),   # the other one joined
+        ("revoked", mine), ("assigned", every),   # ... and was killed
+        ("revoked", every),                        # closing
+    ]
