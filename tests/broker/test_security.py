@@ -120,12 +120,16 @@ def test_kafka_python_with_a_wrong_password_is_refused(broker, certs, caplog):
 
     security = kafka_python_security("SASL_PLAINTEXT", "SCRAM-SHA-256", certs,
                                      password="wrong")
+    # kafka-python 3 retries its bootstrap for bootstrap_timeout_ms (30 s) whatever max_block_ms
+    bootstrap_timeout = ({"bootstrap_timeout_ms": 3000}
+                         if "bootstrap_timeout_ms" in KafkaProducer.DEFAULT_CONFIG else {})
     try:
         with caplog.at_level("WARNING", logger="kafka"), pytest.raises(KafkaError):
             # kafka-python retries the bootstrap until max_block_ms, then says so; why it
             # failed is in its log.
             KafkaProducer(bootstrap_servers=broker.listener("SASL_PLAINTEXT"),
-                          max_block_ms=3000, kafka_client=kafka_client, **security).close()
+                          max_block_ms=3000, kafka_client=kafka_client, **bootstrap_timeout,
+                          **security).close()
     finally:
         for client in clients:
             client.close()

@@ -86,6 +86,13 @@ def test_empty_assignment_null_arrays_and_absent_user_data():
 def test_newer_versions_are_read_by_their_v0_prefix():
     newer = i16(3) + i32(1) + string("t") + i32(-1) + b"owned partitions, rack..."
     assert decode_subscription(newer) == ConsumerSubscription(("t",), None, 3)
+    # v1's owned partitions are read (sticky assignors keep them in place), later fields not
+    newer = (i16(2) + i32(1) + string("t") + i32(-1) + i32(1) + string("t") + i32(2) + i32(5)
+             + i32(1) + i32(7))  # ... generation 7
+    assert decode_subscription(newer) == ConsumerSubscription(("t",), None, 2,
+                                                              (("t", 1), ("t", 5)))
+    assert decode_subscription(encode_subscription(["t"], owned=[("t", 2)])).owned == \
+        (("t", 2),)
     newer = i16(1) + i32(1) + string("t") + i32(1) + i32(4) + i32(0) + b"" + b"later"
     assert decode_assignment(newer) == ConsumerAssignment({"t": (4,)}, b"", 1)
 

@@ -419,11 +419,13 @@ async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWant
                           key_deserializer: Deserializer | None = None,
                           value_deserializer: Deserializer | None = None,
                           statistics: FetchStatistics | None = None,
+                          max_bytes: int | None = None,
                           ) -> list[FetchedRecords | ApiError]:
     """One Fetch request to ``node`` for each ``(topic, partition, offset, max_bytes)`` of
     ``wanted``, no retries: in order, each partition's records or its error.  Raises
     ``NetworkError``, ``RequestTimedOutError`` or ``ProtocolError`` when the request itself
-    fails.  ``multifetch`` and the group consumer's fetchers are built on it; an answered
+    fails.  ``max_bytes`` caps the whole answer (Kafka's ``fetch.max.bytes``; the broker
+    still returns a first batch larger than that).  ``multifetch`` and the group consumer's fetchers are built on it; an answered
     request is counted in ``statistics``."""
     R = FetchRequest
     by_topic: dict[str, list[Any]] = {}
@@ -432,7 +434,8 @@ async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWant
             R.FetchTopic.FetchPartition(partition=partition, fetch_offset=offset,
                                         partition_max_bytes=max_bytes))
     request = R(max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                max_bytes=max(sum(w[3] for w in wanted), 1) if wanted else 1,
+                max_bytes=max(min(sum(w[3] for w in wanted),
+                                  max_bytes if max_bytes is not None else 1 << 62), 1),
                 isolation_level=0,
                 topics=[R.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()])
     conn = await client.connection(node)

@@ -1025,7 +1025,7 @@ class Consumer:
                     self._client, node, wanted, max_wait_ms=config.fetch_max_wait_ms,
                     min_bytes=config.fetch_min_bytes, key_deserializer=config.key_deserializer,
                     value_deserializer=config.value_deserializer,
-                    statistics=self._fetch_stats)
+                    statistics=self._fetch_stats, max_bytes=config.fetch_max_bytes)
             except (NetworkError, RequestTimedOutError, ProtocolError) as exc:
                 log.debug("fetch from broker %d failed: %s", node.node_id, exc)
                 self._client.request_metadata_refresh()

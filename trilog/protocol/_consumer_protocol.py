@@ -10,7 +10,8 @@ nullable bytes: int32 length, -1 for null)::
         topics       int32 n (-1: none), then n x string
         user_data    nullable bytes; absent in some writers' encodings (null)
         owned        v1+: int32 n, then n x (topic string, int32 m, then m x int32): the
-                     partitions the member owns now (what sticky assignors keep in place)
+                     partitions the member owns now (what sticky assignors keep in place;
+                     read as none when it does not decode: only a hint)
         ...          v2+: generation id, v3+: rack (not read)
 
     Assignment (SyncGroup assignment, DescribeGroups member_assignment)
@@ -112,11 +113,15 @@ def decode_subscription(data: bytes | bytearray | memoryview) -> ConsumerSubscri
         user_data = _user_data(r)
         owned: list[tuple[str, int]] = []
         if version >= 1 and r.remaining:
-            count = r.check_length(r.int32(), "owned partitions", nullable=True,
-                                   item_size=_MIN_TOPIC_ENTRY)
-            for _ in range(max(count, 0)):
-                topic = r.string()
-                owned.extend((topic, p) for p in _PARTITIONS.read(r) or ())
+            try:
+                count = r.check_length(r.int32(), "owned partitions", nullable=True,
+                                       item_size=_MIN_TOPIC_ENTRY)
+                for _ in range(max(count, 0)):
+                    topic = r.string()
+                    owned.extend((topic, p) for p in _PARTITIONS.read(r) or ())
+            except RemoteProtocolError:
+                # Only a hint for sticky assignors: unreadable, the member owns nothing.
+                owned = []
         return ConsumerSubscription(topics, user_data, version, tuple(sorted(set(owned))))
     except RemoteProtocolError as exc:
         raise RemoteProtocolError(f"consumer subscription: {exc}") from None
