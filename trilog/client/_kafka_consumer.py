@@ -289,18 +289,22 @@ class Consumer:
         # The partitions.
         self._parts: dict[TopicPartition, _Partition] = {}
         self._ready: deque[_Partition] = deque()  # partitions with records to hand out
+        self._head: _Partition | None = None  # the partition __anext__ reads from now
         self._data = trio.Event()  # set (and replaced) when records arrive or we fail
         self._wakeup = trio.Event()  # set (and replaced) when a partition becomes fetchable
         self._regroup = trio.Event()  # the partitions or their leaders changed
         # Offsets.
-        self._last: ConsumerRecord | None = None
+        # What the last poll returned (processed once the application asks again): one
+        # record's partition and next offset, or a getmany batch.
+        self._last_part: _Partition | None = None
+        self._last_end = 0
         self._last_many: dict[TopicPartition, list[ConsumerRecord]] = {}
         self._processed: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._commit_lock = trio.Lock()
         # Polls.
-        self._polling = 0
-        self._last_poll = trio.current_time()
+        self._polling = 0  # polls under way
+        self._polls = 0  # polls started, ever
         self._poll_expired = False
         self._polled = trio.Event()
         self._failure: BaseException | None = None
@@ -481,29 +485,40 @@ class Consumer:
         tasks at most once a millisecond."""
         self._poll_started()
         try:
-            timeout_s = self.config.consumer_timeout_ms / 1000
-            with trio.move_on_after(timeout_s):
-                while True:
-                    self._raise_failure()
-                    record = self._take_one()
+            # The fast path, per record: the partition being read has more at hand.
+            st = self._head
+            if st is not None and self._failure is None:
+                it = st.current
+                if it is not None and not st.paused and not st.revoking:
+                    record = next(it, None)
                     if record is not None:
-                        self._last = record
+                        self._last_part, self._last_end = st, record.offset + 1
+                        st.position = self._last_end
                         await trio.lowlevel.checkpoint_if_cancelled()
                         if self._pacer.due():
                             await trio.lowlevel.cancel_shielded_checkpoint()
                         return record
-                    await self._data.wait()
-            raise StopAsyncIteration
+            return await self._next_record()
         finally:
-            self._poll_ended()
+            self._polling -= 1
+
+    async def _next_record(self) -> ConsumerRecord:
+        """``__anext__`` past its fast path: the next partition, or a wait."""
+        with trio.move_on_after(self.config.consumer_timeout_ms / 1000):
+            while True:
+                self._raise_failure()
+                record = self._take_one()
+                if record is not None:
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    return record
+                await self._data.wait()
+        raise StopAsyncIteration
 
     async def getone(self, *partitions: TopicPartition | tuple[str, int]) -> ConsumerRecord:
         """The next record (of ``partitions`` only, when given), waiting for one."""
         while True:
             batch = await self.getmany(*partitions, timeout_ms=float("inf"), max_records=1)
             for records in batch.values():
-                self._last_many = {}
-                self._last = records[0]
                 return records[0]
 
     async def getmany(self, *partitions: TopicPartition | tuple[str, int],
@@ -527,7 +542,7 @@ class Consumer:
                     await self._data.wait()
             return {}
         finally:
-            self._poll_ended()
+            self._polling -= 1
 
     def _take_one(self) -> ConsumerRecord | None:
         ready = self._ready
@@ -537,7 +552,9 @@ class Consumer:
                 if st.current is not None:
                     record = next(st.current, None)
                     if record is not None:
-                        st.position = record.offset + 1
+                        self._head = st  # __anext__'s fast path reads on from here
+                        self._last_part, self._last_end = st, record.offset + 1
+                        st.position = self._last_end
                         return record
                 if self._advance(st):
                     ready.rotate(-1)  # the next partition's turn after this fetch
@@ -596,21 +613,20 @@ class Consumer:
 
     def _poll_started(self) -> None:
         """The application asks for records: what it had before is processed."""
-        last, self._last = self._last, None
-        if last is not None:
-            self._processed_up_to(TopicPartition(last.topic, last.partition), last.offset + 1)
-        many, self._last_many = self._last_many, {}
-        for tp, records in many.items():
-            self._processed_up_to(tp, records[-1].offset + 1)
+        st = self._last_part
+        if st is not None:
+            self._last_part = None
+            if self._parts.get(st.tp) is st:  # not a partition given up meanwhile
+                self._processed[st.tp] = self._last_end
+        if self._last_many:
+            many, self._last_many = self._last_many, {}
+            for tp, records in many.items():
+                self._processed_up_to(tp, records[-1].offset + 1)
         self._polling += 1
-        self._last_poll = trio.current_time()
+        self._polls += 1
         if self._poll_expired:
             self._poll_expired = False
             self._polled.set()
-
-    def _poll_ended(self) -> None:
-        self._polling -= 1
-        self._last_poll = trio.current_time()
 
     def _processed_up_to(self, tp: TopicPartition, offset: int) -> None:
         if tp in self._parts:
@@ -883,11 +899,14 @@ class Consumer:
         for that long is out of the group (its partitions go to the others, from the last
         commit); the member joins again when it asks."""
         limit = self.config.max_poll_interval_ms / 1000
+        seen, idle_since = self._polls, trio.current_time()
         while True:
             await trio.sleep(min(limit / 4, 1.0))
-            if self._polling or self._poll_expired or not self._parts:
+            now = trio.current_time()
+            if self._polling or self._poll_expired or not self._parts or self._polls != seen:
+                seen, idle_since = self._polls, now
                 continue
-            if trio.current_time() - self._last_poll >= limit:
+            if now - idle_since >= limit:
                 log.warning("consumer %s (group %s): no poll for over max_poll_interval_ms "
                             "(%.0f s): leaving the group; it joins again at the next poll",
                             self._member_name, self.config.group_id, limit)
@@ -928,6 +947,9 @@ class Consumer:
     def _set_partitions(self, tps: set[TopicPartition]) -> None:
         """Own exactly ``tps``: states kept for the partitions kept, fresh ones (position
         unknown) for the others."""
+        for tp, st in self._parts.items():
+            if tp not in tps:
+                st.current = None  # dropped: nothing more is read from it
         self._parts = {tp: self._parts.get(tp) or _Partition(tp) for tp in sorted(tps)}
         for st in self._parts.values():
             st.revoking = False
