@@ -385,6 +385,40 @@ async def test_one_member_over_the_wire(tmp_path, version):
         await stream.aclose()
 
 
+async def test_a_static_member_over_the_wire_and_describe_groups_v4(tmp_path):
+    async with open_broker(_config(tmp_path)) as broker:
+        stream = await trio_connect(broker.port)
+        await _coordinator(stream, "s")
+        join = join_request("s")
+        join.group_instance_id = "pod-1"
+        joined = await trio_roundtrip(stream, join, 5)
+        assert joined.error_code == NONE and joined.member_id.startswith("pod-1-")
+        assert [(m.member_id, m.group_instance_id) for m in joined.members] == [
+            (joined.member_id, "pod-1")]
+        sync = sync_request("s", 1, joined.member_id, {joined.member_id: b"mine"})
+        sync.group_instance_id = "pod-1"
+        assert (await trio_roundtrip(stream, sync, 3)).error_code == NONE
+        # A dynamic member of v4 is first handed its member id.
+        first = await trio_roundtrip(stream, join_request("d"), 4)
+        assert first.error_code == MEMBER_ID_REQUIRED and first.member_id
+        described = await trio_roundtrip(stream, p.DescribeGroupsRequest(
+            groups=["s"], include_authorized_operations=True), 4)
+        (g,) = described.groups
+        assert [(m.member_id, m.group_instance_id) for m in g.members] == [
+            (joined.member_id, "pod-1")]
+        # No authorizer: Read, Delete and Describe (1 << 3, 6 and 8) on the group.
+        assert g.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
+        plain = await trio_roundtrip(stream, p.DescribeGroupsRequest(groups=["s"]), 4)
+        assert plain.groups[0].authorized_operations == p.AUTHORIZED_OPERATIONS_OMITTED
+        # LeaveGroup v3 by instance.
+        leave = p.LeaveGroupRequest(group_id="s", members=[
+            p.LeaveGroupRequest.MemberIdentity(member_id="", group_instance_id="pod-1")])
+        left = await trio_roundtrip(stream, leave, 3)
+        assert (left.error_code, [(m.group_instance_id, m.error_code) for m in left.members]) \
+            == (NONE, [("pod-1", NONE)])
+        await stream.aclose()
+
+
 async def test_join_group_v0_uses_the_session_timeout_to_rebalance(tmp_path):
     async with open_broker(_config(tmp_path, **{"group.min.session.timeout.ms": 100})) as broker:
         s1, s2 = await trio_connect(broker.port), await trio_connect(broker.port)

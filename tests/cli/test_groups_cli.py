@@ -122,7 +122,7 @@ async def test_broker_group_list_describe_and_reset(broker):
         member, host, client = rows[(TOPIC, 0)][3:]
         assert member.startswith("reader-one") and host == "/127.0.0.1" \
             and client == "reader-one"
-        assert members(described.stdout) == [[member, "/127.0.0.1", "reader-one", "2",
+        assert members(described.stdout) == [[member, "-", "/127.0.0.1", "reader-one", "2",
                                                f"{TOPIC}:0,1"]]
 
         # A dry run prints the plan and says --execute would be refused; --execute is.
@@ -277,7 +277,7 @@ async def test_zookeeper_group_list_describe_and_reset(zk_cluster, zookeeper):
             ("zk-events", 0): ["10", "15", "5", "me-0", "-", "-"],
             ("zk-events", 1): ["10", "10", "0", "me-0", "-", "-"],
         }
-        assert members(described.stdout) == [["me", "-", "-", "2", "zk-events:0,1"]]
+        assert members(described.stdout) == [["me", "-", "-", "-", "2", "zk-events:0,1"]]
 
         dry = await cli("--reset-offsets", "--group", "zkg", "--topic", "zk-events",
                         "--to-earliest", *where)

@@ -545,6 +545,7 @@ async def test_a_static_member_restarted_within_its_session_keeps_its_partitions
             async with trilog.client.open_group_admin(broker.bootstrap) as admin:
                 described = await admin.describe_group("g")
             assert described.state == "Stable" and len(described.members) == 2
+            assert {m.group_instance_id for m in described.members} == {"one", "two"}
 
 
 async def test_a_second_process_with_the_same_instance_fences_the_first(broker):

@@ -103,7 +103,7 @@ def test_truncated_bodies_raise_remote_protocol_error(cls, version):
 def test_registries_cover_the_brief():
     expected = {
         0: (0, 7), 1: (0, 10), 2: (0, 4), 3: (0, 7), 8: (0, 7), 9: (0, 5), 10: (0, 2),
-        11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 2), 16: (0, 2), 18: (0, 2),
+        11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 2), 18: (0, 2),
         19: (0, 3), 20: (0, 3), 21: (0, 1), 22: (0, 1), 32: (0, 3), 33: (0, 1), 35: (0, 1),
         37: (0, 1), 42: (0, 1), 44: (0, 0), 47: (0, 0),
         # Replication (issue 13): ControlledShutdown v0's header has no client_id.
@@ -118,6 +118,20 @@ def test_registries_cover_the_brief():
 # -- kafka-python, JSON-generated classes (compared by field name) ---------------------------
 
 
+#: int32 bit fields, which kafka-python reads as a set of bit numbers ({31}: None)
+_BIT_FIELDS = {"authorized_operations"}
+
+
+def _bits_as_set(value: int) -> set[int] | None:
+    bits = {b for b in range(32) if (value & 0xFFFFFFFF) >> b & 1}
+    return None if bits == {31} else bits
+
+
+def _bits_as_int(bits: set[int] | None) -> int:
+    unsigned = sum(1 << b for b in ({31} if bits is None else bits))
+    return unsigned - (1 << 32) if unsigned >= 1 << 31 else unsigned
+
+
 def _to_kp(data_cls, d, version):
     """Build a kafka-python DataContainer from our ``to_dict`` output."""
     fields = data_cls._struct.fields
@@ -126,7 +140,9 @@ def _to_kp(data_cls, d, version):
     kwargs = {}
     for name, value in d.items():
         f = fields[name]
-        if value is not None and f.is_struct_array():
+        if name in _BIT_FIELDS:
+            value = _bits_as_set(value)
+        elif value is not None and f.is_struct_array():
             value = [_to_kp(f.data_class, item, version) for item in value]
         elif value is not None and f.is_struct():
             value = _to_kp(f.data_class, value, version)
@@ -136,7 +152,8 @@ def _to_kp(data_cls, d, version):
 
 def _kp_plain(value):
     if isinstance(value, dict):
-        return {k: _kp_plain(v) for k, v in value.items()}
+        return {k: _bits_as_int(v) if k in _BIT_FIELDS else _kp_plain(v)
+                for k, v in value.items()}
     if isinstance(value, list):
         return [_kp_plain(v) for v in value]
     if isinstance(value, (bytearray, memoryview)):
@@ -228,8 +245,15 @@ def _create_partitions_grouped(values):
     return ([(name, (count, assignments)) for name, count, assignments in topics], *rest)
 
 
+def _describe_groups_bits(values):
+    """kafka-python.old reads a group's ``authorized_operations`` as a set (a BitField)."""
+    throttle, groups = values
+    return (throttle, [(*group[:-1], _bits_as_set(group[-1])) for group in groups])
+
+
 #: Old classes that group fields differently but write the same bytes: our values in theirs.
 _KP_OLD_SHAPE = {(37, True, v): _create_partitions_grouped for v in (0, 1)}
+_KP_OLD_SHAPE.update({(15, False, v): _describe_groups_bits for v in (3, 4)})
 
 
 # -- Hand-built byte vectors (Kafka's JSON spec read field by field) -------------------------

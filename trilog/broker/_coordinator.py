@@ -63,6 +63,7 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
 )
 from trilog.protocol import (
+    AUTHORIZED_OPERATIONS_OMITTED,
     CONSUMER_PROTOCOL_TYPE,
     ApiKey,
     DescribeGroupsResponse,
@@ -524,6 +525,16 @@ class GroupCoordinator:
         R = DescribeGroupsResponse
         G = R.DescribedGroup
         out: list[StructValue] = []
+        asked = header.api_version >= 3 and request.include_authorized_operations
+
+        def operations(gid: str) -> int:
+            """What the principal may do to the group, as Kafka's bit field."""
+            if not asked:
+                return AUTHORIZED_OPERATIONS_OMITTED
+            return sum(1 << op.value for op in (AclOperation.READ, AclOperation.DELETE,
+                                                AclOperation.DESCRIBE)
+                       if self.access(op, ResourceType.GROUP, gid))
+
         for gid in request.groups:
             code = self._error_for(gid)
             if not self.access(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
@@ -531,16 +542,19 @@ class GroupCoordinator:
             group = self.groups.get(gid)
             if code:
                 out.append(G(error_code=code, group_id=gid, group_state="", protocol_type="",
-                             protocol_data="", members=[]))
+                             protocol_data="", members=[],
+                             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             elif group is None:
                 has_offsets = self.offsets.has_offsets(self.partition_of(gid), gid)
                 out.append(G(error_code=NO_ERROR, group_id=gid,
                              group_state="Empty" if has_offsets else "Dead",
-                             protocol_type="", protocol_data="", members=[]))
+                             protocol_type="", protocol_data="", members=[],
+                             authorized_operations=operations(gid)))
             else:
                 summary = group.describe()
                 members = [G.DescribedGroupMember(**m) for m in summary.pop("members")]
-                out.append(G(error_code=NO_ERROR, group_id=gid, members=members, **summary))
+                out.append(G(error_code=NO_ERROR, group_id=gid, members=members,
+                             authorized_operations=operations(gid), **summary))
         return R(throttle_time_ms=0, groups=out)
 
     async def list_groups(self, request: Message, header: RequestHeader) -> Message:

@@ -560,6 +560,7 @@ class Group:
             "members": [
                 {
                     "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
                     "client_id": m.client_id,
                     "client_host": m.client_host,
                     "member_metadata": m.metadata(self.protocol) if stable else b"",

@@ -245,8 +245,10 @@ def _print_description(d: GroupDescription) -> None:
                   "CONSUMER-ID", "HOST", "CLIENT-ID"), rows)
     if d.members:
         print()
-        _print_table(("CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"), [
-            (m.member_id, m.host, m.client_id, len(m.assignment), _assignment(m.assignment))
+        _print_table(("CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                      "ASSIGNMENT"), [
+            (m.member_id, m.group_instance_id, m.host, m.client_id, len(m.assignment),
+             _assignment(m.assignment))
             for m in d.members])
 
 

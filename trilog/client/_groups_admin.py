@@ -90,6 +90,8 @@ class GroupMember:
     #: the partitions it owns (broker groups: from its ConsumerProtocol assignment, known
     #: only while the group is Stable; ZooKeeper groups: from the owner nodes)
     assignment: tuple[TopicPartition, ...] = ()
+    #: a static member's instance (KIP-345; broker groups, DescribeGroups v4+)
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -420,7 +422,7 @@ class _BrokerGroupAdmin(GroupAdmin):
                 except RemoteProtocolError:
                     assignment = []  # a client's own format: show the member without it
             member = GroupMember(m.member_id, m.client_id, m.client_host,
-                                 tuple(sorted(assignment)))
+                                 tuple(sorted(assignment)), m.group_instance_id)
             members.append(member)
             for tp in assignment:
                 owners[tp] = member

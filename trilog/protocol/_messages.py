@@ -602,11 +602,15 @@ SyncGroupResponse = message(K.SYNC_GROUP, "SyncGroupResponse", (0, 3), [
 # -- DescribeGroups (15) / ListGroups (16) ------------------------------------------------
 # v1: throttle_time_ms; v2 changes only semantics (throttling after the response).
 
-DescribeGroupsRequest = message(K.DESCRIBE_GROUPS, "DescribeGroupsRequest", (0, 2), [
+DescribeGroupsRequest = message(K.DESCRIBE_GROUPS, "DescribeGroupsRequest", (0, 4), [
     F("groups", Array(STRING)),
+    F("include_authorized_operations", BOOLEAN, "3+", default=False),
 ])
 
-DescribeGroupsResponse = message(K.DESCRIBE_GROUPS, "DescribeGroupsResponse", (0, 2), [
+#: ``authorized_operations`` when the request did not ask for them (Kafka's INT32_MIN)
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+DescribeGroupsResponse = message(K.DESCRIBE_GROUPS, "DescribeGroupsResponse", (0, 4), [
     F("throttle_time_ms", INT32, "1+"),
     F("groups", Array(Struct("DescribedGroup", [
         F("error_code", INT16),
@@ -616,11 +620,14 @@ DescribeGroupsResponse = message(K.DESCRIBE_GROUPS, "DescribeGroupsResponse", (0
         F("protocol_data", STRING),
         F("members", Array(Struct("DescribedGroupMember", [
             F("member_id", STRING),
+            F("group_instance_id", STRING, "4+", nullable="4+", default=None),
             F("client_id", STRING),
             F("client_host", STRING),
             F("member_metadata", BYTES),
             F("member_assignment", BYTES),
         ]))),
+        # a bit field: 1 << AclOperation code for each operation allowed on the group
+        F("authorized_operations", INT32, "3+", default=AUTHORIZED_OPERATIONS_OMITTED),
     ]))),
 ])
 
