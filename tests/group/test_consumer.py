@@ -749,3 +749,80 @@ async def test_the_listener_hears_a_join_and_a_sigkilled_member_in_kafkas_order(
         ("revoked", mine), ("assigned", every),   # ... and was killed
         ("revoked", every),                        # closing
     ]
+
+
+# -- found in review ------------------------------------------------------------------------------
+
+
+async def test_a_member_closing_cleanly_hands_its_partitions_over_at_once(broker):
+    await produce(broker.bootstrap, "handover", 0, partitions=2)
+    opts = options(broker, session_timeout_ms=6000)
+    async with trilog.open_consumer("handover", group_id="g", **opts) as stays:
+        async with trilog.open_consumer("handover", group_id="g", **opts):
+            await wait_until(lambda: len(stays.assignment()) == 1)
+        # LeaveGroup (v3: the member in a list): a rebalance now, not a session (6 s) later.
+        closed_at = trio.current_time()
+        await wait_until(lambda: len(stays.assignment()) == 2, timeout=5)
+        assert trio.current_time() - closed_at < 3
+
+
+async def test_a_slow_revoke_listener_keeps_its_session(broker):
+    await produce(broker.bootstrap, "slow", 0, partitions=2)
+
+    class Slow(Recorder):
+        async def on_partitions_revoked(self, revoked):
+            await super().on_partitions_revoked(revoked)
+            await trio.sleep(3)  # longer than the session (2 s): heartbeats must go on
+
+    slow = Slow()
+    async with trilog.open_consumer("slow", group_id="g", listener=slow,
+                                    **options(broker)) as a:
+        async with trilog.open_consumer("slow", group_id="g", **options(broker)):
+            await wait_until(lambda: len(a.assignment()) == 1, timeout=20)
+    assert [name for name, _ in slow.calls[:3]] == ["assigned", "revoked", "assigned"]
+    assert "lost" not in [name for name, _ in slow.calls]
+
+
+async def test_an_explicit_commit_is_not_taken_back_by_auto_commit(broker):
+    await produce(broker.bootstrap, "explicit-auto", 20, partitions=1)
+    tp = TP("explicit-auto", 0)
+    async with trilog.open_consumer("explicit-auto", group_id="g", auto_commit_interval_ms=50,
+                                    **options(broker)) as consumer:
+        with trio.fail_after(10):
+            while not await consumer.getmany(timeout_ms=500, max_records=2):
+                pass
+        await consumer.commit({tp: 15})
+        await trio.sleep(0.3)  # auto-commits run
+        assert await consumer.committed(tp) == 15
+    async with trilog.open_consumer("explicit-auto", group_id="g", **options(broker)) as again:
+        assert await again.committed(tp) == 15  # closing did not take it back either
+
+
+async def test_unsubscribe_then_subscribe_revokes_and_commits(broker):
+    await produce(broker.bootstrap, "resub", 10, partitions=1)
+    recorder = Recorder()
+    tp = TP("resub", 0)
+    async with trilog.open_consumer("resub", group_id="g", listener=recorder,
+                                    **options(broker)) as consumer:
+        await take(consumer, 6)
+        await consumer.getmany(timeout_ms=0)  # the sixth is processed now
+        consumer.unsubscribe()
+        consumer.subscribe(["resub"], listener=recorder)
+        await wait_until(lambda: len(recorder.calls) >= 3)
+        assert [name for name, _ in recorder.calls[:3]] == ["assigned", "revoked", "assigned"]
+        assert await consumer.committed(tp) == 6
+        assert (await take(consumer, 1))[0].offset == 6
+
+
+async def test_without_a_group_new_topics_do_not_reset_the_others(broker):
+    await produce(broker.bootstrap, "nogroup.a", 5, partitions=1)
+    async with trilog.open_consumer(pattern=r"nogroup\..*", metadata_max_age_ms=200,
+                                    **options(broker)) as consumer:
+        first = await take(consumer, 5)
+        assert [r.offset for r in first] == [0, 1, 2, 3, 4]
+        await produce(broker.bootstrap, "nogroup.b", 3, partitions=1)
+        await wait_until(lambda: TP("nogroup.b", 0) in consumer.assignment())
+        later = await take(consumer, 3)
+        # Only the new topic's records: nogroup.a kept its position.
+        assert {r.topic for r in later} == {"nogroup.b"}
+        assert await consumer.getmany(timeout_ms=300) == {}

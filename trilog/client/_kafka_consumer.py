@@ -74,6 +74,7 @@ from trilog.errors import (
     NetworkError,
     OffsetOutOfRangeError,
     ProtocolError,
+    RebalanceInProgressError,
     RequestTimedOutError,
     TrilogError,
 )
@@ -259,8 +260,11 @@ class Consumer:
         self._client = client
         self._nursery = nursery
         group = config.group_id
+        # Group requests on a connection of their own (a JoinGroup parks there for a whole
+        # rebalance); commits and offset fetches on the client's, so that they never wait
+        # behind a parked JoinGroup (answers come back in order per connection).
         self._coordinator = Coordinator(client, group, nursery=holder) if group else None
-        self._store = (BrokerOffsetStore(client, group, coordinator=self._coordinator)
+        self._store = (BrokerOffsetStore(client, group, coordinator=Coordinator(client, group))
                        if group else None)
         self._membership = GroupMembership(
             client, self._coordinator, group,
@@ -286,6 +290,8 @@ class Consumer:
         self._assigned_once = trio.Event()
         self._rejoin = trio.Event()
         self._lost = False
+        self._group_nursery: trio.Nursery | None = None
+        self._heartbeat_scope: trio.CancelScope | None = None
         # The partitions.
         self._parts: dict[TopicPartition, _Partition] = {}
         self._ready: deque[_Partition] = deque()  # partitions with records to hand out
@@ -298,7 +304,7 @@ class Consumer:
         # record's partition and next offset, or a getmany batch.
         self._last_part: _Partition | None = None
         self._last_end = 0
-        self._last_many: dict[TopicPartition, list[ConsumerRecord]] = {}
+        self._last_many: list[tuple[_Partition, int]] = []
         self._processed: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._commit_lock = trio.Lock()
@@ -536,7 +542,8 @@ class Consumer:
                     self._raise_failure()
                     batch = self._take_many(limit, only)
                     if batch:
-                        self._last_many = batch
+                        self._last_many = [(self._parts[tp], records[-1].offset + 1)
+                                           for tp, records in batch.items()]
                         await trio.lowlevel.checkpoint()
                         return batch
                     await self._data.wait()
@@ -619,18 +626,15 @@ class Consumer:
             if self._parts.get(st.tp) is st:  # not a partition given up meanwhile
                 self._processed[st.tp] = self._last_end
         if self._last_many:
-            many, self._last_many = self._last_many, {}
-            for tp, records in many.items():
-                self._processed_up_to(tp, records[-1].offset + 1)
+            many, self._last_many = self._last_many, []
+            for part, end in many:
+                if self._parts.get(part.tp) is part:
+                    self._processed[part.tp] = end
         self._polling += 1
         self._polls += 1
         if self._poll_expired:
             self._poll_expired = False
             self._polled.set()
-
-    def _processed_up_to(self, tp: TopicPartition, offset: int) -> None:
-        if tp in self._parts:
-            self._processed[tp] = offset
 
     # -- commits -------------------------------------------------------------------------------
 
@@ -643,51 +647,53 @@ class Consumer:
         ``RebalanceInProgressError`` when the group has moved on (the consumer then rejoins;
         the partitions may already be another member's)."""
         self._need_store("commit")
-        if offsets is None:
-            chosen = {tp: st.position for tp, st in self._parts.items()
-                      if st.position is not None}
-            self._processed.update(chosen)
-            await self._commit(chosen, {})
-            return
         values: dict[TopicPartition, int] = {}
         notes: dict[TopicPartition, str] = {}
-        for tp, value in offsets.items():
-            key = TopicPartition(*tp)
-            if isinstance(value, int):
-                values[key] = value
+        async with self._commit_lock:
+            if offsets is None:
+                values = {tp: st.position for tp, st in self._parts.items()
+                          if st.position is not None}
             else:
-                values[key], notes[key] = value.offset, value.metadata
-        await self._commit(values, notes)
+                for tp, value in offsets.items():
+                    key = TopicPartition(*tp)
+                    if isinstance(value, int):
+                        values[key] = value
+                    else:
+                        values[key], notes[key] = value.offset, value.metadata
+            await self._commit(values, notes)
+            # The application said where it is: auto-commit must not take that back.
+            self._processed.update((tp, o) for tp, o in values.items() if tp in self._parts)
 
     async def _commit(self, offsets: dict[TopicPartition, int], notes: dict[TopicPartition, str]
                       ) -> None:
+        """Commit ``offsets`` (``_commit_lock`` held)."""
         store = self._need_store("commit")
         if not offsets:
             await trio.lowlevel.checkpoint()
             return
-        async with self._commit_lock:
-            membership = self._membership if not self._manual else None
-            # A member commits as one of its generation; a manual assignment as no member.
-            store.generation_id = membership.generation_id if membership else -1
-            store.member_id = membership.member_id if membership else ""
-            store.group_instance_id = membership.group_instance_id if membership else None
-            try:
-                await store.commit({(tp.topic, tp.partition): o for tp, o in offsets.items()},
-                                   {(tp.topic, tp.partition): m for tp, m in notes.items()})
-            except REJOIN_ERRORS as exc:
-                if isinstance(exc, GENERATION_ERRORS):
-                    self._lost = True
-                self._request_rejoin(f"commit refused: {exc.name}")
-                raise
-            self._committed.update(offsets)
+        membership = self._membership if not self._manual else None
+        # A member commits as one of its generation; a manual assignment as no member.
+        store.generation_id = membership.generation_id if membership else -1
+        store.member_id = membership.member_id if membership else ""
+        store.group_instance_id = membership.group_instance_id if membership else None
+        try:
+            await store.commit({(tp.topic, tp.partition): o for tp, o in offsets.items()},
+                               {(tp.topic, tp.partition): m for tp, m in notes.items()})
+        except REJOIN_ERRORS as exc:
+            if isinstance(exc, GENERATION_ERRORS):
+                self._lost = True
+            self._request_rejoin(f"commit refused: {exc.name}")
+            raise
+        self._committed.update(offsets)
 
     async def _commit_processed(self, only: set[TopicPartition] | None = None) -> None:
         """Commit the processed offsets (of ``only``, when given) that changed since the
-        last commit."""
-        changed = {tp: off for tp, off in self._processed.items()
-                   if tp in self._parts and self._committed.get(tp) != off
-                   and (only is None or tp in only)}
-        await self._commit(changed, {})
+        last commit (read under the lock: an explicit commit under way comes first)."""
+        async with self._commit_lock:
+            changed = {tp: off for tp, off in self._processed.items()
+                       if tp in self._parts and self._committed.get(tp) != off
+                       and (only is None or tp in only)}
+            await self._commit(changed, {})
 
     async def _auto_commit(self) -> None:
         while True:
@@ -724,39 +730,47 @@ class Consumer:
         member = self._membership.member_id if self._membership else ""
         return member or self._client.client_id
 
-    def _owns_partitions(self, scope: trio.CancelScope) -> bool:
-        """Whether the subscription task of ``scope`` (ending) still speaks for the
-        partitions: no ``assign`` or new ``subscribe`` came after its ``unsubscribe``."""
-        return not self._manual and self._subscription_task in (None, scope)
-
     async def _run_group(self, scope: trio.CancelScope, previous: trio.Event,
                          done: trio.Event) -> None:
-        """The group task (see the module docstring); ends when unsubscribed or closed."""
+        """The group task (see the module docstring); ends when unsubscribed or closed.
+        The partitions it holds stay its own until it has given them up (a later
+        subscription waits for ``done``), unless ``assign`` took over meanwhile."""
         membership = self._membership
         assert membership is not None and self._coordinator is not None
         try:
             with scope:
                 await previous.wait()
                 async with trio.open_nursery() as nursery:
+                    self._group_nursery = nursery
                     nursery.start_soon(self._watch_metadata)
                     nursery.start_soon(self._watch_polls)
                     while True:
                         await self._join(membership)
-                        heartbeat = trio.CancelScope()
-                        nursery.start_soon(self._heartbeat, membership, heartbeat)
                         await self._rejoin.wait()
-                        heartbeat.cancel()
                         if self._poll_expired:
                             await self._give_up_partitions()
+                            self._stop_heartbeat()
                             await membership.leave()
                             await self._polled.wait()
         finally:
+            self._stop_heartbeat()
             with trio.CancelScope(shield=True), trio.move_on_after(10):
-                if self._owns_partitions(scope):
-                    await self._leave(membership)
-                else:
+                if self._manual:  # assign() took over: its partitions are not ours to revoke
                     await membership.leave()
+                else:
+                    await self._leave(membership)
             done.set()
+
+    def _start_heartbeat(self, membership: GroupMembership) -> None:
+        self._stop_heartbeat()
+        assert self._group_nursery is not None
+        scope = self._heartbeat_scope = trio.CancelScope()
+        self._group_nursery.start_soon(self._heartbeat, membership, scope)
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat_scope is not None:
+            self._heartbeat_scope.cancel()
+            self._heartbeat_scope = None
 
     async def _join(self, membership: GroupMembership) -> None:
         """Join the group (again) and take the assignment.  Eager assignors: everything is
@@ -765,8 +779,11 @@ class Consumer:
         once more so that those partitions reach their new owners."""
         cooperative = membership.cooperative
         while True:
+            # Heartbeats go on while the partitions are given up (a slow listener must not
+            # cost the member its session), and stop when the JoinGroup goes out.
             if not cooperative or self._lost:
                 await self._give_up_partitions()
+            self._stop_heartbeat()
             self._rejoin = trio.Event()
             try:
                 meta = await self._client.refresh_metadata()
@@ -779,7 +796,8 @@ class Consumer:
                 try:
                     await membership.recover(exc)
                 except ApiError as fatal:
-                    self._fail(fatal)
+                    self._fail(fatal)  # ends this subscription's task
+                    await trio.lowlevel.checkpoint()
                 continue
             except TrilogError as exc:  # a malformed assignment, say: try again
                 log.warning("consumer %s (group %s): rebalance failed: %s", self._member_name,
@@ -787,6 +805,7 @@ class Consumer:
                 await trio.sleep(self._backoff_s)
                 continue
             self._lost = False
+            self._start_heartbeat(membership)
             tps = {TopicPartition(t, p) for t, ps in assigned.items() for p in ps}
             revoked = set(self._parts) - tps
             added = tps - set(self._parts)
@@ -807,16 +826,23 @@ class Consumer:
             return
 
     async def _heartbeat(self, membership: GroupMembership, scope: trio.CancelScope) -> None:
+        """Heartbeats until the next JoinGroup; REBALANCE_IN_PROGRESS asks for a rejoin and
+        keeps the session alive meanwhile (the group keeps a member that heartbeats while
+        it gives its partitions up), any other error asks for a rejoin and stops."""
         with scope:
-            exc = await membership.heartbeats()
-            if scope.cancel_called:
-                return  # answered just as the group task stopped us: stale
-            if isinstance(exc, GENERATION_ERRORS):
-                self._lost = True
-                membership.in_generation = False
-            elif isinstance(exc, COORDINATOR_ERRORS):
-                membership.coordinator.reset()
-            self._request_rejoin(f"heartbeat: {exc.name}")
+            while True:
+                exc = await membership.heartbeats()
+                if scope.cancel_called:
+                    return  # answered just as the group task stopped us: stale
+                self._request_rejoin(f"heartbeat: {exc.name}")
+                if isinstance(exc, RebalanceInProgressError):
+                    continue
+                if isinstance(exc, GENERATION_ERRORS):
+                    self._lost = True
+                    membership.in_generation = False
+                elif isinstance(exc, COORDINATOR_ERRORS):
+                    membership.coordinator.reset()
+                return
 
     async def _give_up_partitions(self, which: set[TopicPartition] | None = None, *,
                                   lost: bool | None = None) -> None:
@@ -835,7 +861,7 @@ class Consumer:
         if lost:
             await self._tell_listener("on_partitions_lost", owned)
         else:
-            if self.config.enable_auto_commit:
+            if self.config.enable_auto_commit and self._store is not None:
                 with trio.move_on_after(self.config.session_timeout_ms / 2000):
                     try:
                         await self._commit_processed(owned)
@@ -851,9 +877,7 @@ class Consumer:
         except Exception as exc:
             log.error("consumer %s: the rebalance listener's %s raised %r: stopping",
                       self._member_name, callback, exc)
-            self._fail(exc)
-            if self._subscription_task is not None:
-                self._subscription_task.cancel()  # the subscription's task ends here
+            self._fail(exc)  # ends the subscription's task
             await trio.lowlevel.checkpoint_if_cancelled()
 
     async def _leave(self, membership: GroupMembership) -> None:
@@ -862,9 +886,10 @@ class Consumer:
         if not membership.member_id:
             self._set_partitions(set())
             return
-        assert self._coordinator is not None
+        assert self._coordinator is not None and self._store is not None
         try:
-            async with self._coordinator.connection_in_this_task():
+            async with self._coordinator.connection_in_this_task(), \
+                    self._store.coordinator.connection_in_this_task():
                 try:
                     if self._failure is None:
                         await self._give_up_partitions()
@@ -930,15 +955,18 @@ class Consumer:
                         wanted = {TopicPartition(t, p) for t in self._subscribed_topics(meta)
                                   for p in meta.partitions_for(t) or ()}
                         if wanted != set(self._parts):
-                            await self._give_up_partitions()
+                            # Partitions kept keep their positions (no group, no commits:
+                            # a fresh state would start over from auto_offset_reset).
+                            added = wanted - set(self._parts)
+                            await self._give_up_partitions(set(self._parts) - wanted)
                             self._set_partitions(wanted)
-                            await self._tell_listener("on_partitions_assigned", wanted)
+                            await self._tell_listener("on_partitions_assigned", added)
                         self._assigned_once.set()
                     with trio.move_on_after(self.config.metadata_max_age_ms / 1000):
                         await self._rejoin.wait()
                     self._rejoin = trio.Event()
         finally:
-            if self._owns_partitions(scope):
+            if not self._manual:
                 self._set_partitions(set())
             done.set()
 
@@ -1048,7 +1076,13 @@ class Consumer:
                     min_bytes=config.fetch_min_bytes, key_deserializer=config.key_deserializer,
                     value_deserializer=config.value_deserializer,
                     statistics=self._fetch_stats, max_bytes=config.fetch_max_bytes)
-            except (NetworkError, RequestTimedOutError, ProtocolError) as exc:
+            except TrilogError as exc:
+                if isinstance(exc, ApiError) and not exc.retriable and \
+                        not isinstance(exc, NetworkError):
+                    self._fail(exc)
+                    return
+                # A lost connection, a timeout, a garbled answer, a failed login: again,
+                # from fresh metadata.
                 log.debug("fetch from broker %d failed: %s", node.node_id, exc)
                 self._client.request_metadata_refresh()
                 await trio.sleep(self._backoff_s)
@@ -1059,13 +1093,15 @@ class Consumer:
                     continue  # sought or reassigned meanwhile
                 if isinstance(result, FetchedRecords):
                     st.highwater = result.high_watermark
-                    if result.record_count:
+                    if result.next_offset > st.fetch_offset:
+                        # Buffered even without records (a batch the cleaner emptied): the
+                        # position moves past it when it is read.
                         st.fetch_offset = result.next_offset
                         st.buffered.append(result)
                         if st.deliverable:
                             self._mark_ready(st)
                 elif isinstance(result, OffsetOutOfRangeError):
-                    await self._out_of_range(st, result)
+                    await self._out_of_range(st, epoch, result)
                 elif result.retriable:
                     self._client.request_metadata_refresh()
                     await trio.sleep(self._backoff_s)
@@ -1075,13 +1111,24 @@ class Consumer:
                     self._fail(result)
                     return
 
-    async def _out_of_range(self, st: _Partition, error: OffsetOutOfRangeError) -> None:
+    async def _out_of_range(self, st: _Partition, epoch: int,
+                            error: OffsetOutOfRangeError) -> None:
+        """``st``'s fetch offset is gone (retention) or beyond the end: reset it as
+        ``auto_offset_reset`` says, unless the application sought meanwhile."""
         try:
             offset = await self._reset_offset(st.tp)
-        except TrilogError as exc:
-            self._fail(exc if not isinstance(exc, NoOffsetForPartitionError) else
-                       NoOffsetForPartitionError(f"{error}; auto_offset_reset='none'"))
+        except NoOffsetForPartitionError:
+            self._fail(NoOffsetForPartitionError(f"{error}; auto_offset_reset='none'"))
             return
+        except TrilogError as exc:
+            if isinstance(exc, ApiError) and exc.retriable or isinstance(exc, NetworkError):
+                log.info("%s; cannot reset it yet: %s", error, exc)
+                await trio.sleep(self._backoff_s)  # the next fetch tries again
+                return
+            self._fail(exc)
+            return
+        if self._parts.get(st.tp) is not st or st.epoch != epoch:
+            return  # sought or given up meanwhile: that wins
         log.warning("%s; resetting to %d (auto_offset_reset=%r)", error, offset,
                     self.config.auto_offset_reset)
         st.seek(offset)
@@ -1089,8 +1136,12 @@ class Consumer:
     # -- failure and closing -------------------------------------------------------------------
 
     def _fail(self, exc: BaseException) -> None:
+        """The consumer stops with ``exc``: the application's next poll raises it, and the
+        subscription's task ends (it leaves the group)."""
         if self._failure is None:
             self._failure = exc
+        if self._subscription_task is not None:
+            self._subscription_task.cancel()
         self._assigned_once.set()  # nobody waits for an assignment any more
         self._data.set()
         self._data = trio.Event()
@@ -1114,9 +1165,8 @@ class Consumer:
             self._subscription_task.cancel()
         await self._subscription_done.wait()
         if self._manual and self._store is not None and self.config.enable_auto_commit:
-            assert self._coordinator is not None
             try:
-                async with self._coordinator.connection_in_this_task():
+                async with self._store.coordinator.connection_in_this_task():
                     await self._commit_processed()
             except (TrilogError, OSError) as exc:
                 log.warning("consumer %s: could not commit on closing: %s",

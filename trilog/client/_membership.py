@@ -49,6 +49,7 @@ from trilog.errors import (
     ProtocolError,
     RebalanceInProgressError,
     RequestTimedOutError,
+    TrilogError,
     UnknownMemberIdError,
     UnsupportedVersionError,
     error_for_code,
@@ -197,7 +198,8 @@ class GroupMembership:
 
     async def heartbeats(self) -> ApiError:
         """Heartbeat until the coordinator answers with an error (or cannot be reached):
-        that error."""
+        that error (a failure that is not the coordinator's answer comes as a
+        ``NetworkError``: find the coordinator again)."""
         request = HeartbeatRequest(group_id=self.group_id, generation_id=self.generation_id,
                                    member_id=self.member_id,
                                    group_instance_id=self.group_instance_id)
@@ -209,6 +211,8 @@ class GroupMembership:
                 response = await conn.request(request, timeout_s=timeout_s)
             except ApiError as exc:
                 return exc
+            except TrilogError as exc:  # a garbled answer, a failed TLS or SASL login
+                return NetworkError(f"heartbeat to the coordinator failed: {exc}")
             if response.error_code:
                 return error_for_code(response.error_code)
 
@@ -250,8 +254,11 @@ class GroupMembership:
         try:
             with trio.move_on_after(5):
                 conn = await self.coordinator.connection()
-                response = await conn.request(
-                    LeaveGroupRequest(group_id=self.group_id, member_id=member_id))
+                # v0-2 name the member alone, v3+ in a list (the encoder takes the field of
+                # the version it speaks).
+                response = await conn.request(LeaveGroupRequest(
+                    group_id=self.group_id, member_id=member_id,
+                    members=[LeaveGroupRequest.MemberIdentity(member_id=member_id)]))
                 if response.error_code:
                     log.info("member %s: LeaveGroup: %s", member_id,
                              error_for_code(response.error_code))
