@@ -103,16 +103,23 @@ class CpuMeter:
 class BrokerProcess:
     """``trilog broker`` on a free loopback port, as a child process in its own session.
 
-    ``start()`` waits for the "listening on" line; ``stop()`` asks for a clean shutdown with
-    SIGTERM and kills it if it is not gone within ``grace`` seconds.  Use as a context
-    manager so that an error or Ctrl-C in the benchmark never leaves a broker behind.
+    ``start()`` (``spawn()`` then ``wait_ready()``, apart when several start at once) waits
+    for the "listening on" line; ``stop()`` asks for a clean shutdown with SIGTERM and kills
+    it if it is not gone within ``grace`` seconds.  Use as a context manager so that an error
+    or Ctrl-C in the benchmark never leaves a broker behind.  ``broker_id`` and
+    ``zookeeper`` make it a cluster member; ``log_path`` sends its log to a file (else to
+    this process's stderr).
     """
 
     def __init__(self, log_dir: str, overrides: dict[str, object] | None = None,
-                 log_level: str = "WARNING") -> None:
+                 log_level: str = "WARNING", *, broker_id: int | None = None,
+                 zookeeper: str | None = None, log_path: str | None = None) -> None:
         self.log_dir = log_dir
         self.overrides = dict(overrides or {})
         self.log_level = log_level
+        self.broker_id = broker_id
+        self.zookeeper = zookeeper
+        self.log_path = log_path
         self.proc: subprocess.Popen | None = None
         self.host = "127.0.0.1"
         self.port = 0
@@ -126,37 +133,85 @@ class BrokerProcess:
     def address(self) -> tuple[str, int]:
         return self.host, self.port
 
-    def start(self, timeout: float = 60.0) -> BrokerProcess:
+    @property
+    def _name(self) -> str:
+        return "the broker" if self.broker_id is None else f"broker {self.broker_id}"
+
+    def spawn(self) -> None:
         cmd = [
             sys.executable, "-c",
             "import sys; from trilog.cli import main; sys.exit(main(sys.argv[1:]))",
             "broker", "--port", "0", "--host", self.host, "--log-dir", self.log_dir,
             "--log-level", self.log_level,
         ]
+        if self.broker_id is not None:
+            cmd += ["--broker-id", str(self.broker_id)]
+        if self.zookeeper is not None:
+            cmd += ["--zookeeper", self.zookeeper]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
         # A session of its own: Ctrl-C in the terminal reaches the benchmark only, which
         # then stops the broker itself (stop() runs from a finally block).
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, text=True, bufsize=1)
+        log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         text=True, bufsize=1)
+        finally:
+            if log is not None:
+                log.close()  # the child has its own descriptor
+
+    def wait_ready(self, timeout: float = 60.0) -> BrokerProcess:
+        assert self.proc is not None and self.proc.stdout is not None
+        where = f"; see {self.log_path}" if self.log_path else "; its log is on stderr above"
         deadline = time.monotonic() + timeout
-        assert self.proc.stdout is not None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RuntimeError(f"the broker did not start within {timeout:.0f} s")
+                raise RuntimeError(f"{self._name} did not start within {timeout:.0f} s{where}")
             ready, _, _ = select.select([self.proc.stdout], [], [], left)
             if not ready:
                 continue
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"the broker exited (status {self.proc.wait()}) before "
-                                   "listening; its log is on stderr above")
+                raise RuntimeError(f"{self._name} exited (status {self.proc.wait()}) before "
+                                   f"listening{where}")
             if " listening on " in line:
                 hostport = line.split(" listening on ", 1)[1].split()[0]
                 self.host, port = hostport.rsplit(":", 1)
                 self.port = int(port)
                 return self
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        self.spawn()
+        return self.wait_ready(timeout)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)  # our own child, by its pid
+
+    def reap(self, timeout: float) -> bool:
+        """Wait for the process; True if it is gone."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return True
+
+    def cpu(self) -> float:
+        """Its CPU seconds so far (0 once it is gone)."""
+        try:
+            return process_cpu_seconds(self.pid) if self.alive() else 0.0
+        except OSError:
+            return 0.0
 
     def stop(self, grace: float = 5.0) -> None:
         proc = self.proc

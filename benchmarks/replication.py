@@ -61,7 +61,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import machine_cpu_seconds, process_cpu_seconds
+from _common import BrokerProcess, machine_cpu_seconds
 
 TARGET_RATIO = 0.35
 KAFKA_2014_RATIO = 421_823 / 821_557  # 0.51
@@ -69,8 +69,6 @@ TARGET_P99_MS = 10.0
 TARGET_CONTROLLED_S = 1.0
 MIN_INSYNC = 2
 STEADY_INTERVAL_S = 0.005
-_LISTENING = re.compile(r"trilog broker (\d+) listening on (\S+):(\d+) ")
-_BROKER_MAIN = "import sys; from trilog.cli import main; sys.exit(main(sys.argv[1:]))"
 _TIME = struct.Struct(">qq")  # send time (time.time_ns()), sequence number
 
 
@@ -282,85 +280,15 @@ WORKERS = {"throughput": worker_throughput, "paced": worker_paced, "consume": wo
 # -- the cluster --------------------------------------------------------------------------------
 
 
-class Broker:
-    """A ``trilog broker`` child process in its own session, its log in a file."""
+class Broker(BrokerProcess):
+    """A member of the benchmark's cluster: ``broker-<id>/`` for data, ``broker-<id>.log``."""
 
     def __init__(self, broker_id: int, data_dir: str, zookeeper: str,
                  overrides: dict[str, object], log_level: str = "WARNING") -> None:
-        self.broker_id = broker_id
-        self.log_level = log_level
-        self.log_dir = os.path.join(data_dir, f"broker-{broker_id}")
-        self.log_path = os.path.join(data_dir, f"broker-{broker_id}.log")
-        self.zookeeper = zookeeper
-        self.overrides = overrides
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def spawn(self) -> None:
-        cmd = [sys.executable, "-c", _BROKER_MAIN, "broker", "--port", "0",
-               "--host", "127.0.0.1", "--log-dir", self.log_dir,
-               "--broker-id", str(self.broker_id), "--zookeeper", self.zookeeper,
-               "--log-level", self.log_level]
-        for key, value in self.overrides.items():
-            cmd += ["--override", f"{key}={value}"]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RuntimeError(f"broker {self.broker_id} not ready after {timeout:.0f} s; "
-                                       f"see {self.log_path}")
-                if not sel.select(left):
-                    continue
-                line = self.proc.stdout.readline().decode(errors="replace")
-                if not line:
-                    raise RuntimeError(f"broker {self.broker_id} exited ({self.proc.wait()}) "
-                                       f"before listening; see {self.log_path}")
-                match = _LISTENING.match(line)
-                if match:
-                    self.port = int(match.group(3))
-                    return
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return "127.0.0.1", self.port
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            self.proc.send_signal(sig)  # our own child, by its pid
-
-    def reap(self, timeout: float) -> bool:
-        """Wait for the process; True if it is gone."""
-        if self.proc is None:
-            return True
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return True
-
-    def cpu(self) -> float:
-        try:
-            return process_cpu_seconds(self.pid) if self.alive() else 0.0
-        except OSError:
-            return 0.0
+        super().__init__(os.path.join(data_dir, f"broker-{broker_id}"), overrides, log_level,
+                         broker_id=broker_id, zookeeper=zookeeper,
+                         log_path=os.path.join(data_dir, f"broker-{broker_id}.log"))
+        self.broker_id: int = broker_id
 
 
 class Cluster:
