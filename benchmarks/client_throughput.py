@@ -128,16 +128,20 @@ def trilog_consume(bootstrap: str, topic: str, n: int, size: int, broker_pid: in
     trio.run(main)
 
 
+def _open_bench_consumer(bootstrap: str, topic: str):
+    """Kafka's consumer as both of its phases open it: a new group, from the beginning."""
+    import trilog
+
+    return trilog.open_consumer(topic, group_id=f"bench-{os.getpid()}",
+                                bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, max_partition_fetch_bytes=FETCH_BYTES)
+
+
 def trilog_consumer(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
     import trio
 
-    import trilog
-
     async def main() -> None:
-        async with trilog.open_consumer(topic, group_id=f"bench-{os.getpid()}",
-                                        bootstrap_servers=bootstrap,
-                                        auto_offset_reset="earliest", enable_auto_commit=False,
-                                        max_partition_fetch_bytes=FETCH_BYTES) as consumer:
+        async with _open_bench_consumer(bootstrap, topic) as consumer:
             await consumer.__anext__()  # the group has formed: off the clock, like a connect
             await _time_async_for(consumer, n, broker_pid)
 
@@ -147,13 +151,8 @@ def trilog_consumer(bootstrap: str, topic: str, n: int, size: int, broker_pid: i
 def trilog_getmany(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
     import trio
 
-    import trilog
-
     async def main() -> None:
-        async with trilog.open_consumer(topic, group_id=f"bench-{os.getpid()}",
-                                        bootstrap_servers=bootstrap,
-                                        auto_offset_reset="earliest", enable_auto_commit=False,
-                                        max_partition_fetch_bytes=FETCH_BYTES) as consumer:
+        async with _open_bench_consumer(bootstrap, topic) as consumer:
             await consumer.getone()  # the group has formed: off the clock, like a connect
             await _time_getmany(consumer.getmany, n, broker_pid)
 

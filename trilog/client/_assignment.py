@@ -176,6 +176,16 @@ ASSIGNORS: dict[str, Assignor] = {
     "sticky": assign_sticky,
     "cooperative-sticky": _cooperative_sticky,
 }
+def check_assignors(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` as a tuple, or ``ValueError`` naming those trilog does not have."""
+    chosen = tuple(names)
+    unknown = [a for a in chosen if a not in ASSIGNORS]
+    if unknown or not chosen:
+        raise ValueError(f"partition_assignment_strategy: unknown assignor(s) {unknown}; "
+                         f"trilog has {sorted(ASSIGNORS)}")
+    return chosen
+
+
 #: Assignors of KIP-429's cooperative protocol: members keep their partitions while the
 #: group rebalances and give up only those that move.
 COOPERATIVE_ASSIGNORS = frozenset({"cooperative-sticky"})

@@ -477,6 +477,13 @@ async def list_offsets(client: Client, topic: str, partition: int, time: int,
     return [p.offset] if p.offset >= 0 else []
 
 
+async def offset_at(client: Client, topic: str, partition: int, time: int) -> int:
+    """The one offset ListOffsets gives for ``time`` (EARLIEST, LATEST or ms); 0 when the
+    partition answers none."""
+    offsets = await list_offsets(client, topic, partition, time)
+    return offsets[0] if offsets else 0
+
+
 async def offset_for_time(client: Client, topic: str, partition: int, time: int
                           ) -> tuple[int, int] | None:
     """The first offset of ``topic``-``partition`` whose timestamp is at least ``time``

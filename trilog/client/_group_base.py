@@ -26,7 +26,7 @@ from trilog.client._consumer import (
     FetchedRecords,
     FetchStatistics,
     fetch_from_node,
-    list_offsets,
+    offset_at,
 )
 from trilog.client._group_config import GroupConfig
 from trilog.client._metadata import Node
@@ -223,8 +223,7 @@ class GroupConsumerConnector(Generic[Streams]):
         self._committed = {}
 
     async def _reset_offset(self, tp: TopicPartition) -> int:
-        offsets = await list_offsets(self._client, tp[0], tp[1], self.config.start_offset)
-        return offsets[0] if offsets else 0
+        return await offset_at(self._client, tp[0], tp[1], self.config.start_offset)
 
     # -- fetchers ----------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple, Unpack
 import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
-from trilog.client._assignment import ASSIGNORS
+from trilog.client._assignment import check_assignors
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import (
     ConsumerRecord,
@@ -56,7 +56,7 @@ from trilog.client._consumer import (
     FetchStatistics,
     FetchWanted,
     fetch_from_node,
-    list_offsets,
+    offset_at,
     offset_for_time,
 )
 from trilog.client._coordinator import Coordinator
@@ -196,10 +196,7 @@ class ConsumerConfig:
                 raise ValueError(f"{name} must be positive")
         if self.fetch_max_wait_ms < 0 or self.fetch_min_bytes < 0:
             raise ValueError("fetch_max_wait_ms and fetch_min_bytes must not be negative")
-        unknown = [a for a in self.partition_assignment_strategy if a not in ASSIGNORS]
-        if unknown or not self.partition_assignment_strategy:
-            raise ValueError(f"partition_assignment_strategy: unknown assignor(s) {unknown}; "
-                             f"trilog has {sorted(ASSIGNORS)}")
+        check_assignors(self.partition_assignment_strategy)
 
     @property
     def reset_time(self) -> int | None:
@@ -465,11 +462,7 @@ class Consumer:
 
     async def _offsets_at(self, tps: Sequence[TopicPartition], time: int
                           ) -> dict[TopicPartition, int]:
-        out = {}
-        for tp in tps:
-            offsets = await list_offsets(self._client, tp.topic, tp.partition, time)
-            out[tp] = offsets[0] if offsets else 0
-        return out
+        return {tp: await offset_at(self._client, tp.topic, tp.partition, time) for tp in tps}
 
     async def topics(self) -> set[str]:
         """The topics the cluster has."""
@@ -1050,8 +1043,7 @@ class Consumer:
             raise NoOffsetForPartitionError(
                 f"{tp.topic}-{tp.partition} has no committed offset (or it is out of range) "
                 "and auto_offset_reset='none'")
-        offsets = await list_offsets(self._client, tp.topic, tp.partition, time)
-        return offsets[0] if offsets else 0
+        return await offset_at(self._client, tp.topic, tp.partition, time)
 
     async def _fetch_from(self, node: Node, meta: ClusterMetadata) -> None:
         """Fetch, again and again, the fetchable partitions ``node`` leads."""

@@ -35,7 +35,12 @@ from typing import Any
 
 import trio
 
-from trilog.client._assignment import ASSIGNORS, COOPERATIVE_ASSIGNORS, STICKY_ASSIGNORS
+from trilog.client._assignment import (
+    ASSIGNORS,
+    COOPERATIVE_ASSIGNORS,
+    STICKY_ASSIGNORS,
+    check_assignors,
+)
 from trilog.client._client import Client
 from trilog.client._coordinator import Coordinator
 from trilog.errors import (
@@ -86,15 +91,11 @@ class GroupMembership:
                  assignors: Sequence[str], session_timeout_ms: int,
                  rebalance_timeout_ms: int, heartbeat_interval_ms: int,
                  retry_backoff_ms: int, group_instance_id: str | None = None) -> None:
-        unknown = [a for a in assignors if a not in ASSIGNORS]
-        if unknown or not assignors:
-            raise ValueError(f"partition_assignment_strategy: unknown assignor(s) {unknown}; "
-                             f"trilog has {sorted(ASSIGNORS)}")
         self._client = client
         self.coordinator = coordinator
         self.group_id = group_id
         self.group_instance_id = group_instance_id
-        self.assignors = tuple(assignors)
+        self.assignors = check_assignors(assignors)
         self._session_timeout_ms = session_timeout_ms
         self._rebalance_timeout_ms = rebalance_timeout_ms
         self._heartbeat_s = heartbeat_interval_ms / 1000
