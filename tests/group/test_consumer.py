@@ -826,3 +826,21 @@ async def test_without_a_group_new_topics_do_not_reset_the_others(broker):
         # Only the new topic's records: nogroup.a kept its position.
         assert {r.topic for r in later} == {"nogroup.b"}
         assert await consumer.getmany(timeout_ms=300) == {}
+
+
+async def test_bad_calls_are_clear_errors(broker):
+    await produce(broker.bootstrap, "calls", 1, partitions=1)
+    tp = TP("calls", 0)
+    async with trilog.open_consumer("calls", group_id="g", **options(broker)) as consumer:
+        with pytest.raises(ValueError, match="not both or neither"):
+            consumer.subscribe(["calls"], pattern="c.*")
+        with pytest.raises(ValueError, match="not both or neither"):
+            consumer.subscribe()
+        with pytest.raises(ValueError, match="negative"):
+            consumer.seek(tp, -1)
+        with pytest.raises(ValueError, match="negative"):
+            await consumer.offsets_for_times({tp: -5})
+        with pytest.raises(IllegalStateError, match="not assigned"):
+            consumer.seek(TP("calls", 9), 0)
+        with pytest.raises(IllegalStateError, match="not assigned"):
+            await consumer.position(TP("other", 0))
