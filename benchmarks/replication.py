@@ -325,6 +325,18 @@ class Cluster:
             self.brokers[i].spawn()
         for broker in self.brokers.values():
             broker.wait_ready()
+        self.wait_registered()
+
+    def wait_registered(self, timeout: float = 30.0) -> None:
+        """Until every broker's Metadata names all of them: a broker listens before the
+        others' registrations reach it, and a topic created meanwhile with replication factor
+        3 fails with INVALID_REPLICATION_FACTOR."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(len(registered_brokers(b)) == len(self.brokers) for b in self.live()):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the brokers did not all register within {timeout:.0f} s")
 
     def restart(self, broker_id: int) -> Broker:
         broker = self.brokers[broker_id]
@@ -391,9 +403,9 @@ class Probe:
         _, body = self.p.decode_response(self._recv(size), type(request).API_KEY, version)
         return body
 
-    def metadata(self, topic: str):
+    def metadata(self, *topics: str):
         R = self.p.MetadataRequest
-        return self.call(R(topics=[R.MetadataRequestTopic(name=topic)],
+        return self.call(R(topics=[R.MetadataRequestTopic(name=t) for t in topics],
                            allow_auto_topic_creation=False), 4)
 
     def create_topic(self, topic: str, partitions: int, factor: int, configs: dict) -> None:
@@ -426,6 +438,15 @@ class Probe:
         if part.error_code:
             raise RuntimeError(f"ListOffsets {topic}-{partition}: error {part.error_code}")
         return part.offset
+
+
+def registered_brokers(broker: Broker) -> set[int]:
+    """The broker ids ``broker``'s Metadata names (none if it does not answer)."""
+    try:
+        with Probe(broker.address, timeout=2.0) as probe:
+            return {b.node_id for b in probe.metadata().brokers}
+    except OSError:
+        return set()
 
 
 def partition_states(broker: Broker, topic: str) -> dict | None:

@@ -219,7 +219,9 @@ PROPERTIES: tuple[Property, ...] = (
              "Bytes a follower's fetch asks for per partition (a larger batch still comes).",
              low=1),
     Property("replica.fetch.backoff.ms", _int, 1000,
-             "How long a follower waits after a failed fetch before trying again.", low=0),
+             "How long a follower waits after a failed fetch before trying again (a "
+             "partition whose leader has not heard of its leadership yet is retried after "
+             "20 ms first, doubling up to this).", low=0),
     Property("replica.socket.timeout.ms", _int, 30_000,
              "Timeout of a follower's fetch requests (above replica.fetch.wait.max.ms).",
              low=1),

@@ -14,9 +14,13 @@ took are dropped, so that the replicas' logs end up identical.
 A partition whose leader answers FENCED_LEADER_EPOCH (our epoch is older: a newer
 LeaderAndIsr is on its way) is dropped until the controller's next LeaderAndIsr.  One it
 answers NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_LEADER_EPOCH is
-retried after ``replica.fetch.backoff.ms``: the controller tells the leader and its followers
-at once, and a follower's first fetch may reach the leader before its LeaderAndIsr does.  A
-lost connection is retried after the same backoff.
+retried: the controller tells the leader and its followers at once, and a follower's first
+request may reach the leader a few milliseconds before the leader's LeaderAndIsr does.  The
+first retry comes after 20 ms, each further one waits twice as long, up to
+``replica.fetch.backoff.ms`` (Kafka waits the whole backoff at once: 1 s in which an
+``acks=all`` produce to the new leader waits for this follower), and a long-poll fetch of
+the other partitions waits no longer than the next retry is due.  A lost connection is
+retried after ``replica.fetch.backoff.ms``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ _FENCED = {FencedLeaderEpochError.code}
 #: the leader does not know (yet) that it leads at our epoch: try again after a backoff
 _NOT_YET = {NotLeaderOrFollowerError.code, UnknownLeaderEpochError.code,
             UnknownTopicOrPartitionError.code}
+#: the first retry of a partition whose leader does not know yet; doubled on each failure
+FIRST_RETRY_S = 0.02
 
 
 @dataclasses.dataclass(eq=False)
@@ -61,9 +67,16 @@ class FetchState:
     leader_epoch: int
     truncating: bool = True  # ask the leader where our logs diverge first
     retry_at: float = 0.0  # trio time before which this partition is not asked for
+    failures: int = 0  # answers in a row that said the leader does not know yet
 
     def ready(self) -> bool:
         return trio.current_time() >= self.retry_at
+
+    def not_yet(self, max_backoff_s: float) -> None:
+        """The leader does not know yet: ask again soon, then less and less often."""
+        delay = min(max_backoff_s, FIRST_RETRY_S * 2 ** min(self.failures, 16))
+        self.failures += 1
+        self.retry_at = trio.current_time() + delay
 
 
 class ReplicaFetchers:
@@ -176,8 +189,9 @@ class _Fetcher:
                     self.partitions.pop(tp, None)
                     continue
                 if p.error_code != NO_ERROR:
-                    st.retry_at = trio.current_time() + self.backoff_s
+                    st.not_yet(self.backoff_s)
                     continue
+                st.failures = 0
                 lg = logs.get_log(*tp)
                 if lg is None:
                     continue
@@ -211,7 +225,7 @@ class _Fetcher:
                           default=trio.current_time() + self.backoff_s)
             await trio.sleep_until(max(soonest, trio.current_time() + 0.01))
             return
-        request = R(replica_id=self.manager.broker_id, max_wait_ms=self.wait_ms,
+        request = R(replica_id=self.manager.broker_id, max_wait_ms=self._wait_ms(),
                     min_bytes=self.min_bytes, max_bytes=0x7FFFFFFF, isolation_level=0,
                     session_id=0, session_epoch=-1,
                     topics=[R.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
@@ -229,11 +243,20 @@ class _Fetcher:
                 if p.error_code in _FENCED:
                     self.partitions.pop(tp, None)
                 elif p.error_code in _NOT_YET:
-                    sent_state.retry_at = trio.current_time() + self.backoff_s
+                    sent_state.not_yet(self.backoff_s)
                 elif p.error_code == OffsetOutOfRangeError.code:
                     await self._out_of_range(lg, p)
                 elif p.error_code == NO_ERROR:
+                    sent_state.failures = 0
                     await self._append(lg, tp, p)
+
+    def _wait_ms(self) -> int:
+        """The long poll's wait: ``replica.fetch.wait.max.ms``, but no longer than until a
+        partition waiting to retry is due (it is asked for only between fetches)."""
+        waiting = [st.retry_at for st in self.partitions.values() if not st.ready()]
+        if not waiting:
+            return self.wait_ms
+        return max(0, min(self.wait_ms, int((min(waiting) - trio.current_time()) * 1000)))
 
     async def _append(self, lg: Log, tp: TopicPartition, p) -> None:
         data = p.records
