@@ -12,8 +12,10 @@ to a file, measured in the same run (issue 14, part 3; target: at most 2x the fl
   sender (this process) has sent the same number of bytes, in 1 MiB writes.  Its CPU time
   is the floor: no parsing, no CRC, no index, no answer.
 
-The phases alternate ``--rounds`` times; each line gives MB/s and CPU-s/GB, and the summary
-the median of each and their ratio.  Absolute figures on this VM swing by tens of percent:
+The phases alternate ``--rounds`` times, each after an ``os.sync()`` (off the clock: neither
+phase pays for writing back the other's dirty pages, which made the floor swing from 0.25 to
+2 CPU-s/GB); each line gives MB/s and CPU-s/GB, and the summary the median of each and
+their ratio.  Absolute figures on this VM swing by tens of percent:
 the ratio measured in one run is the figure that means something.
 
     .venv/bin/python benchmarks/produce_cost.py [--size 512M] [--rounds 3]
@@ -181,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.rounds} round(s), {os.cpu_count()} CPUs", flush=True)
             broker_phase(broker, min(args.size, 16 << 20), args.record_size)  # warm-up
             for i in range(args.rounds):
+                os.sync()  # neither phase pays for the other's dirty pages (off the clock)
                 b = broker_phase(broker, args.size, args.record_size)
+                os.sync()
                 f = floor_phase(log_dir, b["bytes"])
                 brokers.append(b)
                 floors.append(f)

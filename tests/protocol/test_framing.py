@@ -380,6 +380,27 @@ def test_large_frame_is_received_in_place_and_mixed_feed_works():
     assert splitter.feed(data[4 + len(big) :]) == [b"tail"]
 
 
+def test_a_frame_up_to_large_at_once_gets_its_whole_buffer_at_once():
+    """A produce request of a MiB is received into one buffer of its size: no growing (which
+    wrote every byte twice more), and the rest of it comes in one read."""
+    from trilog.protocol import FrameSplitter
+
+    need = FrameSplitter.LARGE_AT_ONCE
+    splitter = FrameSplitter()
+    assert splitter.feed(struct.pack(">i", need) + b"x" * 1000) == []
+    target = splitter.read_buffer()
+    assert len(target) == need - 1000
+    target[:] = b"y" * len(target)
+    del target
+    (out,) = splitter.advance(need - 1000)
+    assert out == b"x" * 1000 + b"y" * (need - 1000)
+    # One byte more and it grows with its bytes again.
+    splitter.feed(struct.pack(">i", need + 1) + b"x")
+    target = splitter.read_buffer()
+    assert len(target) < 2 * FrameSplitter.LARGE_FRAME
+    del target
+
+
 def test_a_large_frame_costs_memory_as_its_bytes_arrive_not_as_announced():
     from trilog.protocol import FrameSplitter
 

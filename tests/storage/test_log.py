@@ -366,8 +366,13 @@ def test_reader_never_sees_half_an_append(open_log):
     assert not errors, errors[0]
 
 
-def test_large_append_with_bad_crc_leaves_no_trace(open_log):
-    """Large appends check the CRC while writing; a mismatch cuts the write off again."""
+@pytest.mark.parametrize("overlapped", [False, True], ids=["crc-first", "crc-overlapped"])
+def test_large_append_with_bad_crc_leaves_no_trace(open_log, monkeypatch, overlapped):
+    """A bad CRC leaves the log as it was, whether checked before the write (the hardware
+    CRC) or beside it in a helper thread (a software CRC: the write is cut off again)."""
+    from trilog.storage import _log
+
+    monkeypatch.setattr(_log, "OVERLAP_CRC_BYTES", 256 * 1024 if overlapped else 1 << 62)
     log = open_log(LogConfig())
     log.append(make_batch(1))
     size = log.size_in_bytes

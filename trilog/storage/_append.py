@@ -1,6 +1,6 @@
 """The steps of ``Log.append`` that need no lock: check an append buffer's batch headers,
-check their CRCs (at once, or in a helper thread while the bytes are written), and plan the
-write with offsets assigned or kept.
+check their CRCs (at once, or with a software CRC in a helper thread while the bytes are
+written), and plan the write with offsets assigned or kept.
 
 An append buffer is one or more RecordBatch v2 batches (a produce request's ``records``).
 Each batch is checked once, from its 61-byte header (``trilog.records.check_batch_header``)
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from trilog.errors import CorruptMessageError, MessageTooLargeError
 from trilog.records import (
+    CRC32C_IMPLEMENTATION,
     HEADER_SIZE,
     LOG_OVERHEAD,
     batch_crc,
@@ -37,8 +39,13 @@ _EPOCH_END = _EPOCH_POSITION + 4
 #: Up to this many batches per append are written with ``writev`` (no copy at all).
 _MAX_IOVECS_BATCHES = 256
 #: From this many bytes on, the CRC-32C check runs in a helper thread while the bytes are
-#: written (both release the GIL); a bad CRC cuts the uncommitted write off again.
-OVERLAP_CRC_BYTES = 256 * 1024
+#: written (both release the GIL); a bad CRC cuts the uncommitted write off again.  Only
+#: with a software CRC (crcmod: ~2 ms per MiB, longer than the write): the hardware one
+#: checks a MiB in ~40 us, less than handing it to a helper thread and waiting for its
+#: answer costs, so with it every append checks its CRCs before writing.
+OVERLAP_CRC_BYTES = (
+    sys.maxsize if CRC32C_IMPLEMENTATION == "crc32c (hardware)" else 256 * 1024
+)
 
 #: ``(position in the buffer, size, base_offset, last_offset_delta, max_timestamp, crc)``
 #: of each batch of an append buffer: what the later steps need of its header, as a plain

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
@@ -65,6 +66,39 @@ logger = logging.getLogger("trilog.storage")
 
 #: ``Log.cheap_append``: appends up to this size are a page-cache write of microseconds.
 CHEAP_APPEND_BYTES = 64 * 1024
+#: Larger appends up to this size are cheap too while writes are fast: a MiB reaches the page
+#: cache in ~0.1-0.3 ms here, less than the hop to a worker thread and back costs (~60 us of
+#: CPU and as much wall time: two thread wake-ups), and the hop was a sixth of a broker's CPU
+#: under librdkafka's 1 MB produce requests.  One write that takes over ``SLOW_WRITE_S``
+#: (the kernel throttling writers while dirty pages go to disk, a slow or failing disk) sends
+#: them back to worker threads for ``SLOW_WRITE_COOL_DOWN_S``, so that an event loop is not
+#: held up by the disk.
+INLINE_APPEND_BYTES = 2 * 1024 * 1024
+SLOW_WRITE_S = 0.005
+SLOW_WRITE_COOL_DOWN_S = 10.0
+
+
+class _WriteWatch:
+    """Whether segment writes are fast now: one per process, as the page cache is."""
+
+    __slots__ = ("slow_until",)
+
+    def __init__(self) -> None:
+        self.slow_until = 0.0  # perf_counter time before which large appends use threads
+
+    def wrote(self, seconds: float) -> None:
+        if seconds > SLOW_WRITE_S:
+            if self.fast():
+                logger.info("a segment write took %.1f ms: appends over %d KiB go to worker "
+                            "threads for %.0f s", seconds * 1000, CHEAP_APPEND_BYTES // 1024,
+                            SLOW_WRITE_COOL_DOWN_S)
+            self.slow_until = time.perf_counter() + SLOW_WRITE_COOL_DOWN_S
+
+    def fast(self) -> bool:
+        return time.perf_counter() >= self.slow_until
+
+
+WRITES = _WriteWatch()
 
 
 class LogAppendInfo(NamedTuple):
@@ -326,9 +360,13 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def cheap_append(self, nbytes: int) -> bool:
-        """Would an append of ``nbytes`` be only a page-cache write (small, and no fsync by
-        message count)?  Callers on an event loop append those inline, not in a thread."""
-        return nbytes <= CHEAP_APPEND_BYTES and self.config.flush_interval_messages == NEVER
+        """Would an append of ``nbytes`` be only a quick page-cache write (no fsync by
+        message count; small, or up to ``INLINE_APPEND_BYTES`` while no recent write was
+        slow)?  Callers on an event loop append those inline, not in a thread."""
+        if self.config.flush_interval_messages != NEVER:
+            return False
+        return nbytes <= CHEAP_APPEND_BYTES or (
+            nbytes <= INLINE_APPEND_BYTES and WRITES.fast())
 
     def append(
         self,
@@ -440,8 +478,10 @@ class Log:
                 if segment.would_overflow_index(last):  # (should_roll checked the old one)
                     raise CorruptMessageError(
                         "append spans more offsets than a segment can index")
+            started = time.perf_counter()
             segment.append(data, len(mv), infos, now,
                            None if crc_check is None else crc_check.verify)
+            WRITES.wrote(time.perf_counter() - started)
         except BaseException:
             if epochs_changed:
                 try:
