@@ -4,9 +4,11 @@ poll of the other partitions does not hold a due retry back."""
 
 from __future__ import annotations
 
+import functools
 import types
 
 import trio
+import trio.testing
 
 from trilog.broker._fetcher import FIRST_RETRY_S, FetchState, _Fetcher
 
@@ -49,3 +51,94 @@ async def test_the_long_poll_waits_no_longer_than_the_next_retry_is_due(mock_clo
     assert f._wait_ms() == 500
     waiting.retry_at = trio.current_time() - 1.0  # due already: it goes into this fetch
     assert f._wait_ms() == 500
+
+
+# -- a partition added during a long poll ------------------------------------------------------
+
+
+class _Leader:
+    """A leader that answers ApiVersions and OffsetForLeaderEpoch, and parks every Fetch
+    forever (a long poll with nothing to send): what a follower asks, connection by
+    connection."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, str, list[tuple[str, int]]]] = []  # (conn, api, partitions)
+        self.parked = trio.Event()
+        self.connections = 0
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        from trilog.protocol import (
+            ApiKey,
+            FrameSplitter,
+            OffsetForLeaderEpochResponse,
+            api_versions_response,
+            decode_request,
+            encode_response,
+        )
+
+        self.connections += 1
+        conn = self.connections
+        splitter = FrameSplitter()
+        while data := await stream.receive_some(65536):
+            for frame in splitter.feed(data):
+                header, request = decode_request(frame)
+                if header.api_key == ApiKey.API_VERSIONS:
+                    response = api_versions_response()
+                elif header.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
+                    R = OffsetForLeaderEpochResponse
+                    self.asked.append((conn, "epochs", [(t.topic, p.partition)
+                                                        for t in request.topics
+                                                        for p in t.partitions]))
+                    response = R(throttle_time_ms=0, topics=[R.OffsetForLeaderTopicResult(
+                        topic=t.topic, partitions=[R.OffsetForLeaderTopicResult.EpochEndOffset(
+                            error_code=0, partition=p.partition, leader_epoch=1, end_offset=0)
+                            for p in t.partitions]) for t in request.topics])
+                elif header.api_key == ApiKey.FETCH:
+                    self.asked.append((conn, "fetch", [(t.topic, p.partition)
+                                                       for t in request.topics
+                                                       for p in t.partitions]))
+                    self.parked.set()
+                    await trio.sleep_forever()
+                else:
+                    raise AssertionError(f"unexpected request {header.api_key}")
+                await stream.send_all(encode_response(response, header.api_version,
+                                                      header.correlation_id))
+
+
+async def test_a_partition_added_during_a_long_poll_is_fetched_without_waiting_for_it(tmp_path):
+    """The leader parks the follower's Fetch of t-0 (forever here; up to
+    replica.fetch.wait.max.ms in life); t-1, added meanwhile, is asked for at once on a new
+    connection, not after the poll."""
+    from trilog.broker._fetcher import ReplicaFetchers
+    from trilog.broker._purgatory import FetchPurgatory
+    from trilog.storage import LogManager
+
+    leader = _Leader()
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(
+            functools.partial(trio.serve_tcp, leader.serve, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        logs = LogManager(str(tmp_path / "data"), replicated=True)
+        for p in (0, 1):
+            logs.get_or_create_log("t", p)
+        manager = types.SimpleNamespace(
+            config=CONFIG, broker_id=1, security=None, logs=logs,
+            limiter=trio.CapacityLimiter(2), purgatory=FetchPurgatory(),
+            cluster=types.SimpleNamespace(brokers=lambda: [
+                types.SimpleNamespace(node_id=2, host="127.0.0.1", port=port)]))
+        fetchers = ReplicaFetchers(manager)  # type: ignore[arg-type]
+        nursery.start_soon(fetchers.run)
+        await trio.testing.wait_all_tasks_blocked()
+        fetchers.add(("t", 0), leader=2, leader_epoch=1)
+        with trio.fail_after(10):
+            await leader.parked.wait()
+        assert leader.asked == [(1, "epochs", [("t", 0)]), (1, "fetch", [("t", 0)])]
+        fetchers.add(("t", 1), leader=2, leader_epoch=1)
+        with trio.fail_after(10):  # without the give-up: never (the poll never ends here)
+            while not any(("t", 1) in parts for _c, api, parts in leader.asked
+                          if api == "fetch"):
+                await trio.sleep(0.01)
+        assert leader.asked[2:] == [(2, "epochs", [("t", 1)]),
+                                    (2, "fetch", [("t", 0), ("t", 1)])]
+        nursery.cancel_scope.cancel()
+        logs.close()

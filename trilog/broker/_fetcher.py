@@ -21,6 +21,12 @@ first retry comes after 20 ms, each further one waits twice as long, up to
 ``acks=all`` produce to the new leader waits for this follower), and a long-poll fetch of
 the other partitions waits no longer than the next retry is due.  A lost connection is
 retried after ``replica.fetch.backoff.ms``.
+
+A partition added while the fetcher's long poll waits at the leader (a leader change moved
+it here) does not wait for that poll (up to ``replica.fetch.wait.max.ms``, in which an
+``acks=all`` produce to the new leader waits for this follower): the fetcher drops the
+connection, whose poll the leader would answer only after the wait, and starts again at once
+on a new one with the partition in its requests.
 """
 
 from __future__ import annotations
@@ -116,6 +122,7 @@ class _Fetcher:
         self.leader = leader
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._wakeup = trio.Event()
+        self._poll: trio.CancelScope | None = None  # the long poll waiting at the leader
         config = manager.config
         self.wait_ms = config["replica.fetch.wait.max.ms"]
         self.min_bytes = config["replica.fetch.min.bytes"]
@@ -124,7 +131,10 @@ class _Fetcher:
         self.timeout_s = max(config["replica.socket.timeout.ms"], self.wait_ms + 1000) / 1000
 
     def wake(self) -> None:
+        """Partitions were added: start fetching them now, not after a long poll."""
         self._wakeup.set()
+        if self._poll is not None:
+            self._poll.cancel()
 
     async def run(self) -> None:
         while True:
@@ -143,7 +153,8 @@ class _Fetcher:
                         security=self.manager.security) as conn:
                     while self.partitions:
                         await self._truncate(conn)
-                        await self._fetch(conn)
+                        if not await self._fetch(conn):
+                            break  # a poll given up: a new connection, at once
             except (TrilogError, OSError) as exc:
                 log.info("fetching from broker %d failed (%s); retrying in %.1f s",
                          self.leader, exc, self.backoff_s)
@@ -206,7 +217,9 @@ class _Fetcher:
 
     # -- fetching ---------------------------------------------------------------------------
 
-    async def _fetch(self, conn) -> None:
+    async def _fetch(self, conn) -> bool:
+        """One Fetch of every partition ready; False if partitions came while it waited at
+        the leader (it was given up, and the connection must go)."""
         logs = self.manager.logs
         R = FetchRequest
         sent: dict[TopicPartition, FetchState] = {}
@@ -224,13 +237,21 @@ class _Fetcher:
             soonest = min((st.retry_at for st in self.partitions.values()),
                           default=trio.current_time() + self.backoff_s)
             await trio.sleep_until(max(soonest, trio.current_time() + 0.01))
-            return
+            return True
         request = R(replica_id=self.manager.broker_id, max_wait_ms=self._wait_ms(),
                     min_bytes=self.min_bytes, max_bytes=0x7FFFFFFF, isolation_level=0,
                     session_id=0, session_epoch=-1,
                     topics=[R.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
                     forgotten_topics_data=[])
-        response = await conn.request(request, version=FETCH_VERSION)
+        response = None
+        self._poll = trio.CancelScope()
+        try:
+            with self._poll:
+                response = await conn.request(request, version=FETCH_VERSION)
+        finally:
+            self._poll = None
+        if response is None:  # given up by wake()
+            return False
         for topic in response.responses:
             for p in topic.partitions:
                 tp = (topic.topic, p.partition_index)
@@ -249,6 +270,7 @@ class _Fetcher:
                 elif p.error_code == NO_ERROR:
                     sent_state.failures = 0
                     await self._append(lg, tp, p)
+        return True
 
     def _wait_ms(self) -> int:
         """The long poll's wait: ``replica.fetch.wait.max.ms``, but no longer than until a
