@@ -13,9 +13,11 @@ to a file, measured in the same run (issue 14, part 3; target: at most 2x the fl
   is the floor: no parsing, no CRC, no index, no answer.
 
 The phases alternate ``--rounds`` times, each after an ``os.sync()`` (off the clock: neither
-phase pays for writing back the other's dirty pages, which made the floor swing from 0.25 to
-2 CPU-s/GB); each line gives MB/s and CPU-s/GB, and the summary the median of each and
-their ratio.  Absolute figures on this VM swing by tens of percent:
+phase pays for writing back the other's dirty pages); each line gives MB/s and CPU-s/GB, and
+the summary the median of each, the cheapest round of each, and their ratios.  Some rounds
+on this VM run in a slow state, both sides alike (~400 MB/s, 2-2.5 CPU-s/GB, the process a
+whole core busy filling fresh pages); the sync does not prevent it, so compare the cheapest
+rounds too.  Absolute figures on this VM swing by tens of percent:
 the ratio measured in one run is the figure that means something.
 
     .venv/bin/python benchmarks/produce_cost.py [--size 512M] [--rounds 3]

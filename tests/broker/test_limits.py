@@ -478,12 +478,15 @@ def test_the_broker_raises_its_soft_descriptor_limit_and_logs_the_budget(broker_
 # -- appends on the event loop ------------------------------------------------------------------
 
 
-async def test_small_appends_run_on_the_event_loop_unless_a_log_fsyncs_per_message(tmp_path):
+async def test_small_appends_run_on_the_event_loop_unless_a_log_fsyncs_per_message(
+        tmp_path, monkeypatch):
     """A produce of up to 2 MiB is appended on the event loop (no worker-thread hop) while
     writes are fast, a small one always; a larger one, or one to a log that fsyncs every few
     messages, goes to a worker thread."""
-    from trilog.storage import LogConfig
-    from trilog.storage._log import INLINE_APPEND_BYTES, WRITES
+    from trilog.storage import INLINE_APPENDS, LogConfig, _log
+    from trilog.storage._log import INLINE_APPEND_BYTES
+
+    monkeypatch.setattr(_log, "CRC32C_HARDWARE", True)  # (else only small ones)
 
     async with open_broker({"port": 0, "log.dirs": str(tmp_path / "data")}) as broker:
         logs = broker.logs
@@ -491,16 +494,22 @@ async def test_small_appends_run_on_the_event_loop_unless_a_log_fsyncs_per_messa
         logs.get_or_create_log("synced", 0, LogConfig(flush_interval_messages=1))
         small, large = b"r" * 1000, b"r" * (65 * 1024)
         inline = broker.handler._append_inline
-        WRITES.slow_until = 0.0
+        INLINE_APPENDS.slow_until = 0.0
         assert inline([("plain", 0, small, None)])
         assert inline([("plain", 0, large, None)])
         assert not inline([("plain", 0, large, None),
                            ("plain", 0, b"r" * INLINE_APPEND_BYTES, None)])
-        WRITES.wrote(1.0)  # a slow write: large appends go to threads for a while
+        legacy = bytearray(large)
+        legacy[16] = 1  # an old client's message set: converted in Python, in a thread
+        assert not inline([("plain", 0, legacy, None)])
+        legacy_small = bytearray(small)
+        legacy_small[16] = 1
+        assert inline([("plain", 0, legacy_small, None)])
+        INLINE_APPENDS.took(1.0)  # a slow one: large appends go to threads for a while
         try:
             assert inline([("plain", 0, small, None)])
             assert not inline([("plain", 0, large, None)])
         finally:
-            WRITES.slow_until = 0.0
+            INLINE_APPENDS.slow_until = 0.0
         assert not inline([("plain", 0, small, None), ("synced", 0, small, None)])
         assert not inline([("missing", 0, small, None)])

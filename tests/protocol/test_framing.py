@@ -380,25 +380,39 @@ def test_large_frame_is_received_in_place_and_mixed_feed_works():
     assert splitter.feed(data[4 + len(big) :]) == [b"tail"]
 
 
-def test_a_frame_up_to_large_at_once_gets_its_whole_buffer_at_once():
-    """A produce request of a MiB is received into one buffer of its size: no growing (which
-    wrote every byte twice more), and the rest of it comes in one read."""
+def test_a_frame_up_to_large_at_once_grows_to_its_size_in_one_step():
+    """A produce request of a MiB: its first 64 KiB arrive into a buffer of that size, which
+    then grows straight to the frame's size (doubling wrote every byte twice more), so the
+    rest can come in one read; a larger frame keeps doubling."""
     from trilog.protocol import FrameSplitter
 
-    need = FrameSplitter.LARGE_AT_ONCE
+    small = FrameSplitter.LARGE_FRAME
+    for need, second in [(FrameSplitter.LARGE_AT_ONCE, FrameSplitter.LARGE_AT_ONCE - small),
+                         (FrameSplitter.LARGE_AT_ONCE + 1, small)]:
+        splitter = FrameSplitter()
+        assert splitter.feed(struct.pack(">i", need) + b"x" * 1000) == []
+        target = splitter.read_buffer()
+        assert len(target) == small - 1000  # memory follows the bytes at first
+        target[:] = b"y" * len(target)
+        del target
+        assert splitter.advance(small - 1000) == []
+        target = splitter.read_buffer()
+        assert len(target) == second
+        del target
     splitter = FrameSplitter()
-    assert splitter.feed(struct.pack(">i", need) + b"x" * 1000) == []
-    target = splitter.read_buffer()
-    assert len(target) == need - 1000
-    target[:] = b"y" * len(target)
-    del target
-    (out,) = splitter.advance(need - 1000)
-    assert out == b"x" * 1000 + b"y" * (need - 1000)
-    # One byte more and it grows with its bytes again.
-    splitter.feed(struct.pack(">i", need + 1) + b"x")
-    target = splitter.read_buffer()
-    assert len(target) < 2 * FrameSplitter.LARGE_FRAME
-    del target
+    need = FrameSplitter.LARGE_AT_ONCE
+    body = bytes(range(256)) * (need // 256)
+    data = struct.pack(">i", need) + body
+    assert splitter.feed(data[:5000]) == []
+    pos, frames = 5000, []
+    while not frames:
+        target = splitter.read_buffer()
+        n = len(target)
+        target[:] = data[pos:pos + n]
+        del target
+        pos += n
+        frames = splitter.advance(n)
+    assert frames == [body]
 
 
 def test_a_large_frame_costs_memory_as_its_bytes_arrive_not_as_announced():

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import struct
+import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -49,6 +51,7 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
 )
 from trilog.protocol import FetchRequest, OffsetForLeaderEpochRequest
+from trilog.storage import INLINE_APPENDS
 
 if TYPE_CHECKING:
     from trilog.broker._replicas import ReplicaManager
@@ -234,9 +237,17 @@ class _Fetcher:
                 fetch_offset=lg.log_end_offset, log_start_offset=lg.log_start_offset,
                 partition_max_bytes=self.max_bytes))
         if not sent:
+            if self._truncation_due():
+                return True
+            # Every partition waits for a retry: until the first is due, or wake().
             soonest = min((st.retry_at for st in self.partitions.values()),
                           default=trio.current_time() + self.backoff_s)
-            await trio.sleep_until(max(soonest, trio.current_time() + 0.01))
+            self._poll = trio.CancelScope()
+            try:
+                with self._poll:
+                    await trio.sleep_until(max(soonest, trio.current_time() + 0.001))
+            finally:
+                self._poll = None
             return True
         request = R(replica_id=self.manager.broker_id, max_wait_ms=self._wait_ms(),
                     min_bytes=self.min_bytes, max_bytes=0x7FFFFFFF, isolation_level=0,
@@ -273,12 +284,21 @@ class _Fetcher:
         return True
 
     def _wait_ms(self) -> int:
-        """The long poll's wait: ``replica.fetch.wait.max.ms``, but no longer than until a
-        partition waiting to retry is due (it is asked for only between fetches)."""
+        """The long poll's wait: ``replica.fetch.wait.max.ms``, but none while a partition
+        is to be truncated (added since the last truncation), and no longer than until a
+        partition waiting to retry is due (both are asked for only between fetches)."""
+        if self._truncation_due():
+            return 0
         waiting = [st.retry_at for st in self.partitions.values() if not st.ready()]
         if not waiting:
             return self.wait_ms
-        return max(0, min(self.wait_ms, int((min(waiting) - trio.current_time()) * 1000)))
+        due_ms = math.ceil((min(waiting) - trio.current_time()) * 1000 - 1e-6)
+        return max(1, min(self.wait_ms, due_ms))
+
+    def _truncation_due(self) -> bool:
+        logs = self.manager.logs
+        return any(st.truncating and st.ready() and logs.get_log(*tp) is not None
+                   for tp, st in self.partitions.items())
 
     async def _append(self, lg: Log, tp: TopicPartition, p) -> None:
         data = p.records
@@ -286,7 +306,9 @@ class _Fetcher:
         if size:
             if lg.cheap_append(size):  # a page-cache write: no hop to a worker thread
                 await trio.lowlevel.checkpoint()
+                started = time.perf_counter()
                 _append_as_follower(lg, memoryview(data)[:size])
+                INLINE_APPENDS.took(time.perf_counter() - started)
             else:
                 await trio.to_thread.run_sync(_append_as_follower, lg, memoryview(data)[:size],
                                               limiter=self.manager.limiter)

@@ -78,7 +78,8 @@ from trilog.protocol import (
     peek_request_header,
 )
 from trilog.records import legacy_to_v2, v2_to_legacy
-from trilog.storage import LATEST_TIMESTAMP, LogManager, write_atomically
+from trilog.storage import INLINE_APPENDS, LATEST_TIMESTAMP, LogManager, write_atomically
+from trilog.storage._log import CHEAP_APPEND_BYTES
 
 if TYPE_CHECKING:
     from trilog.broker._replicas import ReplicaManager
@@ -370,7 +371,9 @@ class RequestHandler:
         if work:
             if self._append_inline(work):
                 # (No checkpoint of its own: the network yields between requests.)
+                started = time.perf_counter()
                 appended = self._append_all(work)
+                INLINE_APPENDS.took(time.perf_counter() - started)
             else:
                 appended = await trio.to_thread.run_sync(self._append_all, work,
                                                          limiter=self.limiter)
@@ -439,10 +442,13 @@ class RequestHandler:
         of a few microseconds, and one of a MiB a fraction of a millisecond while writes are
         fast, cheaper than the hop to a worker thread and back (``Log.cheap_append``)."""
         total = sum(len(w[2]) for w in work)
-        for topic, partition, _records, _epoch in work:
+        for topic, partition, records, _epoch in work:
             lg = self.logs.get_log(topic, partition)
             if lg is None or not lg.cheap_append(total):
                 return False
+            if (total > CHEAP_APPEND_BYTES and len(records) > _MAGIC_OFFSET
+                    and records[_MAGIC_OFFSET] < 2):
+                return False  # an old client's message set, converted in Python first
         return True
 
     def _append_all(self, work):

@@ -35,7 +35,8 @@ Limits (:class:`ConnectionLimits`, Kafka's property names):
 - ``queued.max.request.bytes``: request bytes received or queued, broker-wide.  When they
   reach the budget, connections stop reading (TCP pushes back on their clients) until
   answered requests give bytes back.  Memory follows the bytes that arrive, never the size a
-  frame announces (see ``FrameSplitter``), and idle connections hold no buffer: readers share
+  frame announces (within 17 times for frames up to 1 MiB and 64 KiB, 2 times beyond: see
+  ``FrameSplitter``), and idle connections hold no buffer: readers share
   one scratch buffer per listener, filled and emptied with no checkpoint in between;
 - ``connections.max.idle.ms``: a connection that sent nothing for that long while nothing of
   its was being answered (idle, or stalled inside a request) is closed.  One task sweeps

@@ -32,6 +32,7 @@ from trilog.records._codecs import (
 )
 from trilog.records._convert import legacy_to_v2, v2_to_legacy
 from trilog.records._crc import (
+    CRC32C_HARDWARE,
     CRC32C_IMPLEMENTATION,
     crc32,
     crc32_reference,
@@ -73,6 +74,7 @@ from trilog.records._v2 import (
 
 __all__ = [
     "CODEC_NAMES",
+    "CRC32C_HARDWARE",
     "CRC32C_IMPLEMENTATION",
     "CREATE_TIME",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",

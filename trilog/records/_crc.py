@@ -36,6 +36,8 @@ else:
     CRC32C_IMPLEMENTATION = (
         "crc32c (hardware)" if _crc32c_hw.hardware_based else "crc32c (software)"
     )
+#: True when ``crc32c`` uses the CPU's instructions (~40 us per MiB; in software ~2 ms).
+CRC32C_HARDWARE = CRC32C_IMPLEMENTATION == "crc32c (hardware)"
 
 
 def crc32(data: BytesLike) -> int:

@@ -32,7 +32,7 @@ from trilog.storage._epochs import (
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, write_atomically
 from trilog.storage._index import OffsetIndex, TimeIndex
-from trilog.storage._log import Log, LogAppendInfo, TimestampOffset
+from trilog.storage._log import INLINE_APPENDS, Log, LogAppendInfo, TimestampOffset
 from trilog.storage._manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -66,6 +66,7 @@ __all__ = [
     "EpochEntry",
     "FetchSlice",
     "LeaderEpochCache",
+    "INLINE_APPENDS",
     "Log",
     "LogAppendInfo",
     "LogConfig",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from trilog.errors import CorruptMessageError, MessageTooLargeError
 from trilog.records import (
-    CRC32C_IMPLEMENTATION,
+    CRC32C_HARDWARE,
     HEADER_SIZE,
     LOG_OVERHEAD,
     batch_crc,
@@ -43,9 +43,7 @@ _MAX_IOVECS_BATCHES = 256
 #: with a software CRC (crcmod: ~2 ms per MiB, longer than the write): the hardware one
 #: checks a MiB in ~40 us, less than handing it to a helper thread and waiting for its
 #: answer costs, so with it every append checks its CRCs before writing.
-OVERLAP_CRC_BYTES = (
-    sys.maxsize if CRC32C_IMPLEMENTATION == "crc32c (hardware)" else 256 * 1024
-)
+OVERLAP_CRC_BYTES = sys.maxsize if CRC32C_HARDWARE else 256 * 1024
 
 #: ``(position in the buffer, size, base_offset, last_offset_delta, max_timestamp, crc)``
 #: of each batch of an append buffer: what the later steps need of its header, as a plain
