@@ -381,12 +381,20 @@ def test_large_frame_is_received_in_place_and_mixed_feed_works():
 
 
 def test_a_frame_up_to_large_at_once_grows_to_its_size_in_one_step():
-    """A produce request of a MiB: its first 64 KiB arrive into a buffer of that size, which
-    then grows straight to the frame's size (doubling wrote every byte twice more), so the
-    rest can come in one read; a larger frame keeps doubling."""
+    """A produce request of a MiB gets a buffer of its size once its first 64 KiB are in
+    (doubling wrote every byte twice more), so the rest can come in one read; a larger frame
+    keeps doubling."""
     from trilog.protocol import FrameSplitter
 
     small = FrameSplitter.LARGE_FRAME
+    # 64 KiB came with the prefix: the whole buffer at once (at most 17 times what arrived).
+    splitter = FrameSplitter()
+    need = FrameSplitter.LARGE_AT_ONCE
+    assert splitter.feed(struct.pack(">i", need) + b"x" * small) == []
+    target = splitter.read_buffer()
+    assert len(target) == need - small
+    del target
+    # Less came: a first buffer of 64 KiB, then the frame's size in one step.
     for need, second in [(FrameSplitter.LARGE_AT_ONCE, FrameSplitter.LARGE_AT_ONCE - small),
                          (FrameSplitter.LARGE_AT_ONCE + 1, small)]:
         splitter = FrameSplitter()

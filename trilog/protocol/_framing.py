@@ -130,9 +130,10 @@ class FrameSplitter:
     buffer starts at ``LARGE_FRAME`` bytes (or twice what arrived with its prefix) and doubles
     as it fills, so a 4-byte prefix announcing 100 MiB costs 64 KiB until the bytes come.  A
     frame of at most ``LARGE_AT_ONCE`` (1 MiB and 64 KiB: a produce request of Kafka's default
-    ``max.request.size`` fits) grows to its whole size in one step once its first buffer is
-    full (at most 17 times what arrived): doubling wrote each byte twice more (zeros, then a
-    copy), 7 % of a broker's CPU under 1 MB produce requests.  The scratch buffer that small frames are received into may be the caller's
+    ``max.request.size`` fits) gets its whole buffer once ``LARGE_FRAME`` bytes of it are in:
+    at once if they came with its prefix, else when its first buffer is full (either way at
+    most 17 times what arrived).  Doubling wrote each byte twice more (zeros, then a copy),
+    7 % of a broker's CPU under 1 MB produce requests.  The scratch buffer that small frames are received into may be the caller's
     (``read_buffer(scratch)``: one buffer shared by many connections of one thread, as long
     as ``advance`` follows the receive with no checkpoint between them); otherwise it is
     allocated on first use.
@@ -194,8 +195,15 @@ class FrameSplitter:
             if self._large_got == len(large):
                 need = self._need
                 assert need is not None
-                grown = need if need <= self.LARGE_AT_ONCE else min(need, 2 * len(large))
-                large.extend(bytes(grown - len(large)))
+                if need <= self.LARGE_AT_ONCE:
+                    # One new buffer of the frame's size, the bytes so far copied in: a
+                    # fresh allocation reuses freed heap memory, where growing this one
+                    # would fault in new pages and write zeros over them first.
+                    whole = bytearray(need)
+                    whole[: self._large_got] = large
+                    self._large = large = whole
+                else:
+                    large.extend(bytes(min(need, 2 * len(large)) - len(large)))
             return memoryview(large)[self._large_got :]
         if scratch is None:
             if self._own_scratch is None:
@@ -248,7 +256,10 @@ class FrameSplitter:
                     if need >= self.LARGE_FRAME:
                         # Receive the rest of this frame in place (see read_buffer); its
                         # buffer grows with what arrives, not with what was announced.
-                        size = min(need, max(self.LARGE_FRAME, 2 * available))
+                        if need <= self.LARGE_AT_ONCE and available >= self.LARGE_FRAME:
+                            size = need  # (at most 17 times what arrived)
+                        else:
+                            size = min(need, max(self.LARGE_FRAME, 2 * available))
                         self._large = large = bytearray(size)
                         large[:available] = view[pos:]
                         self._large_got = available
