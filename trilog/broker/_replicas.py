@@ -386,19 +386,26 @@ class ReplicaManager:
             if response.error_code == NO_ERROR and not any(
                     set(self.cluster.replica_info(*tp)[0]) & live for tp in remaining):
                 log.info("controlled shutdown: no other live replica can lead them")
+                # The others have new leaders, whose LeaderAndIsr may reach this broker
+                # only after it stopped reading: waiting acks=all produces must not wait
+                # here for followers that went over to them.
+                self._step_down(keep=set(remaining))
                 return False
         log.warning("controlled shutdown did not complete; stopping anyway")
         return False
 
-    def _step_down(self) -> None:
-        """After a controlled shutdown: lead nothing here any more (the new leaders have the
-        controller's word; a produce that still reaches this broker is sent elsewhere at once
-        instead of being appended and never acknowledged)."""
+    def _step_down(self, keep: set[TopicPartition] | None = None) -> None:
+        """After a controlled shutdown: lead nothing here any more but ``keep`` (partitions
+        no other live replica can take).  The new leaders have the controller's word; a
+        produce that still reaches this broker is sent elsewhere at once, and one waiting
+        for its in-sync replicas answers NOT_LEADER_OR_FOLLOWER now, instead of waiting
+        for followers that went over to the new leader."""
+        keep = keep or set()
         for part in self.partitions.values():
-            if part.leader == self.broker_id:
+            if part.leader == self.broker_id and part.tp not in keep:
                 part.leader = -1
                 part.signal()
-        self.cluster.step_down()
+        self.cluster.step_down(keep)
 
     # -- the controller's requests --------------------------------------------------------------
 

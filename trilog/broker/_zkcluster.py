@@ -196,12 +196,14 @@ class ZooKeeperCluster(Cluster):
         if meta is not None:
             self._states = {**self._states, tp: meta._replace(isr=isr)}
 
-    def step_down(self) -> None:
+    def step_down(self, keep: set[tuple[str, int]] | None = None) -> None:
         """This broker's controlled shutdown is done: its metadata no longer names it the
-        leader of anything (the controller's UpdateMetadata may not reach a broker that is
-        draining), so clients asking it look elsewhere."""
+        leader of anything but ``keep`` (the controller's UpdateMetadata may not reach a
+        broker that is draining), so clients asking it look elsewhere."""
         me = self.broker.node_id
-        self._states = {tp: (m._replace(leader=-1) if m.leader == me else m)
+        keep = keep or set()
+        self._states = {tp: (m._replace(leader=-1) if m.leader == me and tp not in keep
+                             else m)
                         for tp, m in self._states.items()}
         self._rebuild_view()
 

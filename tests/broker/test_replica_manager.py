@@ -1,0 +1,93 @@
+"""The replica manager's controlled shutdown against a stand-in controller (no ZooKeeper):
+when some partitions cannot move (no other live replica), the ones that did are given up
+here at once, so that an ``acks=all`` produce waiting for their followers answers now
+instead of when the broker's drain times out."""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import trio
+import trio.testing
+
+from trilog.broker._config import BrokerConfig
+from trilog.broker._purgatory import FetchPurgatory
+from trilog.broker._replicas import Partition, ReplicaManager
+from trilog.errors import NotLeaderOrFollowerError
+from trilog.records import build_batch
+from trilog.storage import LogManager
+
+MOVED, STUCK = ("rf3", 0), ("rf1", 0)
+
+
+async def _controller(stream: trio.SocketStream) -> None:
+    """Answers ApiVersions, and ControlledShutdown with STUCK left on the broker."""
+    from trilog.protocol import (
+        ApiKey,
+        ControlledShutdownResponse,
+        FrameSplitter,
+        api_versions_response,
+        decode_request,
+        encode_response,
+    )
+
+    splitter = FrameSplitter()
+    while data := await stream.receive_some(65536):
+        for frame in splitter.feed(data):
+            header, _request = decode_request(frame)
+            if header.api_key == ApiKey.API_VERSIONS:
+                response = api_versions_response()
+            else:
+                assert header.api_key == ApiKey.CONTROLLED_SHUTDOWN
+                R = ControlledShutdownResponse
+                response = R(error_code=0, remaining_partitions=[
+                    R.RemainingPartition(topic_name=STUCK[0], partition_index=STUCK[1])])
+            await stream.send_all(encode_response(response, header.api_version,
+                                                  header.correlation_id))
+
+
+async def test_a_shutdown_that_leaves_partitions_gives_up_the_ones_that_moved(tmp_path):
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(
+            functools.partial(trio.serve_tcp, _controller, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        stepped_down = []
+        cluster = types.SimpleNamespace(
+            controller_id=2,
+            brokers=lambda: [types.SimpleNamespace(node_id=i, host="127.0.0.1", port=port)
+                             for i in (1, 2, 3)],
+            replica_info=lambda t, p: ([1], [1]) if (t, p) == STUCK else ([1, 2, 3], [1, 2, 3]),
+            step_down=stepped_down.append,
+            topic_configs=types.SimpleNamespace(
+                config_for=lambda topic: types.SimpleNamespace(min_insync_replicas=1)))
+        config = BrokerConfig.from_dict({"broker.id": 1, "log.dirs": str(tmp_path / "data")})
+        logs = LogManager(str(tmp_path / "data"), replicated=True)
+        try:
+            manager = ReplicaManager(config, cluster, logs,  # type: ignore[arg-type]
+                                     FetchPurgatory(), trio.CapacityLimiter(2))
+            for tp, replicas in ((MOVED, (1, 2, 3)), (STUCK, (1,))):
+                logs.get_or_create_log(*tp)
+                manager.partitions[tp] = Partition(*tp, replicas=replicas, leader=1,
+                                                   leader_epoch=0, isr=replicas)
+            # A record the followers never took (they went over to the new leader).
+            end = logs.get_log(*MOVED).append(build_batch([(0, None, b"v")])).last_offset + 1
+            answers = []
+
+            async def produce_acks_all() -> None:
+                deadline = trio.current_time() + 30
+                answers.append(await manager.wait_replicated(MOVED, end, deadline))
+
+            nursery.start_soon(produce_acks_all)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not answers  # waiting for its in-sync replicas
+            with trio.fail_after(10):
+                assert await manager.controlled_shutdown() is False
+                await trio.testing.wait_all_tasks_blocked()
+            assert answers == [NotLeaderOrFollowerError.code]  # at once, not after 30 s
+            assert not manager.is_leader(MOVED)
+            assert manager.is_leader(STUCK)  # no one else can lead it
+            assert stepped_down == [{STUCK}]
+        finally:
+            nursery.cancel_scope.cancel()
+            logs.close()
