@@ -44,3 +44,10 @@ def test_a_broker_done_with_its_controlled_shutdown_names_itself_leader_of_nothi
     c.update_metadata(update({0: 1, 1: 2}))
     c.step_down()
     assert c.topics() == {"t": {0: -1, 1: 2}}
+
+
+def test_a_controlled_shutdown_that_left_partitions_keeps_naming_itself_their_leader():
+    c = cluster()
+    c.update_metadata(update({0: 1, 1: 1}))
+    c.step_down(keep={("t", 1)})  # no other live replica can lead t-1
+    assert c.topics() == {"t": {0: -1, 1: 1}}

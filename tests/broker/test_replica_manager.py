@@ -5,6 +5,7 @@ instead of when the broker's drain times out."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 
@@ -18,11 +19,11 @@ from trilog.errors import NotLeaderOrFollowerError
 from trilog.records import build_batch
 from trilog.storage import LogManager
 
-MOVED, STUCK = ("rf3", 0), ("rf1", 0)
+MOVED, STUCK, SLOW = ("rf3", 0), ("rf1", 0), ("rf3", 1)
 
 
-async def _controller(stream: trio.SocketStream) -> None:
-    """Answers ApiVersions, and ControlledShutdown with STUCK left on the broker."""
+async def _controller(stream: trio.SocketStream, left=(STUCK,)) -> None:
+    """Answers ApiVersions, and ControlledShutdown with ``left`` still on the broker."""
     from trilog.protocol import (
         ApiKey,
         ControlledShutdownResponse,
@@ -42,17 +43,21 @@ async def _controller(stream: trio.SocketStream) -> None:
                 assert header.api_key == ApiKey.CONTROLLED_SHUTDOWN
                 R = ControlledShutdownResponse
                 response = R(error_code=0, remaining_partitions=[
-                    R.RemainingPartition(topic_name=STUCK[0], partition_index=STUCK[1])])
+                    R.RemainingPartition(topic_name=t, partition_index=p) for t, p in left])
             await stream.send_all(encode_response(response, header.api_version,
                                                   header.correlation_id))
 
 
-async def test_a_shutdown_that_leaves_partitions_gives_up_the_ones_that_moved(tmp_path):
+@contextlib.asynccontextmanager
+async def _shutting_down(tmp_path, left, overrides=None):
+    """Broker 1's replica manager leading MOVED, STUCK (no other replica) and SLOW, a stand-in
+    controller answering its ControlledShutdown with ``left``, and an acks=all produce to
+    MOVED waiting for its in-sync replicas: ``(manager, answers, stepped_down)``."""
     async with trio.open_nursery() as nursery:
-        (listener,) = await nursery.start(
-            functools.partial(trio.serve_tcp, _controller, 0, host="127.0.0.1"))
+        (listener,) = await nursery.start(functools.partial(
+            trio.serve_tcp, functools.partial(_controller, left=left), 0, host="127.0.0.1"))
         port = listener.socket.getsockname()[1]
-        stepped_down = []
+        stepped_down: list = []
         cluster = types.SimpleNamespace(
             controller_id=2,
             brokers=lambda: [types.SimpleNamespace(node_id=i, host="127.0.0.1", port=port)
@@ -61,18 +66,19 @@ async def test_a_shutdown_that_leaves_partitions_gives_up_the_ones_that_moved(tm
             step_down=stepped_down.append,
             topic_configs=types.SimpleNamespace(
                 config_for=lambda topic: types.SimpleNamespace(min_insync_replicas=1)))
-        config = BrokerConfig.from_dict({"broker.id": 1, "log.dirs": str(tmp_path / "data")})
+        config = BrokerConfig.from_dict({"broker.id": 1, "log.dirs": str(tmp_path / "data"),
+                                         **(overrides or {})})
         logs = LogManager(str(tmp_path / "data"), replicated=True)
         try:
             manager = ReplicaManager(config, cluster, logs,  # type: ignore[arg-type]
                                      FetchPurgatory(), trio.CapacityLimiter(2))
-            for tp, replicas in ((MOVED, (1, 2, 3)), (STUCK, (1,))):
+            for tp, replicas in ((MOVED, (1, 2, 3)), (STUCK, (1,)), (SLOW, (1, 2, 3))):
                 logs.get_or_create_log(*tp)
                 manager.partitions[tp] = Partition(*tp, replicas=replicas, leader=1,
                                                    leader_epoch=0, isr=replicas)
             # A record the followers never took (they went over to the new leader).
             end = logs.get_log(*MOVED).append(build_batch([(0, None, b"v")])).last_offset + 1
-            answers = []
+            answers: list[int] = []
 
             async def produce_acks_all() -> None:
                 deadline = trio.current_time() + 30
@@ -81,13 +87,34 @@ async def test_a_shutdown_that_leaves_partitions_gives_up_the_ones_that_moved(tm
             nursery.start_soon(produce_acks_all)
             await trio.testing.wait_all_tasks_blocked()
             assert not answers  # waiting for its in-sync replicas
-            with trio.fail_after(10):
-                assert await manager.controlled_shutdown() is False
-                await trio.testing.wait_all_tasks_blocked()
-            assert answers == [NotLeaderOrFollowerError.code]  # at once, not after 30 s
-            assert not manager.is_leader(MOVED)
-            assert manager.is_leader(STUCK)  # no one else can lead it
-            assert stepped_down == [{STUCK}]
+            yield manager, answers, stepped_down
         finally:
             nursery.cancel_scope.cancel()
             logs.close()
+
+
+async def test_a_shutdown_that_leaves_partitions_gives_up_the_ones_that_moved(tmp_path):
+    async with _shutting_down(tmp_path, left=[STUCK]) as (manager, answers, stepped_down):
+        with trio.fail_after(10):
+            assert await manager.controlled_shutdown() is False
+            await trio.testing.wait_all_tasks_blocked()
+        assert answers == [NotLeaderOrFollowerError.code]  # at once, not after 30 s
+        assert not manager.is_leader(MOVED) and not manager.is_leader(SLOW)
+        assert manager.is_leader(STUCK)  # no one else can lead it
+        assert stepped_down == [{STUCK}]
+
+
+async def test_partitions_that_moved_are_given_up_before_retrying_for_the_others(tmp_path):
+    """The controller has not moved SLOW yet (it could): the broker retries after its
+    backoff, but gives MOVED up at once."""
+    overrides = {"controlled.shutdown.retry.backoff.ms": 60_000}
+    async with _shutting_down(tmp_path, [SLOW], overrides) as (manager, answers, stepped_down):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.controlled_shutdown)
+            with trio.fail_after(10):
+                while not answers:
+                    await trio.sleep(0.01)
+            assert answers == [NotLeaderOrFollowerError.code]  # during the backoff
+            assert manager.is_leader(SLOW) and not manager.is_leader(MOVED)
+            assert stepped_down == [{SLOW}]
+            nursery.cancel_scope.cancel()

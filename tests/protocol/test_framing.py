@@ -423,6 +423,23 @@ def test_a_frame_up_to_large_at_once_grows_to_its_size_in_one_step():
     assert frames == [body]
 
 
+def test_fed_in_pieces_a_frame_up_to_large_at_once_grows_to_its_size_in_one_step():
+    """The TLS readers feed decrypted pieces of 16 KiB: the same growth as in place."""
+    from trilog.protocol import FrameSplitter
+
+    need = FrameSplitter.LARGE_AT_ONCE
+    body = bytes(range(256)) * (need // 256)
+    data = struct.pack(">i", need) + body
+    splitter = FrameSplitter()
+    sizes, frames = set(), []
+    for pos in range(0, len(data), 16384):
+        frames += splitter.feed(data[pos:pos + 16384])
+        if splitter._large is not None:
+            sizes.add(len(splitter._large))
+    assert frames == [body]
+    assert sizes == {FrameSplitter.LARGE_FRAME, need}  # 64 KiB, then the whole frame
+
+
 def test_a_large_frame_costs_memory_as_its_bytes_arrive_not_as_announced():
     from trilog.protocol import FrameSplitter
 

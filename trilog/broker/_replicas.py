@@ -382,14 +382,15 @@ class ReplicaManager:
                 return True
             log.info("controlled shutdown: error %d, %d partitions still led here",
                      response.error_code, len(remaining))
+            if response.error_code != NO_ERROR:
+                continue
+            # The others have new leaders, whose LeaderAndIsr may reach this broker only
+            # after it stopped reading: acks=all produces waiting here must not wait for
+            # followers that went over to them.
+            self._step_down(keep=set(remaining))
             live = {b.node_id for b in self.cluster.brokers()} - {self.broker_id}
-            if response.error_code == NO_ERROR and not any(
-                    set(self.cluster.replica_info(*tp)[0]) & live for tp in remaining):
+            if not any(set(self.cluster.replica_info(*tp)[0]) & live for tp in remaining):
                 log.info("controlled shutdown: no other live replica can lead them")
-                # The others have new leaders, whose LeaderAndIsr may reach this broker
-                # only after it stopped reading: waiting acks=all produces must not wait
-                # here for followers that went over to them.
-                self._step_down(keep=set(remaining))
                 return False
         log.warning("controlled shutdown did not complete; stopping anyway")
         return False
