@@ -43,6 +43,7 @@ def test_public_names():
             "DELETE",
             "EARLIEST_TIMESTAMP",
             "FetchSlice",
+            "INLINE_APPENDS",
             "LATEST_TIMESTAMP",
             "LEADER_EPOCH_CHECKPOINT_FILE",
             "REPLICATION_OFFSET_CHECKPOINT_FILE",
