@@ -14,12 +14,16 @@ cleaner keeps only the latest record per key in the segments before the active o
 drops tombstones after ``delete.retention.ms``.  The cleaner never changes what a load
 reads back: offsets keep their order, and every key's latest record stays.
 
-Appends to one partition are serialised by a trio lock (commits, tombstones, snapshots), so
-the cache and the log agree; the log work runs in worker threads.  An append wakes the
-fetches parked on its partition (the followers' among them), and in a cluster it is done
-only once every in-sync replica has it, as Kafka's commits are written with ``acks=-1``
+Appends to one partition are serialised by a trio lock (commits, tombstones), and the
+cache takes them in the order they reached the log (``ApplyOrder``), so the cache and the
+log agree; the log work runs in worker threads.  An append wakes the fetches parked on its
+partition (the followers' among them), and in a cluster it is done only once every in-sync
+replica has it, as Kafka's commits are written with ``acks=-1``
 (``offsets.commit.timeout.ms``): a commit acknowledged to a client survives the loss of
-its coordinator.  Kafka's error mapping applies: too few in-sync replicas or a timeout
+its coordinator.  A commit waits for the replicas without the lock (as Kafka's delayed
+produce does), so the commits of one partition, where every member of a group commits, are
+replicated together instead of one round trip after another; an expiry or a deletion
+first waits for every earlier commit to reach the cache, which it reads.  Kafka's error mapping applies: too few in-sync replicas or a timeout
 answer COORDINATOR_NOT_AVAILABLE (the client retries), lost leadership NOT_COORDINATOR.
 """
 
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -181,13 +187,46 @@ def _forget(groups: dict[str, dict[TopicPartition, OffsetAndMetadata]], group: s
 
 
 @dataclass(eq=False)
+class _Turn:
+    ready: trio.Event = field(default_factory=trio.Event)
+    finished: bool = False
+
+
+class ApplyOrder:
+    """The order in which appends to one offsets partition reach its cache: the order they
+    reached its log.  A commit waits for its in-sync replicas without the partition's lock
+    (the next commit is appended meanwhile), so a later one may be replicated as early;
+    each takes a turn when it appends and changes the cache in its turn."""
+
+    def __init__(self) -> None:
+        self._queue: deque[_Turn] = deque()
+
+    def take(self) -> _Turn:
+        turn = _Turn()
+        self._queue.append(turn)
+        if len(self._queue) == 1:
+            turn.ready.set()
+        return turn
+
+    def finish(self, turn: _Turn) -> None:
+        """``turn`` is done (or given up): the next one that is not goes."""
+        turn.finished = True
+        queue = self._queue
+        while queue and queue[0].finished:
+            queue.popleft()
+        if queue:
+            queue[0].ready.set()
+
+
+@dataclass(eq=False)
 class OffsetsPartition:
     """One partition of the offsets topic that this broker coordinates."""
 
     index: int
     loaded: bool = False
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
-    lock: trio.Lock = field(default_factory=trio.Lock)
+    lock: trio.Lock = field(default_factory=trio.Lock)  # appends, in log order
+    order: ApplyOrder = field(default_factory=ApplyOrder)  # cache changes, in log order
 
 
 class OffsetManager:
@@ -298,11 +337,21 @@ class OffsetManager:
             if self.partitions.get(partition) is not part:
                 return NotCoordinatorError.code
             # One batch: the commit is all or nothing, as in Kafka.
-            code = await self._append(partition, build_batches(entries, now, max_bytes=None))
+            code, end = await self._write(partition,
+                                          build_batches(entries, now, max_bytes=None))
             if code != NO_ERROR:
                 return code
-            part.offsets.setdefault(group, {}).update(offsets)
-        return NO_ERROR
+            turn = part.order.take()
+        # The wait for the in-sync replicas holds no lock: commits of one partition (every
+        # member of a group commits to the same one) are replicated together.
+        try:
+            code = await self._replicated(partition, end)
+            await turn.ready.wait()
+            if code == NO_ERROR:
+                part.offsets.setdefault(group, {}).update(offsets)
+        finally:
+            part.order.finish(turn)
+        return code
 
     async def expire(self, partition: int, now_ms: int,
                      has_members: Callable[[str], bool]) -> int:
@@ -312,7 +361,7 @@ class OffsetManager:
         if part is None or not part.loaded:
             await trio.lowlevel.checkpoint()
             return 0
-        async with part.lock:
+        async with part.lock, _turn(part):
             expired: list[tuple[str, TopicPartition]] = []
             for group, offsets in part.offsets.items():
                 if has_members(group):
@@ -345,7 +394,7 @@ class OffsetManager:
         if part is None or not part.loaded:
             await trio.lowlevel.checkpoint()
             return NotCoordinatorError.code
-        async with part.lock:
+        async with part.lock, _turn(part):
             if self.partitions.get(partition) is not part:
                 return NotCoordinatorError.code
             offsets = part.offsets.get(group, {})
@@ -363,10 +412,19 @@ class OffsetManager:
         return NO_ERROR
 
     async def _append(self, partition: int, batches: list[bytes]) -> int:
+        """Append ``batches`` and wait for the in-sync replicas: the answer's error code."""
+        code, end = await self._write(partition, batches)
+        if code != NO_ERROR:
+            return code
+        return await self._replicated(partition, end)
+
+    async def _write(self, partition: int, batches: list[bytes]) -> tuple[int, int]:
+        """Append ``batches`` (the caller holds the partition's lock): the error code, and
+        the log end offset after them."""
         lg = self.logs.get_log(OFFSETS_TOPIC, partition)
         if lg is None:
             await trio.lowlevel.checkpoint()
-            return NotCoordinatorError.code
+            return NotCoordinatorError.code, -1
         tp = (OFFSETS_TOPIC, partition)
         replicas = self.replicas
         epoch = None
@@ -377,33 +435,51 @@ class OffsetManager:
             except (ApiError, KeyError) as exc:
                 await trio.lowlevel.checkpoint()
                 return _commit_error(exc.code if isinstance(exc, ApiError)
-                                     else NotLeaderOrFollowerError.code)
+                                     else NotLeaderOrFollowerError.code), -1
         try:
             end = await trio.to_thread.run_sync(_append_all, lg, batches, epoch,
                                                 limiter=self.limiter)
         except (MessageTooLargeError, RecordListTooLargeError, InvalidFetchSizeError):
-            return InvalidCommitOffsetSizeError.code
+            return InvalidCommitOffsetSizeError.code, -1
         except CorruptMessageError:
             log.exception("offsets batch refused by %s-%d", OFFSETS_TOPIC, partition)
-            return UnknownServerError.code
+            return UnknownServerError.code, -1
         except ApiError as exc:
-            return exc.code
+            return exc.code, -1
         except OSError as exc:  # a full or failing disk: the client retries later
             _storage_faults.error(partition, "append to %s-%d failed: %s", OFFSETS_TOPIC,
                                   partition, exc)
-            return CoordinatorNotAvailableError.code
+            return CoordinatorNotAvailableError.code, -1
         except Exception:
             # A closed log (shutdown): the client retries elsewhere/later.
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition)
-            return CoordinatorNotAvailableError.code
+            return CoordinatorNotAvailableError.code, -1
         if self.purgatory is not None:
             self.purgatory.data_appended(tp, sum(map(len, batches)))
-        if replicas is None:
+        if replicas is not None:
+            replicas.appended(tp)
+        return NO_ERROR, end
+
+    async def _replicated(self, partition: int, end: int) -> int:
+        """In a cluster, wait until every in-sync replica has the log up to ``end`` (or
+        ``offsets.commit.timeout.ms``): the answer's error code."""
+        if self.replicas is None:
             return NO_ERROR
-        replicas.appended(tp)
-        code = await replicas.wait_replicated(tp, end, trio.current_time() +
-                                              self.commit_timeout_s)
+        code = await self.replicas.wait_replicated((OFFSETS_TOPIC, partition), end,
+                                                   trio.current_time() + self.commit_timeout_s)
         return _commit_error(code)
+
+
+@asynccontextmanager
+async def _turn(part: OffsetsPartition) -> AsyncIterator[None]:
+    """Wait until every earlier append to ``part`` reached its cache, and hold the turn (for
+    an expiry or a deletion, which read the cache to decide what to append)."""
+    turn = part.order.take()
+    try:
+        await turn.ready.wait()
+        yield
+    finally:
+        part.order.finish(turn)
 
 
 def _commit_error(code: int) -> int:
