@@ -51,8 +51,9 @@ async def commits_in_flight(tmp_path, answers):
     logs = LogManager(str(tmp_path / "data"), replicated=True)
     try:
         logs.get_or_create_log(OFFSETS_TOPIC, 0)
-        manager = OffsetManager(logs, trio.CapacityLimiter(2), segment_bytes=1 << 20,
-                                retention_ms=86_400_000, replicas=replicas)  # type: ignore[arg-type]
+        manager = OffsetManager(
+            logs, trio.CapacityLimiter(2), segment_bytes=1 << 20, retention_ms=86_400_000,
+            replicas=replicas)  # type: ignore[arg-type]
         manager.begin_load(0)
         await manager.load(0)
         codes: dict[int, int] = {}
@@ -102,3 +103,42 @@ async def test_a_failed_later_commit_leaves_the_earlier_one(tmp_path):
                                                        (1, RequestTimedOutError.code)])
     assert codes == {1: NO_ERROR, 2: CoordinatorNotAvailableError.code}
     assert cached == 1
+
+
+async def test_a_replicated_commit_cancelled_in_the_queue_still_reaches_the_cache(tmp_path):
+    """Commit 2 is replicated and waits for commit 1's turn when its request is cancelled
+    (its connection went, the broker stops): its record is in the log, so the cache takes
+    it too, in its turn."""
+    replicas = Replicas()
+    logs = LogManager(str(tmp_path / "data"), replicated=True)
+    try:
+        logs.get_or_create_log(OFFSETS_TOPIC, 0)
+        manager = OffsetManager(
+            logs, trio.CapacityLimiter(2), segment_bytes=1 << 20, retention_ms=86_400_000,
+            replicas=replicas)  # type: ignore[arg-type]
+        manager.begin_load(0)
+        await manager.load(0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.commit, 0, "g", {TP: OffsetAndMetadata(1)})
+            with trio.fail_after(10):
+                while len(replicas.waiting) < 1:
+                    await trio.sleep(0.005)
+            second = trio.CancelScope()
+
+            async def commit_two() -> None:
+                with second:
+                    await manager.commit(0, "g", {TP: OffsetAndMetadata(2)})
+
+            nursery.start_soon(commit_two)
+            with trio.fail_after(10):
+                while len(replicas.waiting) < 2:
+                    await trio.sleep(0.005)
+            replicas.answer(1)  # replicated; now it waits for commit 1's turn
+            await trio.testing.wait_all_tasks_blocked()
+            second.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert manager.fetch(0, "g") == {}  # commit 1 is still waiting
+            replicas.answer(0)
+        assert manager.fetch(0, "g")[TP].offset == 2
+    finally:
+        logs.close()

@@ -23,8 +23,9 @@ replica has it, as Kafka's commits are written with ``acks=-1``
 its coordinator.  A commit waits for the replicas without the lock (as Kafka's delayed
 produce does), so the commits of one partition, where every member of a group commits, are
 replicated together instead of one round trip after another; an expiry or a deletion
-first waits for every earlier commit to reach the cache, which it reads.  Kafka's error mapping applies: too few in-sync replicas or a timeout
-answer COORDINATOR_NOT_AVAILABLE (the client retries), lost leadership NOT_COORDINATOR.
+first waits for every earlier commit to reach the cache, which it reads.  Kafka's error
+mapping applies: too few in-sync replicas or a timeout answer COORDINATOR_NOT_AVAILABLE (the
+client retries), lost leadership NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -190,6 +191,8 @@ def _forget(groups: dict[str, dict[TopicPartition, OffsetAndMetadata]], group: s
 class _Turn:
     ready: trio.Event = field(default_factory=trio.Event)
     finished: bool = False
+    #: the cache change, made in this turn even if its task was cancelled meanwhile
+    apply: Callable[[], None] | None = None
 
 
 class ApplyOrder:
@@ -209,11 +212,14 @@ class ApplyOrder:
         return turn
 
     def finish(self, turn: _Turn) -> None:
-        """``turn`` is done (or given up): the next one that is not goes."""
+        """``turn`` is done (or given up): the finished turns at the head make their cache
+        changes, in order, and the next one that is not finished goes."""
         turn.finished = True
         queue = self._queue
         while queue and queue[0].finished:
-            queue.popleft()
+            done = queue.popleft()
+            if done.apply is not None:
+                done.apply()
         if queue:
             queue[0].ready.set()
 
@@ -346,9 +352,9 @@ class OffsetManager:
         # member of a group commits to the same one) are replicated together.
         try:
             code = await self._replicated(partition, end)
-            await turn.ready.wait()
-            if code == NO_ERROR:
-                part.offsets.setdefault(group, {}).update(offsets)
+            if code == NO_ERROR:  # (made in its turn even if this task is cancelled now)
+                turn.apply = lambda: part.offsets.setdefault(group, {}).update(offsets)
+            await turn.ready.wait()  # answered once the cache has it: read your writes
         finally:
             part.order.finish(turn)
         return code
