@@ -68,9 +68,22 @@ FETCH_BYTES = 1 << 20
 # -- workers: each runs in a process of its own and prints one JSON line ----------------------
 
 
-def _report(records: int, seconds: float, cpu: float, broker_cpu: float, **extra) -> None:
-    print(json.dumps({"records": records, "seconds": seconds, "cpu": cpu,
-                      "broker_cpu": broker_cpu, **extra}), flush=True)
+class _Clock:
+    """Wall time, this process's CPU and the broker's CPU from its making on; ``report``
+    prints the worker's JSON line with them."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+        self.broker_cpu = process_cpu_seconds(broker_pid)
+        self.cpu = time.process_time()
+        self.started = time.perf_counter()
+
+    def report(self, records: int, **extra) -> None:
+        seconds = time.perf_counter() - self.started
+        print(json.dumps({"records": records, "seconds": seconds,
+                          "cpu": time.process_time() - self.cpu,
+                          "broker_cpu": process_cpu_seconds(self.broker_pid) - self.broker_cpu,
+                          **extra}), flush=True)
 
 
 def trilog_produce(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
@@ -86,7 +99,7 @@ def trilog_produce(bootstrap: str, topic: str, n: int, size: int, broker_pid: in
             await producer.partitions_for(topic)  # connected, partitions known: off the clock
             send, send_wait = producer.send_nowait, producer.send
             checkpoint = trio.lowlevel.checkpoint
-            b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+            clock = _Clock(broker_pid)
             for i in range(n):
                 try:
                     send(topic, value)
@@ -95,8 +108,7 @@ def trilog_produce(bootstrap: str, topic: str, n: int, size: int, broker_pid: in
                 if not i % CHECKPOINT_EVERY:
                     await checkpoint()  # let the sender task seal and send batches
             await producer.flush()
-            seconds = time.perf_counter() - t0
-            _report(n, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0)
+            clock.report(n)
 
     trio.run(main)
 
@@ -111,7 +123,7 @@ def trilog_consume(bootstrap: str, topic: str, n: int, size: int, broker_pid: in
             partitions = await consumer.partitions_for(topic)
             positions = {p: 0 for p in partitions}
             count = nbytes = 0
-            b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+            clock = _Clock(broker_pid)
             while count < n:
                 results = await consumer.multifetch(
                     [(topic, p, positions[p], FETCH_BYTES) for p in partitions],
@@ -121,9 +133,7 @@ def trilog_consume(bootstrap: str, topic: str, n: int, size: int, broker_pid: in
                         nbytes += len(record.value)
                         count += 1
                     positions[fetched.partition] = fetched.next_offset
-            seconds = time.perf_counter() - t0
-            _report(count, seconds, time.process_time() - c0,
-                    process_cpu_seconds(broker_pid) - b0, bytes=nbytes)
+            clock.report(count, bytes=nbytes)
 
     trio.run(main)
 
@@ -162,29 +172,25 @@ def trilog_getmany(bootstrap: str, topic: str, n: int, size: int, broker_pid: in
 async def _time_async_for(records, n: int, broker_pid: int) -> None:
     """``async for`` over ``records`` until ``n`` records (one already read), on the clock."""
     count, nbytes = 1, 0
-    b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+    clock = _Clock(broker_pid)
     async for record in records:
         nbytes += len(record.value)
         count += 1
         if count >= n:
             break
-    seconds = time.perf_counter() - t0
-    _report(count, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0,
-            bytes=nbytes)
+    clock.report(count, bytes=nbytes)
 
 
 async def _time_getmany(getmany, n: int, broker_pid: int) -> None:
     """``getmany(max_records=500)`` until ``n`` records (one already read), on the clock;
     trilog's and aiokafka's share the call (trio or asyncio around it)."""
     count, nbytes = 1, 0
-    b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+    clock = _Clock(broker_pid)
     while count < n:
         for records in (await getmany(timeout_ms=1000, max_records=500)).values():
             count += len(records)
             nbytes += sum(len(r.value) for r in records)
-    seconds = time.perf_counter() - t0
-    _report(count, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0,
-            bytes=nbytes)
+    clock.report(count, bytes=nbytes)
 
 
 def aiokafka_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
@@ -235,12 +241,11 @@ def trilog_sync(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) 
 def _time_blocking_sends(producer, topic: str, value: bytes, n: int, broker_pid: int) -> None:
     """``producer.send`` ``n`` times then ``flush()``, on the clock (a blocking API)."""
     send = producer.send
-    b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+    clock = _Clock(broker_pid)
     for _ in range(n):
         send(topic, value)
     producer.flush()
-    seconds = time.perf_counter() - t0
-    _report(n, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0)
+    clock.report(n)
 
 
 def kafka_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int) -> None:
@@ -287,15 +292,13 @@ def kafka_consume(bootstrap: str, topic: str, n: int, size: int, broker_pid: int
 def _time_kafka_consumer(consumer, n: int, broker_pid: int, count: int = 0) -> None:
     """Iterate a kafka-python consumer on the clock until ``n`` records (``count`` read)."""
     nbytes = 0
-    b0, c0, t0 = process_cpu_seconds(broker_pid), time.process_time(), time.perf_counter()
+    clock = _Clock(broker_pid)
     for record in consumer:
         nbytes += len(record.value)
         count += 1
         if count >= n:
             break
-    seconds = time.perf_counter() - t0
-    _report(count, seconds, time.process_time() - c0, process_cpu_seconds(broker_pid) - b0,
-            bytes=nbytes)
+    clock.report(count, bytes=nbytes)
 
 
 WORKERS = {

@@ -309,3 +309,20 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+async def serve_kafka(stream, answer, versions=None) -> None:
+    """A stand-in Kafka server on one trio stream: ApiVersions answered here (``versions``,
+    default every API), every other request handed to ``await answer(header, request)``,
+    whose response goes back in order (an ``answer`` that never returns parks its request,
+    and the ones behind it, like a long poll)."""
+    splitter = p.FrameSplitter()
+    async for data in stream:
+        for payload in splitter.feed(data):
+            header, request = p.decode_request(payload)
+            if header.api_key == p.ApiKey.API_VERSIONS:
+                response = p.api_versions_response(versions=versions)
+            else:
+                response = await answer(header, request)
+            await stream.send_all(p.encode_response(response, header.api_version,
+                                                    header.correlation_id))

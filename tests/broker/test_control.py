@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import trio
+from broker_helpers import serve_kafka
 
 from trilog.broker._config import BrokerConfig
 from trilog.broker._control import Controller
@@ -23,13 +24,10 @@ from trilog.protocol import (
     ApiKey,
     ControlledShutdownRequest,
     ElectLeadersRequest,
-    FrameSplitter,
     LeaderAndIsrResponse,
     RequestHeader,
     StopReplicaResponse,
     UpdateMetadataResponse,
-    api_versions_response,
-    decode_request,
     encode_response,
 )
 from trilog.zk import (
@@ -83,28 +81,22 @@ class FakeBroker:
         return got[-1] if got else None
 
     async def handle(self, stream) -> None:
-        splitter = FrameSplitter()
-        async for data in stream:
-            for payload in splitter.feed(data):
-                header, request = decode_request(payload)
-                if header.api_key == ApiKey.API_VERSIONS:
-                    response = api_versions_response(versions=SERVED)
-                else:
-                    self.received.append((header.api_key, header.api_version, request))
-                    response = ANSWERS[header.api_key]
-                    if header.api_key == ApiKey.LEADER_AND_ISR:
-                        # Kafka's answer to a leader epoch that is not newer: no news to
-                        # the controller, which goes on.
-                        response = LeaderAndIsrResponse(error_code=0, partition_errors=[
-                            LeaderAndIsrResponse.LeaderAndIsrPartitionError(
-                                topic_name=s.topic_name, partition_index=s.partition_index,
-                                error_code=StaleControllerEpochError.code)
-                            for s in request.ungrouped_partition_states])
-                    if self.stale and header.api_key == ApiKey.LEADER_AND_ISR:
-                        response = LeaderAndIsrResponse(
-                            error_code=StaleControllerEpochError.code, partition_errors=[])
-                await stream.send_all(encode_response(response, header.api_version,
-                                                      header.correlation_id))
+        await serve_kafka(stream, self.answer, versions=SERVED)
+
+    async def answer(self, header, request):
+        self.received.append((header.api_key, header.api_version, request))
+        if header.api_key != ApiKey.LEADER_AND_ISR:
+            return ANSWERS[header.api_key]
+        if self.stale:
+            return LeaderAndIsrResponse(error_code=StaleControllerEpochError.code,
+                                        partition_errors=[])
+        # Kafka's answer to a leader epoch that is not newer: no news to the controller,
+        # which goes on.
+        return LeaderAndIsrResponse(error_code=0, partition_errors=[
+            LeaderAndIsrResponse.LeaderAndIsrPartitionError(
+                topic_name=s.topic_name, partition_index=s.partition_index,
+                error_code=StaleControllerEpochError.code)
+            for s in request.ungrouped_partition_states])
 
 
 class Harness:

@@ -10,6 +10,7 @@ import types
 
 import trio
 import trio.testing
+from broker_helpers import serve_kafka
 
 from trilog.broker._fetcher import FIRST_RETRY_S, FetchState, _Fetcher
 
@@ -78,55 +79,37 @@ class _Leader:
         self.connections = 0
 
     async def serve(self, stream: trio.SocketStream) -> None:
-        from trilog.protocol import (
-            ApiKey,
-            FetchResponse,
-            FrameSplitter,
-            OffsetForLeaderEpochResponse,
-            api_versions_response,
-            decode_request,
-            encode_response,
-        )
-
         self.connections += 1
         conn = self.connections
-        splitter = FrameSplitter()
-        while data := await stream.receive_some(65536):
-            for frame in splitter.feed(data):
-                header, request = decode_request(frame)
-                if header.api_key == ApiKey.API_VERSIONS:
-                    response = api_versions_response()
-                elif header.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
-                    R = OffsetForLeaderEpochResponse
-                    self.asked.append((conn, "epochs", [(t.topic, p.partition)
-                                                        for t in request.topics
-                                                        for p in t.partitions]))
-                    self.epochs_asked.set()
-                    await self.epochs_go.wait()
-                    response = R(throttle_time_ms=0, topics=[R.OffsetForLeaderTopicResult(
-                        topic=t.topic, partitions=[R.OffsetForLeaderTopicResult.EpochEndOffset(
-                            error_code=0, partition=p.partition, leader_epoch=1, end_offset=0)
-                            for p in t.partitions]) for t in request.topics])
-                elif header.api_key == ApiKey.FETCH:
-                    self.asked.append((conn, "fetch", [(t.topic, p.partition)
-                                                       for t in request.topics
-                                                       for p in t.partitions]))
-                    if request.max_wait_ms == 0:
-                        F = FetchResponse
-                        PD = F.FetchableTopicResponse.PartitionData
-                        response = F(throttle_time_ms=0, error_code=0, session_id=0, responses=[
-                            F.FetchableTopicResponse(topic=t.topic, partitions=[
-                                PD(partition_index=p.partition, error_code=0, high_watermark=0,
-                                   last_stable_offset=0, log_start_offset=0,
-                                   aborted_transactions=None, records=b"")
-                                for p in t.partitions]) for t in request.topics])
-                    else:
-                        self.parked.set()
-                        await trio.sleep_forever()
-                else:
-                    raise AssertionError(f"unexpected request {header.api_key}")
-                await stream.send_all(encode_response(response, header.api_version,
-                                                      header.correlation_id))
+
+        async def answer(header, request):
+            from trilog.protocol import ApiKey, FetchResponse, OffsetForLeaderEpochResponse
+
+            asked = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+            if header.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
+                self.asked.append((conn, "epochs", asked))
+                self.epochs_asked.set()
+                await self.epochs_go.wait()
+                R = OffsetForLeaderEpochResponse
+                return R(throttle_time_ms=0, topics=[R.OffsetForLeaderTopicResult(
+                    topic=t.topic, partitions=[R.OffsetForLeaderTopicResult.EpochEndOffset(
+                        error_code=0, partition=p.partition, leader_epoch=1, end_offset=0)
+                        for p in t.partitions]) for t in request.topics])
+            assert header.api_key == ApiKey.FETCH, f"unexpected request {header.api_key}"
+            self.asked.append((conn, "fetch", asked))
+            if request.max_wait_ms > 0:
+                self.parked.set()
+                await trio.sleep_forever()
+            F = FetchResponse
+            PD = F.FetchableTopicResponse.PartitionData
+            return F(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+                F.FetchableTopicResponse(topic=t.topic, partitions=[
+                    PD(partition_index=p.partition, error_code=0, high_watermark=0,
+                       last_stable_offset=0, log_start_offset=0, aborted_transactions=None,
+                       records=b"")
+                    for p in t.partitions]) for t in request.topics])
+
+        await serve_kafka(stream, answer)
 
 
 @contextlib.asynccontextmanager

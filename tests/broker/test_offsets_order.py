@@ -5,6 +5,8 @@ manager decides when each one is replicated)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import trio
 import trio.testing
 
@@ -38,15 +40,22 @@ class Replicas:
         await go.wait()
         return code[0]
 
+    async def until_waiting(self, n: int) -> None:
+        """Until ``n`` commits wait (their appends run in worker threads first)."""
+        with trio.fail_after(10):
+            while len(self.waiting) < n:
+                await trio.sleep(0.005)
+
     def answer(self, index: int, code: int = NO_ERROR) -> None:
         _end, go, box = self.waiting[index]
         box[0] = code
         go.set()
 
 
-async def commits_in_flight(tmp_path, answers):
-    """Two commits of TP (offset 1, then 2) by one group; the replicas answer them in the
-    order and with the codes of ``answers``: ``(codes of the commits, cached offset)``."""
+@contextlib.asynccontextmanager
+async def offsets_partition_0(tmp_path):
+    """An offset manager leading partition 0 of the offsets topic (loaded), and the
+    stand-in replica manager it waits on: ``(manager, replicas)``."""
     replicas = Replicas()
     logs = LogManager(str(tmp_path / "data"), replicated=True)
     try:
@@ -56,22 +65,26 @@ async def commits_in_flight(tmp_path, answers):
             replicas=replicas)  # type: ignore[arg-type]
         manager.begin_load(0)
         await manager.load(0)
+        yield manager, replicas
+    finally:
+        logs.close()
+
+
+async def commits_in_flight(tmp_path, answers):
+    """Two commits of TP (offset 1, then 2) by one group; the replicas answer them in the
+    order and with the codes of ``answers``: ``(codes of the commits, cached offset)``."""
+    async with offsets_partition_0(tmp_path) as (manager, replicas):
         codes: dict[int, int] = {}
 
         async def commit(offset: int) -> None:
             codes[offset] = await manager.commit(0, "g", {TP: OffsetAndMetadata(offset)})
 
-        async def until_waiting(n: int) -> None:
-            with trio.fail_after(10):  # (the appends run in worker threads)
-                while len(replicas.waiting) < n:
-                    await trio.sleep(0.005)
-
         async with trio.open_nursery() as nursery:
             nursery.start_soon(commit, 1)
-            await until_waiting(1)
+            await replicas.until_waiting(1)
             nursery.start_soon(commit, 2)
             # Appended while the first waits for the replicas: the lock is not held meanwhile.
-            await until_waiting(2)
+            await replicas.until_waiting(2)
             assert [end for end, _go, _code in replicas.waiting] == [1, 2]
             for index, code in answers:
                 replicas.answer(index, code)
@@ -81,8 +94,6 @@ async def commits_in_flight(tmp_path, answers):
                     assert manager.fetch(0, "g") == {}
         cached = manager.fetch(0, "g").get(TP)
         return codes, None if cached is None else cached.offset
-    finally:
-        logs.close()
 
 
 async def test_commits_are_replicated_together_and_cached_in_log_order(tmp_path):
@@ -109,20 +120,10 @@ async def test_a_replicated_commit_cancelled_in_the_queue_still_reaches_the_cach
     """Commit 2 is replicated and waits for commit 1's turn when its request is cancelled
     (its connection went, the broker stops): its record is in the log, so the cache takes
     it too, in its turn."""
-    replicas = Replicas()
-    logs = LogManager(str(tmp_path / "data"), replicated=True)
-    try:
-        logs.get_or_create_log(OFFSETS_TOPIC, 0)
-        manager = OffsetManager(
-            logs, trio.CapacityLimiter(2), segment_bytes=1 << 20, retention_ms=86_400_000,
-            replicas=replicas)  # type: ignore[arg-type]
-        manager.begin_load(0)
-        await manager.load(0)
+    async with offsets_partition_0(tmp_path) as (manager, replicas):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(manager.commit, 0, "g", {TP: OffsetAndMetadata(1)})
-            with trio.fail_after(10):
-                while len(replicas.waiting) < 1:
-                    await trio.sleep(0.005)
+            await replicas.until_waiting(1)
             second = trio.CancelScope()
 
             async def commit_two() -> None:
@@ -130,9 +131,7 @@ async def test_a_replicated_commit_cancelled_in_the_queue_still_reaches_the_cach
                     await manager.commit(0, "g", {TP: OffsetAndMetadata(2)})
 
             nursery.start_soon(commit_two)
-            with trio.fail_after(10):
-                while len(replicas.waiting) < 2:
-                    await trio.sleep(0.005)
+            await replicas.until_waiting(2)
             replicas.answer(1)  # replicated; now it waits for commit 1's turn
             await trio.testing.wait_all_tasks_blocked()
             second.cancel()
@@ -140,5 +139,3 @@ async def test_a_replicated_commit_cancelled_in_the_queue_still_reaches_the_cach
             assert manager.fetch(0, "g") == {}  # commit 1 is still waiting
             replicas.answer(0)
         assert manager.fetch(0, "g")[TP].offset == 2
-    finally:
-        logs.close()

@@ -11,6 +11,7 @@ import types
 
 import trio
 import trio.testing
+from broker_helpers import serve_kafka
 
 from trilog.broker._config import BrokerConfig
 from trilog.broker._purgatory import FetchPurgatory
@@ -23,29 +24,15 @@ MOVED, STUCK, SLOW = ("rf3", 0), ("rf1", 0), ("rf3", 1)
 
 
 async def _controller(stream: trio.SocketStream, left=(STUCK,)) -> None:
-    """Answers ApiVersions, and ControlledShutdown with ``left`` still on the broker."""
-    from trilog.protocol import (
-        ApiKey,
-        ControlledShutdownResponse,
-        FrameSplitter,
-        api_versions_response,
-        decode_request,
-        encode_response,
-    )
+    """Answers ControlledShutdown with ``left`` still on the broker."""
+    from trilog.protocol import ApiKey, ControlledShutdownResponse as R
 
-    splitter = FrameSplitter()
-    while data := await stream.receive_some(65536):
-        for frame in splitter.feed(data):
-            header, _request = decode_request(frame)
-            if header.api_key == ApiKey.API_VERSIONS:
-                response = api_versions_response()
-            else:
-                assert header.api_key == ApiKey.CONTROLLED_SHUTDOWN
-                R = ControlledShutdownResponse
-                response = R(error_code=0, remaining_partitions=[
-                    R.RemainingPartition(topic_name=t, partition_index=p) for t, p in left])
-            await stream.send_all(encode_response(response, header.api_version,
-                                                  header.correlation_id))
+    async def answer(header, _request):
+        assert header.api_key == ApiKey.CONTROLLED_SHUTDOWN
+        return R(error_code=0, remaining_partitions=[
+            R.RemainingPartition(topic_name=t, partition_index=p) for t, p in left])
+
+    await serve_kafka(stream, answer)
 
 
 @contextlib.asynccontextmanager

@@ -69,3 +69,21 @@ def test_a_slow_inline_append_sends_large_appends_to_threads_for_the_cool_down(
     assert not log.cheap_append(1 << 20)
     clock[0] += 1
     assert log.cheap_append(1 << 20)  # the next one tries again
+
+
+def test_run_times_the_append_it_makes_even_when_it_fails(clock):
+    def slow_append(result):
+        clock[0] += _log.SLOW_INLINE_APPEND_S * 2
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    assert INLINE_APPENDS.run(slow_append, "info") == "info"
+    assert not INLINE_APPENDS.fast()
+    INLINE_APPENDS.slow_until = 0.0
+    with pytest.raises(OSError):
+        INLINE_APPENDS.run(slow_append, OSError("disk full"))
+    assert not INLINE_APPENDS.fast()
+    INLINE_APPENDS.slow_until = 0.0
+    assert INLINE_APPENDS.run(lambda: 1) == 1  # no time passed on this clock
+    assert INLINE_APPENDS.fast()

@@ -35,7 +35,6 @@ import dataclasses
 import logging
 import math
 import struct
-import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -242,25 +241,14 @@ class _Fetcher:
             # Every partition waits for a retry: until the first is due, or wake().
             soonest = min((st.retry_at for st in self.partitions.values()),
                           default=trio.current_time() + self.backoff_s)
-            self._poll = trio.CancelScope()
-            try:
-                with self._poll:
-                    await trio.sleep_until(max(soonest, trio.current_time() + 0.001))
-            finally:
-                self._poll = None
+            await self._until_woken(trio.sleep_until, max(soonest, trio.current_time() + 0.001))
             return True
         request = R(replica_id=self.manager.broker_id, max_wait_ms=self._wait_ms(),
                     min_bytes=self.min_bytes, max_bytes=0x7FFFFFFF, isolation_level=0,
                     session_id=0, session_epoch=-1,
                     topics=[R.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
                     forgotten_topics_data=[])
-        response = None
-        self._poll = trio.CancelScope()
-        try:
-            with self._poll:
-                response = await conn.request(request, version=FETCH_VERSION)
-        finally:
-            self._poll = None
+        response = await self._until_woken(conn.request, request, version=FETCH_VERSION)
         if response is None:  # given up by wake()
             return False
         for topic in response.responses:
@@ -282,6 +270,16 @@ class _Fetcher:
                     sent_state.failures = 0
                     await self._append(lg, tp, p)
         return True
+
+    async def _until_woken(self, fn, *args, **kwargs):
+        """``await fn(*args, **kwargs)``, or None once ``wake()`` gives it up."""
+        self._poll = scope = trio.CancelScope()
+        try:
+            with scope:
+                return await fn(*args, **kwargs)
+            return None
+        finally:
+            self._poll = None
 
     def _wait_ms(self) -> int:
         """The long poll's wait: ``replica.fetch.wait.max.ms``, but none while a partition
@@ -306,9 +304,7 @@ class _Fetcher:
         if size:
             if lg.cheap_append(size):  # a page-cache write: no hop to a worker thread
                 await trio.lowlevel.checkpoint()
-                started = time.perf_counter()
-                _append_as_follower(lg, memoryview(data)[:size])
-                INLINE_APPENDS.took(time.perf_counter() - started)
+                INLINE_APPENDS.run(_append_as_follower, lg, memoryview(data)[:size])
             else:
                 await trio.to_thread.run_sync(_append_as_follower, lg, memoryview(data)[:size],
                                               limiter=self.manager.limiter)

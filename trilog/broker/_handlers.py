@@ -91,6 +91,11 @@ log = logging.getLogger("trilog.broker.requests")
 _MAGIC_OFFSET = 16  # where every record format keeps its magic byte
 
 
+def _legacy(records) -> bool:
+    """Is ``records`` an old client's message set (magic 0 or 1), converted to v2 first?"""
+    return len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] < 2
+
+
 #: A full disk fails every append: one log line per partition and minute.
 _storage_faults = RateLimitedLog(log, 60.0)
 
@@ -371,9 +376,7 @@ class RequestHandler:
         if work:
             if self._append_inline(work):
                 # (No checkpoint of its own: the network yields between requests.)
-                started = time.perf_counter()
-                appended = self._append_all(work)
-                INLINE_APPENDS.took(time.perf_counter() - started)
+                appended = INLINE_APPENDS.run(self._append_all, work)
             else:
                 appended = await trio.to_thread.run_sync(self._append_all, work,
                                                          limiter=self.limiter)
@@ -446,9 +449,8 @@ class RequestHandler:
             lg = self.logs.get_log(topic, partition)
             if lg is None or not lg.cheap_append(total):
                 return False
-            if (total > CHEAP_APPEND_BYTES and len(records) > _MAGIC_OFFSET
-                    and records[_MAGIC_OFFSET] < 2):
-                return False  # an old client's message set, converted in Python first
+            if total > CHEAP_APPEND_BYTES and _legacy(records):
+                return False  # converted in Python first: not a quick write
         return True
 
     def _append_all(self, work):
@@ -459,7 +461,7 @@ class RequestHandler:
                 lg = self.logs.get_log(topic, partition)
                 if lg is None:
                     raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no log here")
-                if len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] < 2:
+                if _legacy(records):
                     # An old client's message set: the log keeps only v2.
                     records = b"".join(legacy_to_v2(
                         records, max_batch_bytes=self.config["message.max.bytes"]

@@ -223,6 +223,17 @@ class ApplyOrder:
         if queue:
             queue[0].ready.set()
 
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Wait until every earlier append reached the cache, and hold the turn (an expiry
+        or a deletion reads the cache to decide what to append)."""
+        turn = self.take()
+        try:
+            await turn.ready.wait()
+            yield
+        finally:
+            self.finish(turn)
+
 
 @dataclass(eq=False)
 class OffsetsPartition:
@@ -367,7 +378,7 @@ class OffsetManager:
         if part is None or not part.loaded:
             await trio.lowlevel.checkpoint()
             return 0
-        async with part.lock, _turn(part):
+        async with part.lock, part.order.turn():
             expired: list[tuple[str, TopicPartition]] = []
             for group, offsets in part.offsets.items():
                 if has_members(group):
@@ -400,7 +411,7 @@ class OffsetManager:
         if part is None or not part.loaded:
             await trio.lowlevel.checkpoint()
             return NotCoordinatorError.code
-        async with part.lock, _turn(part):
+        async with part.lock, part.order.turn():
             if self.partitions.get(partition) is not part:
                 return NotCoordinatorError.code
             offsets = part.offsets.get(group, {})
@@ -474,18 +485,6 @@ class OffsetManager:
         code = await self.replicas.wait_replicated((OFFSETS_TOPIC, partition), end,
                                                    trio.current_time() + self.commit_timeout_s)
         return _commit_error(code)
-
-
-@asynccontextmanager
-async def _turn(part: OffsetsPartition) -> AsyncIterator[None]:
-    """Wait until every earlier append to ``part`` reached its cache, and hold the turn (for
-    an expiry or a deletion, which read the cache to decide what to append)."""
-    turn = part.order.take()
-    try:
-        await turn.ready.wait()
-        yield
-    finally:
-        part.order.finish(turn)
 
 
 def _commit_error(code: int) -> int:

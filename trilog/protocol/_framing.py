@@ -132,10 +132,10 @@ class FrameSplitter:
     frame of at most ``LARGE_AT_ONCE`` (1 MiB and 64 KiB: a produce request of Kafka's default
     ``max.request.size`` fits) gets its whole buffer once ``LARGE_FRAME`` bytes of it are in:
     at once if they came with its prefix, else when its first buffer is full (either way at
-    most 17 times what arrived), on both ways of feeding it.  A view that ``read_buffer``
-    handed out must be released before the next call (the buffer may be replaced).
-    Doubling wrote each byte twice more (zeros, then a copy), 7 % of a broker's CPU under
-    1 MB produce requests.
+    most 17 times what arrived), on both ways of feeding it: doubling a buffer up to a MiB
+    wrote each byte twice more (zeros, then a copy), 7 % of a broker's CPU under 1 MB
+    produce requests.  A view that ``read_buffer`` handed out must be released before the
+    next call (the buffer may be replaced).
 
     The scratch buffer that small frames are received into may be the caller's
     (``read_buffer(scratch)``: one buffer shared by many connections of one thread, as long

@@ -19,7 +19,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from trilog import _time
 from trilog.errors import (
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 logger = logging.getLogger("trilog.storage")
+_T = TypeVar("_T")
 
 #: ``Log.cheap_append``: appends up to this size are a page-cache write of microseconds.
 CHEAP_APPEND_BYTES = 64 * 1024
@@ -70,7 +71,7 @@ CHEAP_APPEND_BYTES = 64 * 1024
 #: loop's appends are quick: a MiB reaches the page cache in ~0.1-0.3 ms here, less than the
 #: hop to a worker thread and back costs (~60 us of CPU and as much wall time: two thread
 #: wake-ups; 13 % of a broker's CPU under librdkafka's 1 MB produce requests).  The event
-#: loop times each append it makes (``INLINE_APPENDS.took``): one that held it over
+#: loop times each append it makes (``INLINE_APPENDS.run``): one that held it over
 #: ``SLOW_INLINE_APPEND_S`` (the kernel throttling writers while dirty pages go to disk, a
 #: slow or failing disk) sends the larger ones back to worker threads for
 #: ``SLOW_COOL_DOWN_S``; the first one after that tries again.
@@ -99,6 +100,14 @@ class InlineAppends:
 
     def fast(self) -> bool:
         return time.perf_counter() >= self.slow_until
+
+    def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)``: an append made on the event loop, timed (``took``)."""
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.took(time.perf_counter() - started)
 
 
 INLINE_APPENDS = InlineAppends()
@@ -366,7 +375,7 @@ class Log:
         """Would an append of ``nbytes`` be only a quick page-cache write (no fsync by
         message count; small, or up to ``INLINE_APPEND_BYTES`` with the hardware CRC while
         no recent inline append was slow)?  Callers on an event loop append those inline,
-        not in a thread, and tell ``INLINE_APPENDS`` how long each took."""
+        not in a thread, through ``INLINE_APPENDS.run`` (which times them)."""
         if self.config.flush_interval_messages != NEVER:
             return False
         return nbytes <= CHEAP_APPEND_BYTES or (
