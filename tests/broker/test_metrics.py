@@ -164,7 +164,7 @@ def test_values_move_between_scrapes_without_new_registration():
     assert value(second, "trilog_log_end_offset", topic="events", partition="1") == 1
 
 
-#: What the log cleaner's statistics() gives (trilog/storage/_log_cleaner.py's vocabulary).
+#: What the log cleaner's statistics() gives (trilog/storage/_cleaner_manager.py's vocabulary).
 CLEANER_STATS = {
     "passes": 3, "incomplete_passes": 1, "failed_passes": 1, "bytes_read": 4096,
     "bytes_written": 1024, "records_read": 100, "records_removed": 90, "tombstones_removed": 2,

@@ -18,7 +18,7 @@ from trilog.records import (
 )
 from trilog.storage import Log, LogConfig, LogManager, OffsetCheckpoint, parse_cleanup_policy
 from trilog.storage._cleaner import CleanerStoppedError
-from trilog.storage._log_cleaner import CLEANER_CHECKPOINT_FILE, LogCleaner
+from trilog.storage._cleaner_manager import CLEANER_CHECKPOINT_FILE, LogCleanerManager
 
 COMPACTED = LogConfig(
     segment_bytes=1_000,
@@ -317,7 +317,7 @@ def test_retention_meanwhile_makes_the_swap_refuse(manager):
         return swap(new, old, on_step)
 
     log.replace_segments = retention_first
-    cleaner = LogCleaner(m)
+    cleaner = LogCleanerManager(m)
     result = cleaner.clean_log(log)
     assert result is not None and not result.complete
     assert log.log_start_offset == second
@@ -373,7 +373,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_a_valid_log(manager, tmp_path, s
     log = m.get_or_create_log("t", 0)
     fill(log, 300, 10, tombstone_every=7)
     before = consume(log)
-    cleaner = LogCleaner(m, on_step=crash_at(step))
+    cleaner = LogCleanerManager(m, on_step=crash_at(step))
     assert cleaner.clean_log(log) is None  # the failure is logged, the log skipped
     assert cleaner.statistics()["uncleanable"] == [("t", 0)]
     if step == "swap":
@@ -423,7 +423,7 @@ def test_a_committed_swap_is_finished_at_start(manager, tmp_path, old_left):
     before = consume(log)
     run = log.segments[:3]
     # Write the cleaned run as the cleaner would, stopping at the commit point.
-    cleaner = LogCleaner(m, on_step=crash_at("unlink"))
+    cleaner = LogCleanerManager(m, on_step=crash_at("unlink"))
     from trilog.storage._cleaner import Cleaner
     from trilog.storage._compaction import CleanableRange
     rng = CleanableRange(0, log.active_segment.base_offset, 0, 1)

@@ -32,7 +32,7 @@ from storage_helpers import check_indexes
 
 from trilog.records import GZIP, RecordBatchBuilder, iter_batches
 from trilog.storage import Log, LogConfig, LogManager, parse_cleanup_policy
-from trilog.storage._log_cleaner import LogCleaner
+from trilog.storage._cleaner_manager import LogCleanerManager
 from trilog.storage._offset_map import ENTRY_BYTES
 
 T0 = 1_700_000_000_000
@@ -242,7 +242,7 @@ class CleanerMachine(RuleBasedStateMachine):
                 raise Crash(name)
 
         self.untouched_from = max(self.untouched_from, self.log.active_segment.base_offset)
-        cleaner = LogCleaner(self.manager, on_step=on_step)
+        cleaner = LogCleanerManager(self.manager, on_step=on_step)
         buffer = 1 << 20 if map_keys is None else map_keys * ENTRY_BYTES
         result = cleaner.clean_log(self.log, buffer, now_ms=self.now())
         crashed = len(calls) > crash_at

@@ -1,6 +1,6 @@
 """The broker's log cleaner task: compacts the logs whose ``cleanup.policy`` has ``compact``.
 
-``trilog/storage/_log_cleaner.py`` decides which log to clean and ``_cleaner.py`` cleans it;
+``trilog/storage/_cleaner_manager.py`` decides which log to clean and ``_cleaner.py`` cleans it;
 both block, and storage starts no thread.  This task is ``log.cleaner.threads`` loops, each
 running one pass at a time in a worker thread of its own limiter (so a long cleaning never
 takes a worker the produce and fetch path needs) and sleeping ``log.cleaner.backoff.ms``

@@ -482,7 +482,7 @@ class BrokerConfig:
         self.advertised_listeners
         self.inter_broker_listener
         from trilog.broker._listeners import inter_broker_security, server_ssl_context
-        from trilog.client._security import SecurityConfigError
+        from trilog.net import SecurityConfigError
         try:
             if any(lst.tls for lst in listeners):
                 server_ssl_context(self.values)

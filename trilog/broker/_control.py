@@ -86,7 +86,7 @@ from trilog.broker._election import (
 from trilog.broker._limits import RateLimitedLog
 from trilog.broker._listeners import inter_broker_security
 from trilog.broker._cluster import SECURITY_PROTOCOL_IDS
-from trilog.client._connection import BrokerConnection, open_connection
+from trilog.net import BrokerConnection, open_connection
 from trilog.errors import (
     NO_ERROR,
     BrokerNotAvailableError,

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from trilog.client._connection import open_connection
+from trilog.net import open_connection
 from trilog.errors import (
     NO_ERROR,
     FencedLeaderEpochError,

@@ -21,7 +21,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from trilog.client._security import ClientSecurity, client_ssl_context, parse_jaas_config
+from trilog.net import ClientSecurity, client_ssl_context, parse_jaas_config
 from trilog.errors import TrilogError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

@@ -393,7 +393,7 @@ class BrokerSource:
 
     def cleaner(self) -> Mapping[str, Any] | None:
         # The hook for the log cleaner: the broker's ``cleaner`` (``_cleaner.py``), whose
-        # ``statistics()`` gives plain counters (trilog/storage/_log_cleaner.py's
+        # ``statistics()`` gives plain counters (trilog/storage/_cleaner_manager.py's
         # vocabulary, see ``_cleaner`` below); a broker without one has no cleaner metrics.
         cleaner = getattr(self._broker, "cleaner", None)
         return None if cleaner is None else cleaner.statistics()

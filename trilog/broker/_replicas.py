@@ -53,7 +53,7 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
 )
 from trilog.broker._listeners import inter_broker_security
-from trilog.client._connection import open_connection
+from trilog.net import open_connection
 from trilog.protocol import (
     ApiKey,
     ControlledShutdownRequest,

@@ -17,7 +17,7 @@ from trilog.client._admin import (
 from trilog.client._brokers import BrokerAddress, parse_bootstrap
 from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_ranges
 from trilog.client._client import Client, open_client
-from trilog.client._connection import BrokerConnection, open_connection
+from trilog.net import BrokerConnection, open_connection
 from trilog.client._consumer import (
     EARLIEST,
     LATEST,
@@ -64,7 +64,7 @@ from trilog.client._groups_admin import (
     ResetPlan,
     open_group_admin,
 )
-from trilog.client._security import ClientSecurity, SecurityConfigError, SecurityOptions
+from trilog.net import ClientSecurity, SecurityConfigError, SecurityOptions
 from trilog.client._streams import MessageStream
 
 __all__ = [

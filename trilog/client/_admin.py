@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
 from trilog._topic import validate_topic_name
-from trilog.client._security import SecurityOptions, client_security
+from trilog.net import SecurityOptions, client_security
 from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
-from trilog.client._connection import BrokerConnection, open_connection
+from trilog.net import BrokerConnection, open_connection
 from trilog.client._retry import REQUEST_RETRY
 from trilog.errors import (
     InvalidPartitionsError,

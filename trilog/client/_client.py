@@ -24,10 +24,10 @@ from trio_util import AsyncValue
 
 from trilog._concurrency import unwrap_exception_group
 from trilog.client._brokers import parse_bootstrap, registered_brokers
-from trilog.client._connection import BrokerConnection, open_connection
+from trilog.net import BrokerConnection, open_connection
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._retry import Backoff
-from trilog.client._security import ClientSecurity
+from trilog.net import ClientSecurity
 from trilog.errors import (
     LeaderNotAvailableError,
     NetworkError,

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Unpack
 import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
-from trilog.client._security import SecurityOptions, client_security
+from trilog.net import SecurityOptions, client_security
 from trilog.client._client import Client, open_client
 from trilog.client._metadata import Node
 from trilog.client._retry import Backoff, is_retriable

@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from trilog.client._client import Client
-from trilog.client._connection import BrokerConnection, open_connection
+from trilog.net import BrokerConnection, open_connection
 from trilog.client._metadata import Node
 from trilog.client._retry import REQUEST_RETRY
 from trilog.errors import (

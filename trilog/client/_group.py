@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Unpack, overload
 
-from trilog.client._security import SecurityOptions, client_security
+from trilog.net import SecurityOptions, client_security
 from trilog.client._assignment import TopicFilter
 from trilog.client._group_base import GroupConsumerConnector
 from trilog.client._group_broker import open_broker_consumer

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from trilog.client._assignment import TopicFilter
 from trilog.client._consumer import EARLIEST, LATEST
-from trilog.client._security import ClientSecurity, SecurityOptions
+from trilog.net import ClientSecurity, SecurityOptions
 
 
 @dataclass(frozen=True)

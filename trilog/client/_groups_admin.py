@@ -34,7 +34,7 @@ import re
 
 import trio
 
-from trilog.client._security import SecurityOptions, client_security
+from trilog.net import SecurityOptions, client_security
 from trilog.client._brokers import registered_brokers
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import EARLIEST, LATEST

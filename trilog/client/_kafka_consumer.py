@@ -68,7 +68,7 @@ from trilog.client._membership import (
 )
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._offsets import BrokerOffsetStore
-from trilog.client._security import SecurityOptions, client_security
+from trilog.net import SecurityOptions, client_security
 from trilog.errors import (
     ApiError,
     NetworkError,

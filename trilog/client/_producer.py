@@ -43,9 +43,9 @@ from typing import Any, NamedTuple, Unpack
 import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
-from trilog.client._security import SecurityOptions, client_security
+from trilog.net import SecurityOptions, client_security
 from trilog.client._client import Client, open_client
-from trilog.client._connection import BrokerConnection, PendingResponse
+from trilog.net import BrokerConnection, PendingResponse
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._partitioner import DefaultPartitioner
 from trilog.client._retry import Backoff, is_retriable

@@ -25,7 +25,7 @@ from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._config import LogConfig
 from trilog.storage._files import fsync_dir, remove, write_atomically
 from trilog.storage._log import Log, parse_partition_dir_name
-from trilog.storage._log_cleaner import LogCleaner
+from trilog.storage._cleaner_manager import LogCleanerManager
 
 logger = logging.getLogger("trilog.storage")
 
@@ -98,7 +98,7 @@ class LogManager:
             for log_dir in self.log_dirs:
                 self._load_dir(log_dir)
             #: The log cleaner (``cleanup.policy=compact``): the broker runs its passes.
-            self.cleaner = LogCleaner(self)
+            self.cleaner = LogCleanerManager(self)
         except BaseException:
             for log in self._logs.values():
                 log._close_handles()

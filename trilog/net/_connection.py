@@ -29,8 +29,8 @@ from typing import Any
 import trio
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.client._sasl import authenticate
-from trilog.client._security import ClientSecurity
+from trilog.net._sasl import authenticate
+from trilog.net._security import ClientSecurity
 from trilog.errors import (
     AuthenticationError,
     NetworkError,

@@ -10,7 +10,7 @@ password cannot pass for one that does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trilog.errors import (
     IllegalSaslStateError,
@@ -29,11 +29,21 @@ from trilog.protocol import (
 )
 
 if TYPE_CHECKING:
-    from trilog.client._connection import BrokerConnection
-    from trilog.client._security import ClientSecurity
+    from trilog.net._security import ClientSecurity
 
 
-async def authenticate(conn: BrokerConnection, security: ClientSecurity) -> None:
+class Requester(Protocol):
+    """What a login needs of a connection (``BrokerConnection`` is one): its address, the
+    versions the broker speaks, and a request."""
+
+    host: str
+    port: int
+    api_versions: dict[int, tuple[int, int]]
+
+    async def request(self, request: Any, *, version: int | None = None) -> Any: ...
+
+
+async def authenticate(conn: Requester, security: ClientSecurity) -> None:
     """Log in on ``conn`` as ``security`` says; raise a ``SaslAuthenticationFailedError``
     (or ``UnsupportedSaslMechanismError``) when the broker refuses."""
     mechanism = security.sasl_mechanism

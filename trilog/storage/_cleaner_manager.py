@@ -1,4 +1,4 @@
-"""``LogCleaner``: which compacted log to clean next, how far each is clean, and the
+"""``LogCleanerManager``: which compacted log to clean next, how far each is clean, and the
 cleaner's counters (Kafka's ``LogCleanerManager``, with the entry point of a pass).
 
 Each log dir's ``cleaner-offset-checkpoint`` (Kafka's name and format, an
@@ -15,7 +15,8 @@ import logging
 import os
 import threading
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, Callable, NamedTuple, Protocol
 
 from trilog import _time
 from trilog.storage._checkpoint import OffsetCheckpoint
@@ -28,9 +29,6 @@ from trilog.storage._compaction import (
     first_dirty_offset,
 )
 from trilog.storage._log import Log
-
-if TYPE_CHECKING:
-    from trilog.storage._manager import LogManager
 
 logger = logging.getLogger("trilog.storage.cleaner")
 
@@ -52,7 +50,19 @@ class CleanResult(NamedTuple):
     stats: CleanerStats
 
 
-class LogCleaner:
+class CleanableLogs(Protocol):
+    """What the cleaner needs of its ``LogManager``: the log dirs and the logs in them."""
+
+    log_dirs: list[str]
+
+    def logs(self) -> Iterable[Log]: ...
+
+    def get_log(self, topic: str, partition: int) -> Log | None: ...
+
+    def log_dir_of(self, topic: str, partition: int) -> str | None: ...
+
+
+class LogCleanerManager:
     """The log cleaner of a ``LogManager`` (its ``cleaner`` attribute).
 
     Thread-safe: ``clean_filthiest`` may run in several threads at once (the broker's
@@ -62,7 +72,7 @@ class LogCleaner:
     uncleanable and skipped until the broker restarts, as in Kafka.
     """
 
-    def __init__(self, manager: LogManager, *,
+    def __init__(self, manager: CleanableLogs, *,
                  on_step: Callable[[str], None] | None = None) -> None:
         self._manager = manager
         self._on_step = on_step
