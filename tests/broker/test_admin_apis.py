@@ -31,7 +31,7 @@ from kafka.admin import KafkaAdminClient
 from kafka_helpers import consume_partitions, kafka_consumer, kafka_producer
 
 from trilog import protocol as p
-from trilog.broker._cluster import plan_new_partitions
+from trilog.broker.cluster._cluster import plan_new_partitions
 from trilog.errors import (
     GroupIdNotFoundError,
     InvalidGroupIdError,

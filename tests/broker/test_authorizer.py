@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from trilog.broker._authorizer import (
+from trilog.broker.security._authorizer import (
     AccessControlEntry,
     AclBinding,
     AclBindingFilter,

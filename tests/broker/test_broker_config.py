@@ -1,6 +1,6 @@
 import pytest
 
-from trilog.broker._config import (
+from trilog.broker.configs._broker_config import (
     PROPERTIES,
     BrokerConfig,
     ConfigError,

@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 import trio
 from broker_helpers import serve_kafka
 
-from trilog.broker._config import BrokerConfig
-from trilog.broker._control import Controller
-from trilog.broker._controller import ControllerElection
+from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker.controller._controller import Controller
+from trilog.broker.controller._election import ControllerElection
 from trilog.errors import (
     ElectionNotNeededError,
     NotControllerError,

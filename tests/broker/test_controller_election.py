@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from trilog.broker._controller import ControllerElection
+from trilog.broker.controller._election import ControllerElection
 from trilog.zk import CONTROLLER, CONTROLLER_EPOCH, decode_controller, open_zookeeper
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trilog.broker._election import (
+from trilog.broker.controller._decisions import (
     NO_LEADER,
     elect_for_reassignment,
     elect_for_shutdown,

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 from broker_helpers import serve_kafka
 
-from trilog.broker._fetcher import FIRST_RETRY_S, FetchState, _Fetcher
+from trilog.broker.replication._fetcher import FIRST_RETRY_S, FetchState, _Fetcher
 
 CONFIG = {"replica.fetch.wait.max.ms": 500, "replica.fetch.min.bytes": 1,
           "replica.fetch.max.bytes": 1 << 20, "replica.fetch.backoff.ms": 1000,
@@ -115,8 +115,8 @@ class _Leader:
 @contextlib.asynccontextmanager
 async def _following(leader: _Leader, tmp_path):
     """Replica fetchers of broker 1 (logs t-0 and t-1), broker 2 being ``leader``."""
-    from trilog.broker._fetcher import ReplicaFetchers
-    from trilog.broker._purgatory import FetchPurgatory
+    from trilog.broker.replication._fetcher import ReplicaFetchers
+    from trilog.broker.replication._purgatory import FetchPurgatory
     from trilog.storage import LogManager
 
     async with trio.open_nursery() as nursery:

@@ -20,7 +20,7 @@ from broker_helpers import (
 
 from trilog import protocol as p
 from trilog.broker import open_broker
-from trilog.broker._groups import (
+from trilog.broker.groups._group import (
     Group,
     GroupState,
     JoinResult,
@@ -29,7 +29,7 @@ from trilog.broker._groups import (
     SyncResult,
     select_protocol,
 )
-from trilog.broker._offsets import OFFSETS_TOPIC, partition_for
+from trilog.broker.groups._offsets import OFFSETS_TOPIC, partition_for
 
 NONE, NOT_AVAILABLE, NOT_COORDINATOR = 0, 15, 16
 ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, INVALID_GROUP_ID = 22, 23, 24

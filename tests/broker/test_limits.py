@@ -27,7 +27,7 @@ from broker_helpers import (
 from trilog import protocol as p
 from trilog.broker import open_broker
 from trilog.broker._limits import DescriptorBudget, PartitionBudget, RateLimitedLog
-from trilog.broker._network import ConnectionLimits, Network, RequestMemory
+from trilog.broker.network._network import ConnectionLimits, Network, RequestMemory
 from trilog.errors import InvalidPartitionsError, PolicyViolationError
 from trilog.storage import RECOVERY_POINT_CHECKPOINT_FILE
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from trilog.broker._listeners import (
+from trilog.broker.network._listeners import (
     ANONYMOUS,
     Listener,
     ListenerError,

@@ -185,7 +185,7 @@ async def test_many_parked_fetches_all_wake(broker):
 
 
 async def test_bytes_appended_while_a_fetch_reads_wake_it_at_once():
-    from trilog.broker._purgatory import FetchPurgatory
+    from trilog.broker.replication._purgatory import FetchPurgatory
 
     purgatory = FetchPurgatory()
     tps = [("t", 0), ("t", 1)]
@@ -204,7 +204,7 @@ async def test_in_a_cluster_consumers_wake_when_the_high_watermark_moves_followe
     """A consumer reads below the high watermark: an append alone would answer it with
     nothing, so it waits for the high watermark to move; a follower reads to the log end:
     an append wakes it, a high watermark move does not."""
-    from trilog.broker._purgatory import FetchPurgatory
+    from trilog.broker.replication._purgatory import FetchPurgatory
 
     purgatory = FetchPurgatory(follow_high_watermark=True)
     tp = ("t", 0)

@@ -5,8 +5,8 @@ says of itself."""
 from __future__ import annotations
 
 from trilog import protocol as p
-from trilog.broker._cluster import BrokerInfo
-from trilog.broker._zkcluster import ZooKeeperCluster
+from trilog.broker.cluster._cluster import BrokerInfo
+from trilog.broker.cluster._zookeeper import ZooKeeperCluster
 
 R = p.UpdateMetadataRequest
 

@@ -11,7 +11,7 @@ import socket
 import trio
 
 from trilog import protocol as p
-from trilog.broker._network import IOV_MAX, Later, Network, _write_all
+from trilog.broker.network._network import IOV_MAX, Later, Network, _write_all
 from trilog.errors import RemoteProtocolError
 
 

@@ -16,8 +16,9 @@ from broker_helpers import create_topics_request, group_broker_config, trio_conn
 
 from trilog import _time
 from trilog import protocol as p
-from trilog.broker import _offsets, open_broker
-from trilog.broker._offsets import OFFSETS_TOPIC, java_string_hashcode, partition_for
+from trilog.broker import open_broker
+from trilog.broker.groups import _offsets
+from trilog.broker.groups._offsets import OFFSETS_TOPIC, java_string_hashcode, partition_for
 from trilog.protocol import (
     OffsetAndMetadata,
     OffsetKey,

@@ -10,7 +10,7 @@ import contextlib
 import trio
 import trio.testing
 
-from trilog.broker._offsets import OFFSETS_TOPIC, OffsetManager
+from trilog.broker.groups._offsets import OFFSETS_TOPIC, OffsetManager
 from trilog.errors import NO_ERROR, CoordinatorNotAvailableError, RequestTimedOutError
 from trilog.protocol import OffsetAndMetadata
 from trilog.storage import LogManager

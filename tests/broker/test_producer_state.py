@@ -76,7 +76,7 @@ def test_a_partition_is_rebuilt_from_its_stored_batch_headers(tmp_path):
 
 def test_producer_ids_stay_above_the_last_one_handed_out_even_if_the_clock_goes_back(
         tmp_path, monkeypatch):
-    from trilog.broker import _handlers
+    from trilog.broker.apis import _handlers
 
     first = _handlers._ProducerIds(3, str(tmp_path))
     ids = [first.allocate() for _ in range(5000)]  # past one millisecond's 4096
@@ -91,7 +91,7 @@ def test_producer_ids_stay_above_the_last_one_handed_out_even_if_the_clock_goes_
 
 
 def test_a_failed_reservation_hands_out_no_id_until_one_is_recorded(tmp_path, monkeypatch):
-    from trilog.broker import _handlers
+    from trilog.broker.apis import _handlers
 
     ids = _handlers._ProducerIds(1, str(tmp_path))
     real_fsync = _handlers.os.fsync

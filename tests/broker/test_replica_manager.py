@@ -13,9 +13,9 @@ import trio
 import trio.testing
 from broker_helpers import serve_kafka
 
-from trilog.broker._config import BrokerConfig
-from trilog.broker._purgatory import FetchPurgatory
-from trilog.broker._replicas import Partition, ReplicaManager
+from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker.replication._purgatory import FetchPurgatory
+from trilog.broker.replication._replica_manager import Partition, ReplicaManager
 from trilog.errors import NotLeaderOrFollowerError
 from trilog.records import build_batch
 from trilog.storage import LogManager

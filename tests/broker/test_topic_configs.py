@@ -25,9 +25,9 @@ from broker_helpers import (
 )
 
 from trilog import protocol as p
-from trilog.broker._config import BrokerConfig
-from trilog.broker._config_apis import _incremental
-from trilog.broker._topic_configs import (
+from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker.apis._configs import _incremental
+from trilog.broker.configs._topic_properties import (
     SOURCE_DEFAULT,
     SOURCE_STATIC_BROKER,
     SOURCE_TOPIC,

@@ -99,7 +99,7 @@ async def test_shutdown_during_a_watch_refresh_leaves_no_unclosed_generator(tmp_
 
 async def test_duplicate_broker_id_raises_and_the_first_broker_is_unaffected(tmp_path,
                                                                               zookeeper):
-    from trilog.broker._zkcluster import BrokerIdInUseError
+    from trilog.broker.cluster._zookeeper import BrokerIdInUseError
 
     async with open_broker(_config(tmp_path, zookeeper, 5)) as first:
         config = _config(tmp_path, zookeeper, 5)

@@ -5,6 +5,6 @@ run one; ``BrokerConfig`` reads Kafka's property names.
 """
 
 from trilog.broker._broker import Broker, open_broker, serve_broker
-from trilog.broker._config import PROPERTIES, BrokerConfig, ConfigError
+from trilog.broker.configs._broker_config import PROPERTIES, BrokerConfig, ConfigError
 
 __all__ = ["PROPERTIES", "Broker", "BrokerConfig", "ConfigError", "open_broker", "serve_broker"]

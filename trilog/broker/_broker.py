@@ -30,7 +30,7 @@ import trio
 
 from trilog._concurrency import unwrap_exception_group
 from trilog._time import now_ms
-from trilog.broker._acls import (
+from trilog.broker.security._acls import (
     Access,
     AclManager,
     AclStore,
@@ -38,22 +38,22 @@ from trilog.broker._acls import (
     acls_disabled_answer,
     standalone_acl_store,
 )
-from trilog.broker._admin_apis import AdminApis
-from trilog.broker._authorizer import Authorizer
-from trilog.broker._cluster import (
+from trilog.broker.apis._admin import AdminApis
+from trilog.broker.security._authorizer import Authorizer
+from trilog.broker.cluster._cluster import (
     BrokerInfo,
     Cluster,
     StandaloneCluster,
     broker_info,
     load_or_create_meta,
 )
-from trilog.broker._config import BrokerConfig
-from trilog.broker._cleaner import LogCleanerTask
-from trilog.broker._control import Controller
-from trilog.broker._config_apis import ConfigApis
-from trilog.broker._config_store import TopicConfigs, standalone_store
-from trilog.broker._coordinator import GroupCoordinator
-from trilog.broker._handlers import RequestHandler
+from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker._log_tasks import LogCleanerTask
+from trilog.broker.controller._controller import Controller
+from trilog.broker.apis._configs import ConfigApis
+from trilog.broker.configs._topic_configs import TopicConfigs, standalone_store
+from trilog.broker.groups._coordinator import GroupCoordinator
+from trilog.broker.apis._handlers import RequestHandler
 from trilog.broker._limits import (
     RESERVED_FDS,
     DescriptorBudget,
@@ -62,8 +62,8 @@ from trilog.broker._limits import (
     raise_fd_limit,
 )
 from trilog.broker._metrics import FLUSH_BUCKETS_S, BrokerSource, Buckets, serve_metrics
-from trilog.broker._listeners import Listener, server_ssl_context, tls_principal
-from trilog.broker._network import (
+from trilog.broker.network._listeners import Listener, server_ssl_context, tls_principal
+from trilog.broker.network._network import (
     BoundListener,
     ConnectionLimits,
     Later,
@@ -71,11 +71,11 @@ from trilog.broker._network import (
     ResponseParts,
     Session,
 )
-from trilog.broker._purgatory import FetchPurgatory
-from trilog.broker._replicas import ReplicaManager
-from trilog.broker._sasl import SaslAuthenticator
-from trilog.broker._users import UserStore, ZooKeeperUserStore, standalone_user_store
-from trilog.broker._zkcluster import ZooKeeperCluster, open_zookeeper_cluster
+from trilog.broker.replication._purgatory import FetchPurgatory
+from trilog.broker.replication._replica_manager import ReplicaManager
+from trilog.broker.security._sasl import SaslAuthenticator
+from trilog.broker.security._users import UserStore, ZooKeeperUserStore, standalone_user_store
+from trilog.broker.cluster._zookeeper import ZooKeeperCluster, open_zookeeper_cluster
 from trilog.errors import TrilogError
 from trilog.protocol import ApiKey
 from trilog.storage import Log, LogManager

@@ -21,7 +21,7 @@ import trio
 
 from trilog._concurrency import unwrap_exception_group
 from trilog.broker import BrokerConfig, ConfigError, serve_broker
-from trilog.broker._config import properties_help
+from trilog.broker.configs._broker_config import properties_help
 from trilog.errors import TrilogError
 
 _SHORT_FLAGS = {

@@ -48,7 +48,7 @@ def security_kwargs(args) -> dict[str, Any]:
     path = getattr(args, "command_config", None)
     if path is None:
         return {}
-    from trilog.broker._config import ConfigError, parse_properties
+    from trilog.broker.configs._broker_config import ConfigError, parse_properties
     from trilog.client import ClientSecurity, SecurityConfigError
 
     try:

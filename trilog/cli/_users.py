@@ -8,7 +8,7 @@ import getpass
 import os
 import sys
 
-from trilog.broker._users import (
+from trilog.broker.security._users import (
     SCRAM_MECHANISMS,
     UserStore,
     ZooKeeperUserStore,

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from trilog.broker._acls import ALLOW_ALL, Access
-from trilog.broker._authorizer import AclOperation, ResourceType
-from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
-from trilog.broker._coordinator import GroupCoordinator
+from trilog.broker.security._acls import ALLOW_ALL, Access
+from trilog.broker.security._authorizer import AclOperation, ResourceType
+from trilog.broker.cluster._cluster import INTERNAL_TOPICS, Cluster
+from trilog.broker.groups._coordinator import GroupCoordinator
 from trilog.errors import (
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
@@ -67,7 +67,7 @@ from trilog.protocol import (
 from trilog.storage import LogManager
 
 if TYPE_CHECKING:
-    from trilog.broker._handlers import RequestHandler
+    from trilog.broker.apis._handlers import RequestHandler
 
 log = logging.getLogger("trilog.broker.admin")
 

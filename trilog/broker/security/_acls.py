@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from trilog.broker._authorizer import (
+from trilog.broker.security._authorizer import (
     CLUSTER_NAME,
     AccessControlEntry,
     AclBinding,
@@ -35,7 +35,7 @@ from trilog.broker._authorizer import (
     ResourcePattern,
     ResourceType,
 )
-from trilog.broker._network import current_session
+from trilog.broker.network._network import current_session
 from trilog.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -67,7 +67,7 @@ from trilog.zk import (
 )
 
 if TYPE_CHECKING:
-    from trilog.broker._handlers import RequestHandler
+    from trilog.broker.apis._handlers import RequestHandler
 
 log = logging.getLogger("trilog.broker.acls")
 

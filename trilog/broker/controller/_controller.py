@@ -73,9 +73,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 from trio_util import AsyncValue
 
-from trilog.broker._config import BrokerConfig
-from trilog.broker._controller import ControllerElection
-from trilog.broker._election import (
+from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker.controller._election import ControllerElection
+from trilog.broker.controller._decisions import (
     NO_LEADER,
     elect_for_reassignment,
     elect_for_shutdown,
@@ -84,8 +84,8 @@ from trilog.broker._election import (
     imbalanced_brokers,
 )
 from trilog.broker._limits import RateLimitedLog
-from trilog.broker._listeners import inter_broker_security
-from trilog.broker._cluster import SECURITY_PROTOCOL_IDS
+from trilog.broker.network._listeners import inter_broker_security
+from trilog.broker.cluster._cluster import SECURITY_PROTOCOL_IDS
 from trilog.net import BrokerConnection, open_connection
 from trilog.errors import (
     NO_ERROR,
@@ -138,7 +138,7 @@ from trilog.zk import (
 )
 
 if TYPE_CHECKING:
-    from trilog.broker._handlers import RequestHandler
+    from trilog.broker.apis._handlers import RequestHandler
 
 log = logging.getLogger("trilog.broker.controller")
 

@@ -29,19 +29,19 @@ from typing import TYPE_CHECKING
 import trio
 
 from trilog import _time
-from trilog.broker._cluster import Cluster
-from trilog.broker._config import BrokerConfig
-from trilog.broker._groups import (
+from trilog.broker.cluster._cluster import Cluster
+from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker.groups._group import (
     Group,
     GroupState,
     JoinResult,
     Reply,
     SyncResult,
 )
-from trilog.broker._acls import ALLOW_ALL, Access
-from trilog.broker._authorizer import AclOperation, ResourceType
-from trilog.broker._network import current_session
-from trilog.broker._offsets import OFFSETS_TOPIC, OffsetManager, partition_for
+from trilog.broker.security._acls import ALLOW_ALL, Access
+from trilog.broker.security._authorizer import AclOperation, ResourceType
+from trilog.broker.network._network import current_session
+from trilog.broker.groups._offsets import OFFSETS_TOPIC, OffsetManager, partition_for
 from trilog.errors import (
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
@@ -83,9 +83,9 @@ from trilog.protocol import (
 from trilog.storage import LogManager
 
 if TYPE_CHECKING:
-    from trilog.broker._handlers import RequestHandler
-    from trilog.broker._purgatory import FetchPurgatory
-    from trilog.broker._replicas import ReplicaManager
+    from trilog.broker.apis._handlers import RequestHandler
+    from trilog.broker.replication._purgatory import FetchPurgatory
+    from trilog.broker.replication._replica_manager import ReplicaManager
 
 log = logging.getLogger("trilog.broker.groups")
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from trilog.broker._listeners import (
+from trilog.broker.network._listeners import (
     Listener,
     ListenerError,
     PrincipalRules,
@@ -481,7 +481,7 @@ class BrokerConfig:
         listeners = self.listeners  # parses and validates
         self.advertised_listeners
         self.inter_broker_listener
-        from trilog.broker._listeners import inter_broker_security, server_ssl_context
+        from trilog.broker.network._listeners import inter_broker_security, server_ssl_context
         from trilog.net import SecurityConfigError
         try:
             if any(lst.tls for lst in listeners):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, NamedTuple
 
 import trio
 
-from trilog.broker._cluster import (
+from trilog.broker.cluster._cluster import (
     SECURITY_PROTOCOL_IDS,
     BrokerInfo,
     Cluster,
@@ -36,10 +36,10 @@ from trilog.broker._cluster import (
     new_cluster_id,
     plan_new_partitions,
 )
-from trilog.broker._config_store import TopicConfigs, ZooKeeperConfigStore
-from trilog.broker._controller import ControllerElection
-from trilog.broker._listeners import Listener
-from trilog.broker._topic_configs import validate_overrides
+from trilog.broker.configs._topic_configs import TopicConfigs, ZooKeeperConfigStore
+from trilog.broker.controller._election import ControllerElection
+from trilog.broker.network._listeners import Listener
+from trilog.broker.configs._topic_properties import validate_overrides
 from trilog.errors import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -69,7 +69,7 @@ from trilog.zk import (
 )
 
 if TYPE_CHECKING:
-    from trilog.broker._config import BrokerConfig
+    from trilog.broker.configs._broker_config import BrokerConfig
     from trilog.storage import LogManager
 
 log = logging.getLogger("trilog.broker.zk")

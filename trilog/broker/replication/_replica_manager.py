@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trilog import _time
-from trilog.broker._fetcher import ReplicaFetchers
-from trilog.broker._acls import ALLOW_ALL, Access
-from trilog.broker._authorizer import AclOperation, ResourceType
+from trilog.broker.replication._fetcher import ReplicaFetchers
+from trilog.broker.security._acls import ALLOW_ALL, Access
+from trilog.broker.security._authorizer import AclOperation, ResourceType
 from trilog.errors import (
     ClusterAuthorizationFailedError,
     TopicAuthorizationFailedError,
@@ -52,7 +52,7 @@ from trilog.errors import (
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
-from trilog.broker._listeners import inter_broker_security
+from trilog.broker.network._listeners import inter_broker_security
 from trilog.net import open_connection
 from trilog.protocol import (
     ApiKey,
@@ -73,9 +73,9 @@ from trilog.zk import (
 )
 
 if TYPE_CHECKING:
-    from trilog.broker._config import BrokerConfig
-    from trilog.broker._purgatory import FetchPurgatory
-    from trilog.broker._zkcluster import ZooKeeperCluster
+    from trilog.broker.configs._broker_config import BrokerConfig
+    from trilog.broker.replication._purgatory import FetchPurgatory
+    from trilog.broker.cluster._zookeeper import ZooKeeperCluster
     from trilog.storage import Log, LogManager
 
 log = logging.getLogger("trilog.broker.replicas")

@@ -24,8 +24,8 @@ from typing import Protocol
 
 import trio
 
-from trilog.broker._config import BrokerConfig
-from trilog.broker._topic_configs import (
+from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker.configs._topic_properties import (
     TopicConfig,
     broker_defaults,
     resolve,

@@ -30,16 +30,16 @@ import trio
 
 from trilog._time import now_ms
 from trilog._topic import validate_topic_name
-from trilog.broker._acls import ALLOW_ALL, Access, refused_request
-from trilog.broker._authorizer import AclOperation, ResourceType
-from trilog.broker._cluster import INTERNAL_TOPICS, Cluster
-from trilog.broker._config import BrokerConfig
+from trilog.broker.security._acls import ALLOW_ALL, Access, refused_request
+from trilog.broker.security._authorizer import AclOperation, ResourceType
+from trilog.broker.cluster._cluster import INTERNAL_TOPICS, Cluster
+from trilog.broker.configs._broker_config import BrokerConfig
 from trilog.broker._limits import RateLimitedLog
 from trilog.broker._metrics import RequestMetrics, api_name, error_counts, error_name
-from trilog.broker._network import Later, Session, current_session
-from trilog.broker._sasl import BEFORE_LOGIN
+from trilog.broker.network._network import Later, Session, current_session
+from trilog.broker.security._sasl import BEFORE_LOGIN
 from trilog.broker._producer_state import ProducerStateTable
-from trilog.broker._purgatory import FetchPurgatory
+from trilog.broker.replication._purgatory import FetchPurgatory
 from trilog.errors import (
     ApiError,
     ClusterAuthorizationFailedError,
@@ -82,8 +82,8 @@ from trilog.storage import INLINE_APPENDS, LATEST_TIMESTAMP, LogManager, write_a
 from trilog.storage._log import CHEAP_APPEND_BYTES
 
 if TYPE_CHECKING:
-    from trilog.broker._replicas import ReplicaManager
-    from trilog.broker._sasl import SaslAuthenticator
+    from trilog.broker.replication._replica_manager import ReplicaManager
+    from trilog.broker.security._sasl import SaslAuthenticator
 
 
 log = logging.getLogger("trilog.broker.requests")

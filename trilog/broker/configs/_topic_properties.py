@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trilog.broker._config import PROPERTIES, PROPERTIES_BY_NAME, BrokerConfig, property_text
+from trilog.broker.configs._broker_config import PROPERTIES, PROPERTIES_BY_NAME, BrokerConfig, property_text
 from trilog.errors import InvalidConfigError
 from trilog.storage import LogConfig
 from trilog.storage._config import NEVER

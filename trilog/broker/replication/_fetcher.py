@@ -53,7 +53,7 @@ from trilog.protocol import FetchRequest, OffsetForLeaderEpochRequest
 from trilog.storage import INLINE_APPENDS
 
 if TYPE_CHECKING:
-    from trilog.broker._replicas import ReplicaManager
+    from trilog.broker.replication._replica_manager import ReplicaManager
     from trilog.storage import Log
 
 log = logging.getLogger("trilog.broker.fetcher")

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from trilog.broker._network import Session, current_session
-from trilog.broker._users import UserStore, scram_credential
+from trilog.broker.network._network import Session, current_session
+from trilog.broker.security._users import UserStore, scram_credential
 from trilog.errors import (
     IllegalSaslStateError,
     RemoteProtocolError,
@@ -46,7 +46,7 @@ from trilog.protocol import (
 )
 
 if TYPE_CHECKING:
-    from trilog.broker._handlers import RequestHandler
+    from trilog.broker.apis._handlers import RequestHandler
 
 log = logging.getLogger("trilog.broker.sasl")
 

@@ -25,8 +25,8 @@ import trio
 
 from trilog._topic import validate_topic_name
 from trilog.broker._limits import PartitionBudget
-from trilog.broker._listeners import Listener
-from trilog.broker._topic_configs import validate_overrides
+from trilog.broker.network._listeners import Listener
+from trilog.broker.configs._topic_properties import validate_overrides
 from trilog.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
@@ -40,7 +40,7 @@ from trilog.storage import LogManager, write_atomically
 from trilog.zk import assign_new_partitions
 
 if TYPE_CHECKING:
-    from trilog.broker._config_store import TopicConfigs
+    from trilog.broker.configs._topic_configs import TopicConfigs
 
 log = logging.getLogger("trilog.broker")
 
@@ -287,7 +287,7 @@ def load_or_create_meta(log_dirs: list[str], broker_id: int, cluster_id: str | N
     Returns the cluster id (the one on disk, or ``cluster_id``, or a new one).  A log dir
     that belongs to another broker id or cluster is refused, as Kafka does.
     """
-    from trilog.broker._config import ConfigError, parse_properties
+    from trilog.broker.configs._broker_config import ConfigError, parse_properties
 
     found: str | None = None
     for d in log_dirs:

@@ -71,8 +71,8 @@ from trilog.records import CorruptRecordsError, RecordBatchBuilder, iter_batches
 from trilog.storage import Log, LogConfig, LogManager
 
 if TYPE_CHECKING:
-    from trilog.broker._purgatory import FetchPurgatory
-    from trilog.broker._replicas import ReplicaManager
+    from trilog.broker.replication._purgatory import FetchPurgatory
+    from trilog.broker.replication._replica_manager import ReplicaManager
 
 log = logging.getLogger("trilog.broker.offsets")
 #: A full disk fails every commit: one line per partition and minute.

@@ -19,9 +19,9 @@ from typing import Any
 
 import trio
 
-from trilog.broker._cluster import Cluster
-from trilog.broker._config import BrokerConfig
-from trilog.broker._topic_configs import (
+from trilog.broker.cluster._cluster import Cluster
+from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker.configs._topic_properties import (
     TOPIC_PROPERTIES_BY_NAME,
     TYPE_LIST,
     ConfigEntry,
@@ -31,8 +31,8 @@ from trilog.broker._topic_configs import (
     effective_value,
     validate_overrides,
 )
-from trilog.broker._acls import ALLOW_ALL, Access
-from trilog.broker._authorizer import AclOperation, ResourceType
+from trilog.broker.security._acls import ALLOW_ALL, Access
+from trilog.broker.security._authorizer import AclOperation, ResourceType
 from trilog.errors import (
     ClusterAuthorizationFailedError,
     TopicAuthorizationFailedError,
