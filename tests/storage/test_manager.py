@@ -37,6 +37,7 @@ def test_public_names():
     assert sorted(trilog.storage.__all__) == sorted(
         [
             "BatchHeader",
+            "CHEAP_APPEND_BYTES",
             "CLEAN_SHUTDOWN_FILE",
             "COMPACT",
             "CREATE_TIME",

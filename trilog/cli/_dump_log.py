@@ -26,6 +26,7 @@ import trio
 
 from trilog.cli._common import run_tool
 from trilog.records import (
+    BATCH_PREFIX,
     CODEC_NAMES,
     HEADER_SIZE,
     LOG_APPEND_TIME,
@@ -39,7 +40,6 @@ from trilog.records import (
 from trilog.storage import OffsetIndex, TimeIndex
 from trilog.storage._index import IndexCorruptError
 
-_LENGTH = struct.Struct(">qi")
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -146,7 +146,7 @@ def _dump_segment(path: str, deep: bool, print_data: bool, out: TextIO,
                     raise CorruptRecordsError(f"{left} bytes are too few for a batch")
                 header = check_batch_header(head) if left >= HEADER_SIZE else None
                 if header is None:
-                    _offset, length = _LENGTH.unpack_from(head)
+                    _offset, length = BATCH_PREFIX.unpack_from(head)
                     raise CorruptRecordsError(
                         f"a batch of {length + LOG_OVERHEAD} bytes is cut off after {left}")
                 if header.size > left:

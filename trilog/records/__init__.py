@@ -49,7 +49,10 @@ from trilog.records._legacy import (
 )
 from trilog.records._memory import MemoryRecords
 from trilog.records._v2 import (
+    BATCH_PREFIX,
     CREATE_TIME,
+    MAGIC_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
     MIN_BATCH_LENGTH,
     HEADER,
     HEADER_SIZE,
@@ -70,9 +73,14 @@ from trilog.records._v2 import (
     read_batch_header,
     rebuild_batch,
     stamp_log_append_time,
+    whole_batches_length,
 )
 
 __all__ = [
+    "BATCH_PREFIX",
+    "MAGIC_OFFSET",
+    "PARTITION_LEADER_EPOCH_OFFSET",
+    "whole_batches_length",
     "CODEC_NAMES",
     "CRC32C_HARDWARE",
     "CRC32C_IMPLEMENTATION",

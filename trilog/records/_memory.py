@@ -15,16 +15,20 @@ batch straddled ``max_bytes``.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 
 from trilog.records._errors import CorruptRecordsError
 from trilog.records._legacy import MESSAGE_OVERHEAD, LegacyRecordBatch
 from trilog.records._types import BytesLike
-from trilog.records._v2 import MIN_BATCH_LENGTH, Record, RecordBatch
+from trilog.records._v2 import (
+    BATCH_PREFIX,
+    MAGIC_OFFSET,
+    MIN_BATCH_LENGTH,
+    Record,
+    RecordBatch,
+)
 
-_ENTRY_HEAD = struct.Struct(">qi")
-_PEEK = 17  # bytes needed to see the magic
+_PEEK = MAGIC_OFFSET + 1  # bytes needed to see the magic
 #: smallest legal size field per magic
 _MIN_SIZE = {0: MESSAGE_OVERHEAD[0], 1: MESSAGE_OVERHEAD[1], 2: MIN_BATCH_LENGTH}
 
@@ -34,8 +38,8 @@ AnyBatch = RecordBatch | LegacyRecordBatch
 def _scan(buffer: BytesLike, position: int, end: int) -> Iterator[tuple[int, int, int]]:
     """``(position, size, magic)`` of each complete entry; raises on impossible sizes/magics."""
     while end - position >= _PEEK:
-        _, length = _ENTRY_HEAD.unpack_from(buffer, position)
-        magic = buffer[position + 16]
+        _, length = BATCH_PREFIX.unpack_from(buffer, position)
+        magic = buffer[position + MAGIC_OFFSET]
         minimum = _MIN_SIZE.get(magic)
         if minimum is None:
             raise CorruptRecordsError(f"entry at byte {position} has unknown magic {magic}")

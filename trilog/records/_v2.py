@@ -54,7 +54,11 @@ MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # base_offset + batch_length: what precedes ``batch_length`` bytes
-MAGIC_OFFSET = 16
+#: base_offset and batch_length, the prefix every record format shares (v0/v1: offset and
+#: message size): what walking a buffer of batches reads
+BATCH_PREFIX = struct.Struct(">qi")
+PARTITION_LEADER_EPOCH_OFFSET = 12  # not covered by the CRC, as the base offset is not
+MAGIC_OFFSET = 16  # where every record format keeps its magic byte
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 #: The smallest legal ``batch_length``: a header with no records.
@@ -883,3 +887,16 @@ def iter_batches(
             return
         yield batch
         position += size
+
+
+def whole_batches_length(data: BytesLike) -> int:
+    """How many leading bytes of ``data`` are whole batches (a fetch answer may end with
+    part of one, cut at the size limit); only the prefixes are read."""
+    pos, end = 0, len(data)
+    while end - pos >= LOG_OVERHEAD:
+        _base, length = BATCH_PREFIX.unpack_from(data, pos)
+        nxt = pos + LOG_OVERHEAD + length
+        if length <= 0 or nxt > end:
+            break
+        pos = nxt
+    return pos

@@ -32,7 +32,13 @@ from trilog.storage._epochs import (
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, write_atomically
 from trilog.storage._index import OffsetIndex, TimeIndex
-from trilog.storage._log import INLINE_APPENDS, Log, LogAppendInfo, TimestampOffset
+from trilog.storage._log import (
+    CHEAP_APPEND_BYTES,
+    INLINE_APPENDS,
+    Log,
+    LogAppendInfo,
+    TimestampOffset,
+)
 from trilog.storage._manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -49,6 +55,7 @@ from trilog.storage._retention import (
 from trilog.storage._segment import LogSegment
 
 __all__ = [
+    "CHEAP_APPEND_BYTES",
     "CLEAN_SHUTDOWN_FILE",
     "COMPACT",
     "CREATE_TIME",

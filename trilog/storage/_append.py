@@ -23,6 +23,7 @@ from trilog.records import (
     CRC32C_HARDWARE,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    PARTITION_LEADER_EPOCH_OFFSET,
     batch_crc,
     check_batch_header_fields,
     stamp_log_append_time,
@@ -34,8 +35,7 @@ if TYPE_CHECKING:
 _OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
-_EPOCH_POSITION = 12  # partition_leader_epoch, after base_offset and batch_length
-_EPOCH_END = _EPOCH_POSITION + 4
+_EPOCH_END = PARTITION_LEADER_EPOCH_OFFSET + 4
 #: Up to this many batches per append are written with ``writev`` (no copy at all).
 _MAX_IOVECS_BATCHES = 256
 #: From this many bytes on, the CRC-32C check runs in a helper thread while the bytes are
@@ -220,7 +220,7 @@ def assign_offsets(
         for pos, size, _base, delta, max_ts, _crc in batches:
             pack_into(data, pos, offset)
             if leader_epoch is not None:
-                _EPOCH.pack_into(data, pos + _EPOCH_POSITION, leader_epoch)
+                _EPOCH.pack_into(data, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
             offset += delta + 1
             infos.append((size, offset - 1, max_ts))
             if max_ts > best_ts:
@@ -244,7 +244,7 @@ def assign_offsets_stamped(
     for pos, size, _base, delta, _max_ts, _crc in batches:
         pack_into(data, pos, offset)
         if leader_epoch is not None:
-            _EPOCH.pack_into(data, pos + _EPOCH_POSITION, leader_epoch)
+            _EPOCH.pack_into(data, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
         stamp_log_append_time(data, pos, size, now_ms)
         offset += delta + 1
         infos.append((size, offset - 1, now_ms))
@@ -258,7 +258,7 @@ def batch_epochs(mv: memoryview, batches: Batches) -> list[tuple[int, int]]:
     """``(partition_leader_epoch, base_offset)`` of each batch: what a follower's append
     records in the leader-epoch cache."""
     unpack = _EPOCH.unpack_from
-    return [(unpack(mv, pos + _EPOCH_POSITION)[0], base) for pos, _s, base, _d, _m, _c in batches]
+    return [(unpack(mv, pos + PARTITION_LEADER_EPOCH_OFFSET)[0], base) for pos, _s, base, _d, _m, _c in batches]
 
 
 def keep_offsets(mv: memoryview, batches: Batches) -> WritePlan:

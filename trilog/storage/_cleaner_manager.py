@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from typing import Any, Callable, NamedTuple, Protocol
 
+from trilog._topic import PartitionKey
 from trilog import _time
 from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._cleaner import Cleaner, CleanerStats, CleanerStoppedError
@@ -35,8 +36,6 @@ logger = logging.getLogger("trilog.storage.cleaner")
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 #: Kafka's ``log.cleaner.dedupe.buffer.size`` default: 128 MiB for all cleaner threads.
 DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
-
-TopicPartition = tuple[str, int]
 
 
 class CleanResult(NamedTuple):
@@ -79,9 +78,9 @@ class LogCleanerManager:
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._stopping = threading.Event()
-        self._in_progress: set[TopicPartition] = set()
-        self._uncleanable: set[TopicPartition] = set()
-        self._checkpoints: dict[TopicPartition, int] = {}
+        self._in_progress: set[PartitionKey] = set()
+        self._uncleanable: set[PartitionKey] = set()
+        self._checkpoints: dict[PartitionKey, int] = {}
         for log_dir in manager.log_dirs:
             self._checkpoints.update(_checkpoint_file(log_dir).read())
         self._counters: dict[str, float] = dict.fromkeys(
@@ -236,12 +235,12 @@ class LogCleanerManager:
 
     # -- what an operator sees -------------------------------------------------------------
 
-    def checkpoints(self) -> dict[TopicPartition, int]:
+    def checkpoints(self) -> dict[PartitionKey, int]:
         """``{(topic, partition): first dirty offset}`` as checkpointed."""
         with self._checkpoint_lock:
             return dict(self._checkpoints)
 
-    def dirty_ratios(self, now_ms: int | None = None) -> dict[TopicPartition, float]:
+    def dirty_ratios(self, now_ms: int | None = None) -> dict[PartitionKey, float]:
         """The dirty ratio of every compacted log now (from segment sizes: cheap)."""
         now = now_ms if now_ms is not None else _time.now_ms()
         return {(lg.topic, lg.partition): self._range(lg, now).dirty_ratio

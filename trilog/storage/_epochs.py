@@ -84,11 +84,6 @@ class LeaderEpochCache:
         entries = self._entries
         return entries[-1] if entries else None
 
-    @property
-    def earliest_entry(self) -> EpochEntry | None:
-        entries = self._entries
-        return entries[0] if entries else None
-
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -26,14 +26,16 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomically(path: str, data: bytes) -> None:
+def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
     """Replace ``path`` with ``data``: a temporary file written and fsynced, renamed over the
     old one, and the directory fsynced.  On failure the temporary file is removed and the old
-    file stays as it was."""
+    file stays as it was.  ``mode``: the file's permissions (else 0644 less the umask)."""
     tmp = path + ".tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)  # (a temporary file left by a crash keeps its own mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]

@@ -51,6 +51,7 @@ from trilog.storage._epochs import (
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, remove_dir_durably
 from trilog.storage._loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
+from trilog.storage._producer_state import ProducerStateManager
 from trilog.storage._retention import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -126,6 +127,9 @@ class LogAppendInfo(NamedTuple):
     size_in_bytes: int
     log_start_offset: int
     log_append_time: int  # the time the log stamped the batches with, or -1 (CreateTime)
+    #: the batch repeats one its producer sent before (idempotence): nothing was appended,
+    #: ``first_offset`` is where the first one went
+    duplicate: bool = False
 
 
 class TimestampOffset(NamedTuple):
@@ -222,6 +226,7 @@ class Log:
         self._roll_flush_offset = 0  # a roll asks for a flush up to the new segment's base
         self._replicated = replicated
         self._epochs = LeaderEpochCache(None)  # until the segments are loaded
+        self._producer_state = ProducerStateManager(self.batch_headers)
         loaded = load_segments(self.directory, self.config, recovery_point, needs_recovery)
         segments = loaded.segments
         self._dir_dirty = loaded.created
@@ -413,6 +418,12 @@ class Log:
         ``appendAsFollower``) the cache records the epochs the batches carry (-1, no epoch,
         is skipped); ``leader_epoch`` is then refused (``ValueError``), as is a negative one.
         Without either, nothing about epochs changes (a standalone broker's appends).
+
+        Idempotent producers (``_producer_state``): an append that assigns offsets is first
+        checked against its producer's sequence numbers; a batch its producer resent is not
+        appended, and the answer says where it went (``duplicate``).  A sequence out of
+        order raises ``OutOfOrderSequenceNumberError``, an old producer epoch
+        ``InvalidProducerEpochError``.  Every append, a follower's too, is remembered.
         """
         if leader_epoch is not None and (not assign_offsets or leader_epoch < 0):
             raise ValueError(f"leader_epoch={leader_epoch} with assign_offsets="
@@ -433,11 +444,18 @@ class Log:
             )
         crc_check = None if small else OverlappedCrcCheck(mv, batches)
         now = now_ms if now_ms is not None else _time.now_ms()
+        producers = self._producer_state
         try:
             with self._lock:
+                # A leader's append is checked against its producers' sequences (a resent
+                # batch is answered with its first offset); every append is remembered.
+                duplicate_of = producers.check(mv) if assign_offsets else None
+                if duplicate_of is not None:
+                    return self._duplicate(duplicate_of)
                 plan, log_start, flush_now = self._append_locked(
                     mv, batches, assign_offsets, now, crc_check, stamp, leader_epoch
                 )
+                producers.record(mv, plan[2])
         finally:
             if crc_check is not None:
                 crc_check.release()
@@ -447,9 +465,15 @@ class Log:
         info: LogAppendInfo = _new_tuple(  # without LogAppendInfo's Python-level __new__
             LogAppendInfo,
             (first, last, last + 1, max_ts, offset_of_max_ts, records, len(batches), len(mv),
-             log_start, now if stamp else -1),
+             log_start, now if stamp else -1, False),
         )
         return info
+
+    def _duplicate(self, first_offset: int) -> LogAppendInfo:
+        """The answer to a batch its producer resent: its first offset, nothing appended."""
+        leo = self._log_end_offset
+        return LogAppendInfo(first_offset, first_offset, leo, -1, -1, 0, 0, 0,
+                             self._log_start_offset, -1, True)
 
     def _append_locked(
         self,
@@ -906,22 +930,6 @@ class Log:
             n += 1
         return n
 
-    def delete_segments_before(self, offset: int) -> list[int]:
-        """Delete the oldest segments while every offset they hold is below ``offset`` (never
-        the active one); return their base offsets.  For a log that rewrites its own live
-        data further on, as the group coordinator does with a snapshot of the latest offsets
-        (Kafka's ``deleteOldSegments`` with a start-offset predicate)."""
-        with self._delete_lock:
-            with self._lock:
-                if self._closed:
-                    return []
-                dead = self._drop_oldest(self._below_log_start(self._segments, offset))
-            for segment in dead:
-                segment.delete()
-            if dead:
-                self._epochs_follow_log_start()
-        return [s.base_offset for s in dead]
-
     def _drop_oldest(self, n: int) -> tuple[LogSegment, ...]:
         """Under the lock: take the ``n`` oldest segments out of the published list (the
         caller deletes their files after releasing the lock, still holding the delete lock;
@@ -980,6 +988,7 @@ class Log:
         self._roll_flush_offset = min(self._roll_flush_offset, self._log_end_offset)
         self._dir_dirty = True
         self._publish()
+        self._producer_state.clear()
         # After the segments (Kafka's order): a crash in between leaves entries past the
         # log end, which opening removes.
         self._epochs.truncate_from_end(self._log_end_offset)

@@ -1,23 +1,26 @@
-"""Idempotent produce: per-partition sequence numbers of each producer id.
+"""Idempotent producers of one partition's log (Kafka's ``ProducerStateManager``).
 
 Today's Kafka clients are idempotent by default: each batch carries ``producer_id``,
 ``producer_epoch`` and ``base_sequence``, and a batch resent after a lost acknowledgement must
-not be written twice.  For every partition this table keeps, per producer id, its epoch, the
-next expected sequence and the last five batches (sequence range -> base offset), as Kafka's
-``ProducerStateManager`` does:
+not be written twice.  The log keeps, per producer id, its epoch, the next expected sequence
+and its last five batches (sequence range -> base offset), and decides before each append
+that assigns offsets (a leader's):
 
 - the next expected sequence: append;
 - a repeat of one of the last five batches: answer with its original offset, append nothing;
 - anything else from the current epoch: ``OUT_OF_ORDER_SEQUENCE_NUMBER``;
 - an older epoch: ``INVALID_PRODUCER_EPOCH``; a newer epoch or an unknown producer: append.
 
-The table lives in memory and is rebuilt after a restart: the first time a partition is
-checked, the batch headers of its last 64 MiB are replayed into it (``load``), so a batch
-resent across a broker restart is still recognized as a duplicate.  (Kafka also snapshots
-this state; a producer retrying across a restart sent its batch just before it, so the
-tail of the log holds it.)  Reads only
-batch headers.  Not thread-safe: the caller holds a lock around ``check`` + append +
-``record``.
+Every append (a leader's and a follower's) is recorded, so a follower that becomes the leader
+already knows its producers.  The state is built from the log itself the first time a check
+needs it (the batch headers of the log's last 64 MiB: ``Log.batch_headers``), so a batch
+resent across a broker restart is still recognised; until then appends record nothing (the
+log holds them for that first build).  Truncation forgets it all, to be built again from
+what is left.  (Kafka also snapshots this state beside the segments; the transactions'
+producer state will.)
+
+Reads only batch headers: no record is decoded.  Not thread-safe: the log calls it under
+its append lock, around the write.
 """
 
 from __future__ import annotations
@@ -27,8 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from trilog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
-from trilog.records import HEADER, LOG_OVERHEAD
-from trilog.storage import BatchHeader
+from trilog.records import HEADER, LOG_OVERHEAD, BatchHeader
 
 MAX_PRODUCERS_PER_PARTITION = 10_000
 RECENT_BATCHES = 5
@@ -42,24 +44,27 @@ class _Producer:
     recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
 
 
-class ProducerStateTable:
-    def __init__(self, load: Callable[[tuple[str, int]], Iterable[BatchHeader]] | None = None
-                 ) -> None:
-        """``load(tp)`` gives the stored batch headers a partition's state is rebuilt from
-        (oldest first); without it a partition starts empty."""
-        self._partitions: dict[tuple[str, int], OrderedDict[int, _Producer]] = {}
+class ProducerStateManager:
+    """The producers of one log; ``load()`` gives the stored batch headers the state is
+    built from (oldest first), when it is first needed."""
+
+    def __init__(self, load: Callable[[], Iterable[BatchHeader]] | None = None) -> None:
         self._load = load
+        self._producers: OrderedDict[int, _Producer] | None = None  # None: not built yet
 
-    def check(self, tp: tuple[str, int], records) -> int | None:
-        """Before an append: ``None`` to append, or the base offset of the duplicate it is.
+    @property
+    def loaded(self) -> bool:
+        return self._producers is not None
 
-        Raises ``OutOfOrderSequenceNumberError`` / ``InvalidProducerEpochError``.
-        """
+    def check(self, records) -> int | None:
+        """Before a leader's append: ``None`` to append, or the base offset of the
+        duplicate it is.  Raises ``OutOfOrderSequenceNumberError`` /
+        ``InvalidProducerEpochError``."""
         first = _first_idempotent_batch(records)
         if first is None:
-            return None
+            return None  # no idempotent producer: nothing to check (the common case)
         pid, epoch, base_seq, last_seq = first
-        state = self._producers(tp).get(pid)
+        state = self._built().get(pid)
         if state is None or epoch > state.epoch:
             return None
         if epoch < state.epoch:
@@ -75,37 +80,33 @@ class ProducerStateTable:
             f"producer {pid}: expected sequence {state.next_sequence}, got {base_seq}"
         )
 
-    def record(self, tp: tuple[str, int], records, first_offset: int) -> None:
-        """After an append at ``first_offset``: remember each idempotent batch."""
+    def record(self, records, first_offset: int) -> None:
+        """After an append at ``first_offset`` (a leader's or a follower's): remember each
+        idempotent batch, if the state is built (else the log has them for the build)."""
+        producers = self._producers
+        if producers is None:
+            return
         batches = _batch_producers(records)
         if not any(pid >= 0 and seq >= 0 for pid, _e, seq, _d in batches):
-            return  # no idempotent producer: nothing to remember (the common case)
-        producers = self._producers(tp)
+            return
         offset = first_offset
         for pid, epoch, base_sequence, last_offset_delta in batches:
             _remember(producers, pid, epoch, base_sequence, last_offset_delta, offset)
             offset += last_offset_delta + 1
 
-    def forget(self, tp: tuple[str, int]) -> None:
-        """This broker just became the partition's leader: its producers are read again
-        from the log (a follower appended batches the table never saw)."""
-        self._partitions.pop(tp, None)
+    def clear(self) -> None:
+        """The log was truncated: build the state again from what is left, when needed."""
+        self._producers = None
 
-    def forget_topic(self, topic: str) -> None:
-        """The topic was deleted: a new one of that name starts with no producers."""
-        for tp in list(self._partitions):  # one C-level copy: safe beside worker threads
-            if tp[0] == topic:
-                self._partitions.pop(tp, None)
-
-    def _producers(self, tp: tuple[str, int]) -> OrderedDict[int, _Producer]:
-        producers = self._partitions.get(tp)
+    def _built(self) -> OrderedDict[int, _Producer]:
+        producers = self._producers
         if producers is None:
             producers = OrderedDict()
             if self._load is not None:
-                for h in self._load(tp):
+                for h in self._load():
                     _remember(producers, h.producer_id, h.producer_epoch, h.base_sequence,
                               h.last_offset_delta, h.base_offset)
-            self._partitions[tp] = producers
+            self._producers = producers
         return producers
 
 
