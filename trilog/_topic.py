@@ -1,12 +1,28 @@
-"""Kafka's rule for topic names, shared by every layer (pure)."""
+"""Topics and partitions as every layer names them: Kafka's rule for topic names, the
+partition of a topic (pure)."""
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from trilog.errors import InvalidTopicError
 
 MAX_TOPIC_NAME_LENGTH = 249
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic, as Kafka's clients name it (``trilog.TopicPartition``)."""
+
+    topic: str
+    partition: int
+
+
+#: What the broker and storage key a partition by: a ``(topic, partition)`` tuple.  A
+#: ``TopicPartition`` is one (they hash and compare alike); plain tuples are what the hot
+#: paths build, for less than a named tuple costs.
+PartitionKey = tuple[str, int]
+
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 

@@ -12,7 +12,13 @@ import trio
 import trio.testing
 from broker_helpers import serve_kafka
 
-from trilog.broker.replication._fetcher import FIRST_RETRY_S, FetchState, _Fetcher
+from trilog.broker.replication._fetcher import (
+    FIRST_RETRY_S,
+    FetcherConfig,
+    FetchState,
+    ReplicaFetchers,
+    _Fetcher,
+)
 
 CONFIG = {"replica.fetch.wait.max.ms": 500, "replica.fetch.min.bytes": 1,
           "replica.fetch.max.bytes": 1 << 20, "replica.fetch.backoff.ms": 1000,
@@ -21,8 +27,9 @@ CONFIG = {"replica.fetch.wait.max.ms": 500, "replica.fetch.min.bytes": 1,
 
 def fetcher() -> _Fetcher:
     logs = types.SimpleNamespace(get_log=lambda topic, partition: object())
-    manager = types.SimpleNamespace(config=CONFIG, logs=logs)
-    return _Fetcher(manager, leader=2)  # type: ignore[arg-type]
+    replicas = types.SimpleNamespace(logs=logs, broker_id=1)
+    owner = ReplicaFetchers(replicas, lambda: [], FetcherConfig.of(CONFIG))  # type: ignore[arg-type]
+    return _Fetcher(owner, leader=2)
 
 
 async def test_a_partition_the_leader_does_not_know_yet_is_retried_soon_then_less_often(mock_clock):
@@ -115,8 +122,6 @@ class _Leader:
 @contextlib.asynccontextmanager
 async def _following(leader: _Leader, tmp_path):
     """Replica fetchers of broker 1 (logs t-0 and t-1), broker 2 being ``leader``."""
-    from trilog.broker.replication._fetcher import ReplicaFetchers
-    from trilog.broker.replication._purgatory import FetchPurgatory
     from trilog.storage import LogManager
 
     async with trio.open_nursery() as nursery:
@@ -126,12 +131,12 @@ async def _following(leader: _Leader, tmp_path):
         logs = LogManager(str(tmp_path / "data"), replicated=True)
         for p in (0, 1):
             logs.get_or_create_log("t", p)
-        manager = types.SimpleNamespace(
-            config=CONFIG, broker_id=1, security=None, logs=logs,
-            limiter=trio.CapacityLimiter(2), purgatory=FetchPurgatory(),
-            cluster=types.SimpleNamespace(brokers=lambda: [
-                types.SimpleNamespace(node_id=2, host="127.0.0.1", port=port)]))
-        fetchers = ReplicaFetchers(manager)  # type: ignore[arg-type]
+        replicas = types.SimpleNamespace(broker_id=1, logs=logs,
+                                         limiter=trio.CapacityLimiter(2))
+        fetchers = ReplicaFetchers(
+            replicas,  # type: ignore[arg-type]
+            lambda: [types.SimpleNamespace(node_id=2, host="127.0.0.1", port=port)],
+            FetcherConfig.of(CONFIG))
         nursery.start_soon(fetchers.run)
         await trio.testing.wait_all_tasks_blocked()
         try:

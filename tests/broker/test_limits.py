@@ -493,7 +493,9 @@ async def test_small_appends_run_on_the_event_loop_unless_a_log_fsyncs_per_messa
         logs.get_or_create_log("plain", 0)
         logs.get_or_create_log("synced", 0, LogConfig(flush_interval_messages=1))
         small, large = b"r" * 1000, b"r" * (65 * 1024)
-        inline = broker.handler._append_inline
+        def inline(work):
+            return broker.replicas.appends_inline([((t, p), r) for t, p, r, _e in work])
+
         INLINE_APPENDS.slow_until = 0.0
         assert inline([("plain", 0, small, None)])
         assert inline([("plain", 0, large, None)])

@@ -253,7 +253,7 @@ async def test_requests_are_counted_and_logged_at_debug(tmp_path, caplog):
             response = await trio_roundtrip(stream, produce_request("logged", 5, batch([b"x"])), 7)
         assert response.responses[0].partition_responses[0].error_code == \
             UnknownTopicOrPartitionError.code
-        metrics = broker.handler.metrics
+        metrics = broker.metrics
         produce = metrics.apis[ApiKey.PRODUCE]
         assert produce.versions == {7: 2}
         assert produce.errors == {UnknownTopicOrPartitionError.code: 1}
@@ -289,7 +289,7 @@ async def test_a_refused_request_is_counted(tmp_path):
             # Metadata v999: no answer, the connection closes.
             await stream.send_all(b"\0\0\0\x0a" + b"\0\x03\x03\xe7\0\0\0\x01\xff\xff")
             assert await stream.receive_some(100) == b""
-        assert broker.handler.metrics.refused == {ApiKey.METADATA: 1}
+        assert broker.metrics.refused == {ApiKey.METADATA: 1}
 
 
 async def test_the_metrics_server_is_off_by_default(tmp_path):

@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from trilog.broker.groups._offsets import OFFSETS_TOPIC, OffsetManager
+from trilog.broker.replication import FetchPurgatory, LocalReplicaManager
 from trilog.errors import NO_ERROR, CoordinatorNotAvailableError, RequestTimedOutError
 from trilog.protocol import OffsetAndMetadata
 from trilog.storage import LogManager
@@ -18,20 +19,23 @@ from trilog.storage import LogManager
 TP = ("t", 0)
 
 
-class Replicas:
-    """Holds every ``wait_replicated`` until the test answers it."""
+class _Cluster:
+    """This broker (1) leads partition 0 of the offsets topic."""
 
-    def __init__(self) -> None:
+    def leader(self, topic: str, partition: int) -> int | None:
+        return 1 if (topic, partition) == (OFFSETS_TOPIC, 0) else None
+
+    def min_insync_replicas(self, topic: str) -> int:
+        return 1
+
+
+class Replicas(LocalReplicaManager):
+    """Appends for real, and holds every ``wait_replicated`` until the test answers it."""
+
+    def __init__(self, logs: LogManager) -> None:
+        super().__init__(1, logs, FetchPurgatory(), trio.CapacityLimiter(2), _Cluster(),
+                         message_max_bytes=1 << 20)
         self.waiting: list[tuple[int, trio.Event, list[int]]] = []  # (end, go, [code])
-
-    def check_produce(self, tp, acks) -> None:
-        pass
-
-    def leader_epoch(self, tp) -> int:
-        return 0
-
-    def appended(self, tp) -> None:
-        pass
 
     async def wait_replicated(self, tp, end, deadline) -> int:
         assert tp[0] == OFFSETS_TOPIC
@@ -56,13 +60,12 @@ class Replicas:
 async def offsets_partition_0(tmp_path):
     """An offset manager leading partition 0 of the offsets topic (loaded), and the
     stand-in replica manager it waits on: ``(manager, replicas)``."""
-    replicas = Replicas()
     logs = LogManager(str(tmp_path / "data"), replicated=True)
+    replicas = Replicas(logs)
     try:
         logs.get_or_create_log(OFFSETS_TOPIC, 0)
-        manager = OffsetManager(
-            logs, trio.CapacityLimiter(2), segment_bytes=1 << 20, retention_ms=86_400_000,
-            replicas=replicas)  # type: ignore[arg-type]
+        manager = OffsetManager(replicas, trio.CapacityLimiter(2), segment_bytes=1 << 20,
+                                retention_ms=86_400_000)
         manager.begin_load(0)
         await manager.load(0)
         yield manager, replicas

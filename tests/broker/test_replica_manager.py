@@ -13,9 +13,13 @@ import trio
 import trio.testing
 from broker_helpers import serve_kafka
 
-from trilog.broker.configs._broker_config import BrokerConfig
-from trilog.broker.replication._purgatory import FetchPurgatory
-from trilog.broker.replication._replica_manager import Partition, ReplicaManager
+from trilog.broker.configs import BrokerConfig
+from trilog.broker.replication import (
+    ControlledShutdown,
+    FetchPurgatory,
+    Partition,
+    ReplicaManager,
+)
 from trilog.errors import NotLeaderOrFollowerError
 from trilog.records import build_batch
 from trilog.storage import LogManager
@@ -51,18 +55,26 @@ async def _shutting_down(tmp_path, left, overrides=None):
                              for i in (1, 2, 3)],
             replica_info=lambda t, p: ([1], [1]) if (t, p) == STUCK else ([1, 2, 3], [1, 2, 3]),
             step_down=stepped_down.append,
-            topic_configs=types.SimpleNamespace(
-                config_for=lambda topic: types.SimpleNamespace(min_insync_replicas=1)))
+            leader=lambda t, p: 1,
+            min_insync_replicas=lambda topic: 1)
         config = BrokerConfig.from_dict({"broker.id": 1, "log.dirs": str(tmp_path / "data"),
                                          **(overrides or {})})
         logs = LogManager(str(tmp_path / "data"), replicated=True)
         try:
-            manager = ReplicaManager(config, cluster, logs,  # type: ignore[arg-type]
-                                     FetchPurgatory(), trio.CapacityLimiter(2))
+            replica_manager = ReplicaManager(1, logs, FetchPurgatory(), trio.CapacityLimiter(2),
+                                             cluster, message_max_bytes=1 << 20)
+            shutdown = ControlledShutdown(
+                replica_manager, cluster,  # type: ignore[arg-type]
+                max_retries=config["controlled.shutdown.max.retries"],
+                retry_backoff_ms=config["controlled.shutdown.retry.backoff.ms"],
+                timeout_ms=config["controller.socket.timeout.ms"], security=None)
+            manager = types.SimpleNamespace(controlled_shutdown=shutdown.run,
+                                            is_leader=replica_manager.is_leader,
+                                            wait_replicated=replica_manager.wait_replicated)
             for tp, replicas in ((MOVED, (1, 2, 3)), (STUCK, (1,)), (SLOW, (1, 2, 3))):
                 logs.get_or_create_log(*tp)
-                manager.partitions[tp] = Partition(*tp, replicas=replicas, leader=1,
-                                                   leader_epoch=0, isr=replicas)
+                replica_manager.partitions[tp] = Partition(*tp, replicas=replicas, leader=1,
+                                                           leader_epoch=0, isr=replicas)
             # A record the followers never took (they went over to the new leader).
             end = logs.get_log(*MOVED).append(build_batch([(0, None, b"v")])).last_offset + 1
             answers: list[int] = []

@@ -1,19 +1,31 @@
-"""The broker: its tasks, its start and its clean shutdown.
+"""The broker, assembled in one place: its parts, its tasks, its start and its clean shutdown.
 
 ``serve_broker(config, task_status=...)`` runs a broker until cancelled or until
 ``Broker.shutdown()``; ``async with open_broker(config) as broker`` runs one in a nursery of
 the caller's (tests run brokers in-process this way).
 
 Start, in order: open the logs (recovering them if the last stop was not clean); bind the
-listener (its port is part of the broker's registration); ``open_cluster`` (standalone, or
-a ZooKeeper session with this broker registered and its watches running); then one nursery
-holds the broker's tasks: the network, the flush scheduler, the retention checker, the
-group coordinator and the log cleaner.
+listeners (their ports are part of the broker's registration); ``open_cluster``
+(standalone, or a ZooKeeper session with this broker registered and its watches running);
+then ``Broker`` builds its parts, each given what it uses when it is made (``Broker.__init__``
+is the one place that knows them all), and one nursery holds their tasks: the network, the
+log tasks (flushes, retention, the log cleaner), the replica manager, the group
+coordinator and, in a cluster, the replicas' leadership (fetchers) and the controller.
 
-Clean shutdown, in order: make a running log cleaning give up; stop accepting; stop reading new requests; wake parked long polls
-so queued requests answer now; wait (``shutdown.timeout.ms``) for connections to drain; cancel
-what is left; leave the cluster (closing the ZooKeeper session removes this broker's
-ephemeral registration); flush every log, checkpoint and write the clean-shutdown markers.
+The parts: the replica manager (``replication/``: the one append path; standalone it leads
+every partition) under the APIs that read and write partitions (``apis/``), the group
+coordinator (``groups/``), security (``security/``: the ACLs' ``Access`` every API asks,
+SASL logins), and in a ZooKeeper cluster the controller's word on this broker's replicas,
+its controlled shutdown and the controller's own work (``controller/``).  Every part that
+answers requests says which with ``apis()``; the request dispatcher (``network/``) takes
+them all.
+
+Clean shutdown, in order: make a running log cleaning give up; in a cluster move this
+broker's leaderships away (controlled shutdown) and resign the controller's place; stop
+accepting; stop reading new requests; wake parked long polls so queued requests answer now;
+wait (``shutdown.timeout.ms``) for connections to drain; cancel what is left; leave the
+cluster (closing the ZooKeeper session removes this broker's ephemeral registration); flush
+every log, checkpoint and write the clean-shutdown markers.
 """
 
 from __future__ import annotations
@@ -21,171 +33,184 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-import time
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any
 
 import trio
 
 from trilog._concurrency import unwrap_exception_group
-from trilog._time import now_ms
-from trilog.broker.security._acls import (
-    Access,
-    AclManager,
-    AclStore,
-    ZooKeeperAclStore,
-    acls_disabled_answer,
-    standalone_acl_store,
-)
-from trilog.broker.apis._admin import AdminApis
-from trilog.broker.security._authorizer import Authorizer
-from trilog.broker.cluster._cluster import (
-    BrokerInfo,
-    Cluster,
-    StandaloneCluster,
-    broker_info,
-    load_or_create_meta,
-)
-from trilog.broker.configs._broker_config import BrokerConfig
-from trilog.broker._log_tasks import LogCleanerTask
-from trilog.broker.controller._controller import Controller
-from trilog.broker.apis._configs import ConfigApis
-from trilog.broker.configs._topic_configs import TopicConfigs, standalone_store
-from trilog.broker.groups._coordinator import GroupCoordinator
-from trilog.broker.apis._handlers import RequestHandler
 from trilog.broker._limits import (
     RESERVED_FDS,
     DescriptorBudget,
     PartitionBudget,
-    RateLimitedLog,
     raise_fd_limit,
 )
-from trilog.broker._metrics import FLUSH_BUCKETS_S, BrokerSource, Buckets, serve_metrics
-from trilog.broker.network._listeners import Listener, server_ssl_context, tls_principal
-from trilog.broker.network._network import (
+from trilog.broker._log_tasks import LogCleanerTask, LogFlusher, RetentionChecker
+from trilog.broker._metrics import LogView, RequestMetrics, serve_metrics
+from trilog.broker.apis import (
+    AdminApis,
+    ConfigApis,
+    FetchApi,
+    ListOffsetsApi,
+    MetadataApi,
+    ProduceApi,
+    ProducerIdApi,
+    ProducerIds,
+    TopicApis,
+)
+from trilog.broker.cluster import (
+    BrokerInfo,
+    Cluster,
+    StandaloneCluster,
+    ZooKeeperCluster,
+    broker_info,
+    load_or_create_meta,
+    open_zookeeper_cluster,
+)
+from trilog.broker.configs import BrokerConfig, TopicConfigs, standalone_store
+from trilog.broker.controller import Controller
+from trilog.broker.groups import GroupCoordinator
+from trilog.broker.network import (
+    ApiService,
     BoundListener,
     ConnectionLimits,
-    Later,
+    Listener,
     Network,
-    ResponseParts,
-    Session,
+    RequestDispatcher,
+    inter_broker_security,
+    server_ssl_context,
+    tls_principal,
 )
-from trilog.broker.replication._purgatory import FetchPurgatory
-from trilog.broker.replication._replica_manager import ReplicaManager
-from trilog.broker.security._sasl import SaslAuthenticator
-from trilog.broker.security._users import UserStore, ZooKeeperUserStore, standalone_user_store
-from trilog.broker.cluster._zookeeper import ZooKeeperCluster, open_zookeeper_cluster
+from trilog.broker.replication import (
+    ControlledShutdown,
+    FetcherConfig,
+    FetchPurgatory,
+    Leadership,
+    LocalReplicaManager,
+    ReplicaFetchers,
+    ReplicaManager,
+    ZooKeeperIsr,
+)
+from trilog.broker.security import (
+    ALLOW_ALL,
+    Access,
+    AclManager,
+    AclsDisabled,
+    Authorizer,
+    SaslAuthenticator,
+    UserStore,
+    ZooKeeperAclStore,
+    ZooKeeperUserStore,
+    refused_request,
+    standalone_acl_store,
+    standalone_user_store,
+)
 from trilog.errors import TrilogError
-from trilog.protocol import ApiKey
-from trilog.storage import Log, LogManager
+from trilog.storage import LogManager
 
 log = logging.getLogger("trilog.broker")
 
-#: A timer's fault that repeats (a full disk) is logged once a minute per partition.
-_timer_faults = RateLimitedLog(log, 60.0)
+
+class _ClusterParts:
+    """What only a broker of a ZooKeeper cluster has: the controller's word on its replicas
+    (and their fetchers), its controlled shutdown, and the controller's work."""
+
+    def __init__(self, config: BrokerConfig, cluster: ZooKeeperCluster,
+                 replicas: ReplicaManager, access: Access) -> None:
+        security = inter_broker_security(config)
+        fetchers = ReplicaFetchers(replicas, cluster.brokers, FetcherConfig.of(config),
+                                   security=security)
+        self.leadership = Leadership(
+            replicas, fetchers, cluster, access,
+            high_watermark_checkpoint_ms=config["replica.high.watermark.checkpoint.interval.ms"])
+        self.shutdown = ControlledShutdown(
+            replicas, cluster, max_retries=config["controlled.shutdown.max.retries"],
+            retry_backoff_ms=config["controlled.shutdown.retry.backoff.ms"],
+            timeout_ms=config["controller.socket.timeout.ms"], security=security)
+        self.controller = Controller(
+            cluster.zk, cluster.controller, config.broker_id, config,
+            lambda topic: cluster.topic_configs.config_for(topic).unclean_leader_election_enable)
+        self.election = cluster.controller
 
 
 class Broker:
     """A running broker: read ``port``, ``bootstrap``, ``cluster``, ``statistics()``; call
-    ``shutdown()``.  Built by ``serve_broker`` once its logs, listener and cluster are up."""
+    ``shutdown()``.  Built by ``serve_broker`` once its logs, listeners and cluster are up."""
 
     def __init__(self, config: BrokerConfig, logs: LogManager, cluster: Cluster,
                  listeners: list[BoundListener], limiter: trio.CapacityLimiter,
-                 fd_limit: int) -> None:
+                 descriptors: DescriptorBudget) -> None:
         self.config = config
         self.logs = logs
         self.cluster = cluster
         self.limiter = limiter
-        self.descriptors = DescriptorBudget(fd_limit, logs.open_files)
-        self.purgatory = FetchPurgatory(
-            follow_high_watermark=isinstance(cluster, ZooKeeperCluster))
-        self.handler = RequestHandler(config, cluster, logs, self.purgatory, limiter)
-        #: the replicas this broker holds (a ZooKeeper cluster; None standalone)
-        self.replicas: ReplicaManager | None = None
-        #: the controller's work, done while this broker is the controller (a ZooKeeper
-        #: cluster; None standalone)
-        self.controller: Controller | None = None
-        if isinstance(cluster, ZooKeeperCluster):
-            self.replicas = ReplicaManager(config, cluster, logs, self.purgatory, limiter)
-            self.replicas.register(self.handler)
-            self.replicas.on_leadership_change.append(self.handler.producers.forget)
-            self.handler.replicas = self.replicas
-        self.coordinator = GroupCoordinator(config, cluster, logs, limiter,
-                                            purgatory=self.purgatory, replicas=self.replicas)
-        self.coordinator.register(self.handler)
-        admin_apis = AdminApis(cluster, logs, self.coordinator, limiter)
-        admin_apis.register(self.handler)
-        config_apis = ConfigApis(config, cluster)
-        config_apis.register(self.handler)
-        users: UserStore = (ZooKeeperUserStore(cluster.zk) if isinstance(cluster, ZooKeeperCluster)
-                            else standalone_user_store(config.log_dirs,
-                                                       config["sasl.credentials.file"]))
-        SaslAuthenticator(config["sasl.enabled.mechanisms"], users).register(self.handler)
-        #: the ACLs (``authorizer.class.name``; None: everyone may do everything)
-        self.acls: AclManager | None = None
-        if config["authorizer.class.name"]:
-            authorizer = Authorizer(
-                super_users=config["super.users"],
-                allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
-            store: AclStore = (ZooKeeperAclStore(cluster.zk)
-                               if isinstance(cluster, ZooKeeperCluster)
-                               else standalone_acl_store(config.log_dirs))
-            self.acls = AclManager(authorizer, store)
-            self.acls.register(self.handler)
-            access = Access(authorizer)
-            self.handler.access = self.coordinator.access = access
-            admin_apis.access = config_apis.access = access
-            if self.replicas is not None:
-                self.replicas.access = access
-        else:
-            for api in (ApiKey.CREATE_ACLS, ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS):
-                self.handler.register(api, partial(_acls_disabled, api))
+        self.descriptors = descriptors
         #: the listeners, bound (their ports are known: port 0 picks one)
         self.listeners = listeners
-        if isinstance(cluster, ZooKeeperCluster):
-            self.controller = Controller(
-                cluster.zk, cluster.controller, config.broker_id, config,
-                lambda topic: cluster.topic_configs.config_for(
-                    topic).unclean_leader_election_enable)
-            self.controller.register(self.handler)
+        self.metrics = RequestMetrics()
+        clustered = isinstance(cluster, ZooKeeperCluster)
+        # In a cluster, consumers read below the high watermark: its moves wake them.
+        self.purgatory = FetchPurgatory(follow_high_watermark=clustered)
+        #: the ACLs (``authorizer.class.name``; None: everyone may do everything)
+        self.acls = _acl_manager(config, cluster)
+        access = Access(self.acls.authorizer) if self.acls is not None else ALLOW_ALL
+        self.replicas = _replica_manager(config, cluster, logs, self.purgatory, limiter)
+        #: the parts only a ZooKeeper cluster has (None standalone)
+        self.clustered = (_ClusterParts(config, cluster, self.replicas, access)
+                          if isinstance(cluster, ZooKeeperCluster) else None)
+        self.coordinator = GroupCoordinator(config, cluster, self.replicas, access, limiter)
+        self.users = _user_store(config, cluster)
+        sasl = SaslAuthenticator(config["sasl.enabled.mechanisms"], self.users)
+        self.dispatcher = RequestDispatcher(
+            self._services(access, sasl), max_request_bytes=config["socket.request.max.bytes"],
+            metrics=self.metrics,
+            gate=partial(refused_request, access) if access.enabled else None,
+            before_login=sasl.before_login, raw_login=sasl.raw_token)
         self.network = Network(
-            self._handle,
-            listeners,
+            self.dispatcher.handle, listeners,
             max_request_bytes=config["socket.request.max.bytes"],
             send_buffer_bytes=config["socket.send.buffer.bytes"],
             receive_buffer_bytes=config["socket.receive.buffer.bytes"],
-            limiter=limiter,
-            limits=ConnectionLimits(
-                max_connections=config["max.connections"],
-                max_connections_per_ip=config["max.connections.per.ip"],
-                per_ip_overrides=config["max.connections.per.ip.overrides"],
-                idle_ms=config["connections.max.idle.ms"],
-                queued_request_bytes=config["queued.max.request.bytes"],
-                failed_auth_delay_ms=config["connection.failed.authentication.delay.ms"],
-            ),
-            connection_room=self.descriptors.connection_room,
-        )
-        cluster.partition_budget = PartitionBudget(
-            config["max.partitions.per.topic"],
-            config["max.broker.partitions"],
-            held=lambda: len(logs),
-            descriptor_room=lambda: self.descriptors.partition_room(
-                self.network.open_connections),
-        )
-        self._shutdown_requested = trio.Event()
-        self.stopped = trio.Event()
-        #: the flush timer's fsync times (``trilog_log_flush_seconds``)
-        self.flush_times = Buckets(FLUSH_BUCKETS_S)
-        #: where ``/metrics`` is served (``metrics.port``; None: not served)
-        self.metrics_port: int | None = None
+            limiter=limiter, limits=ConnectionLimits.of(config), descriptors=descriptors)
+        self.flusher = LogFlusher(
+            logs, limiter, scheduler_ms=config["log.flush.scheduler.interval.ms"],
+            flush_ms=config["log.flush.interval.ms"],
+            checkpoint_ms=config["log.flush.offset.checkpoint.interval.ms"])
+        self.retention = RetentionChecker(
+            logs, limiter, interval_ms=config["log.retention.check.interval.ms"])
         #: the log cleaner (``log.cleaner.enable``; None: compacted topics are not cleaned)
         self.cleaner = LogCleanerTask(
-            logs,
-            threads=config["log.cleaner.threads"],
+            logs, threads=config["log.cleaner.threads"],
             dedupe_buffer_bytes=config["log.cleaner.dedupe.buffer.size"],
             backoff_ms=config["log.cleaner.backoff.ms"],
         ) if config["log.cleaner.enable"] else None
+        #: where ``/metrics`` is served (``metrics.port``; None: not served)
+        self.metrics_port: int | None = None
+        self._shutdown_requested = trio.Event()
+        self.stopped = trio.Event()
+
+    def _services(self, access: Access, sasl: SaslAuthenticator) -> list[ApiService]:
+        """Every part that answers requests (the dispatcher takes their ``apis()``)."""
+        config, cluster, replicas = self.config, self.cluster, self.replicas
+        services: list[ApiService] = [
+            ProduceApi(replicas, access, self.metrics),
+            FetchApi(replicas, self.purgatory, access, self.metrics, self.limiter),
+            ListOffsetsApi(replicas, access, self.limiter),
+            MetadataApi(cluster, access, auto_create=config["auto.create.topics.enable"]),
+            TopicApis(cluster, access, self.metrics,
+                      delete_enabled=config["delete.topic.enable"]),
+            ProducerIdApi(cluster, access, ProducerIds(config.broker_id, config.log_dirs[0])),
+            AdminApis(cluster, self.logs, self.coordinator, access, self.limiter),
+            ConfigApis(config, cluster, access),
+            self.coordinator,
+            sasl,
+            self.acls if self.acls is not None else AclsDisabled(),
+        ]
+        if self.clustered is not None:
+            services += [self.clustered.leadership, self.clustered.controller]
+        return services
 
     @property
     def broker_id(self) -> int:
@@ -214,6 +239,12 @@ class Broker:
             out.setdefault(lst.name, f"{host}:{port}")
         return out
 
+    @property
+    def controller(self) -> Controller | None:
+        """The controller's work, done while this broker is the controller (a ZooKeeper
+        cluster; None standalone)."""
+        return self.clustered.controller if self.clustered is not None else None
+
     def shutdown(self) -> None:
         """Ask for a clean shutdown; ``serve_broker`` returns when it is done."""
         self._shutdown_requested.set()
@@ -226,37 +257,29 @@ class Broker:
             "descriptor_limit": self.descriptors.limit,
         }
 
-    async def _handle(self, frame: memoryview, session: Session) -> ResponseParts | Later | None:
-        return await self.handler.handle(frame, session)
-
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The broker's tasks until ``shutdown()``, then the drain; ``task_status.started(self)``
         once it serves."""
         config = self.config
         async with trio.open_nursery() as nursery:
+            await self.users.check()  # a damaged store stops the broker (_json_store.py)
             if self.acls is not None:
                 await self.acls.load()  # before any request is served
                 nursery.start_soon(self.acls.run)
             await nursery.start(self.network.serve)
-            nursery.start_soon(_flush_scheduler, self)
-            nursery.start_soon(_retention_checker, self)
+            for task in (self.flusher.run, self.retention.run, self.replicas.run):
+                nursery.start_soon(task)
             nursery.start_soon(self.coordinator.run, self._shutdown_requested)
             if self.cleaner is not None:
                 nursery.start_soon(self.cleaner.run)
-            if self.replicas is not None:
-                nursery.start_soon(self.replicas.run)
-            if self.controller is not None:
-                nursery.start_soon(self.controller.run)
+            if self.clustered is not None:
+                nursery.start_soon(self.clustered.leadership.run)
+                nursery.start_soon(self.clustered.controller.run)
             if config["metrics.port"] is not None:
                 self.metrics_port = await nursery.start(
                     serve_metrics, BrokerSource(self), config["metrics.host"],
                     config["metrics.port"])
-            log.info("broker %d listening on %s:%d, data in %s", config.broker_id, self.host,
-                     self.port, ", ".join(config.log_dirs))
-            if len(self.listeners) > 1 or self.listeners[0].protocol != "PLAINTEXT":
-                for lst in self.listeners:
-                    log.info("listener %s (%s) on %s:%d", lst.name, lst.protocol,
-                             *lst.socket_listener.socket.getsockname()[:2])
+            self._log_listening()
             task_status.started(self)
             await self._shutdown_requested.wait()
             if self.cleaner is not None:
@@ -265,15 +288,23 @@ class Broker:
             await self._drain(config["shutdown.timeout.ms"] / 1000)
             nursery.cancel_scope.cancel()
 
+    def _log_listening(self) -> None:
+        config = self.config
+        log.info("broker %d listening on %s:%d, data in %s", config.broker_id, self.host,
+                 self.port, ", ".join(config.log_dirs))
+        if len(self.listeners) > 1 or self.listeners[0].protocol != "PLAINTEXT":
+            for lst in self.listeners:
+                log.info("listener %s (%s) on %s:%d", lst.name, lst.protocol,
+                         *lst.socket_listener.socket.getsockname()[:2])
+
     async def _controlled_shutdown(self) -> None:
         """In a cluster, move this broker's leaderships away first (the controller elects
         other leaders and stops this broker's fetchers), so that clients see no
         unavailability; the controller itself then resigns its place."""
-        if self.replicas is None or not self.config["controlled.shutdown.enable"]:
+        if self.clustered is None or not self.config["controlled.shutdown.enable"]:
             return
-        await self.replicas.controlled_shutdown()
-        assert isinstance(self.cluster, ZooKeeperCluster)
-        await self.cluster.controller.resign()
+        await self.clustered.shutdown.run()
+        await self.clustered.election.resign()
 
     async def _drain(self, timeout_s: float) -> None:
         network = self.network
@@ -287,6 +318,72 @@ class Broker:
                         network.open_connections, timeout_s)
 
 
+class BrokerSource:
+    """The metrics' ``MetricsSource`` of a running broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.requests = broker.metrics
+        self.flushes = broker.flusher.times
+
+    def network(self) -> Mapping[str, int]:
+        network = self._broker.network
+        return {**network.statistics(),
+                "queued_request_limit": network.memory.capacity,
+                "parked_fetches": len(self._broker.purgatory)}
+
+    def logs(self) -> Iterable[LogView]:
+        return self._broker.logs.logs()
+
+    def groups(self) -> Mapping[str, tuple[str, int]]:
+        return self._broker.coordinator.group_sizes()
+
+    def committed_offsets(self) -> Iterable[tuple[str, str, int, int]]:
+        return self._broker.coordinator.committed_offsets()
+
+    def cleaner(self) -> Mapping[str, Any] | None:
+        # The log cleaner's ``statistics()`` gives plain counters (trilog/storage/
+        # _cleaner_manager.py's vocabulary); a broker without one has no cleaner metrics.
+        cleaner = self._broker.cleaner
+        return None if cleaner is None else cleaner.statistics()
+
+    def under_replicated_partitions(self) -> int:
+        replicas = self._broker.replicas
+        return sum(1 for part in replicas.partitions.values()
+                   if part.leader == replicas.broker_id and len(part.isr) < len(part.replicas))
+
+
+def _acl_manager(config: BrokerConfig, cluster: Cluster) -> AclManager | None:
+    if not config["authorizer.class.name"]:
+        return None
+    authorizer = Authorizer(
+        super_users=config["super.users"],
+        allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
+    store = (ZooKeeperAclStore(cluster.zk) if isinstance(cluster, ZooKeeperCluster)
+             else standalone_acl_store(config.log_dirs))
+    return AclManager(authorizer, store)
+
+
+def _user_store(config: BrokerConfig, cluster: Cluster) -> UserStore:
+    if isinstance(cluster, ZooKeeperCluster):
+        return ZooKeeperUserStore(cluster.zk)
+    return standalone_user_store(config.log_dirs, config["sasl.credentials.file"])
+
+
+def _replica_manager(config: BrokerConfig, cluster: Cluster, logs: LogManager,
+                     purgatory: FetchPurgatory, limiter: trio.CapacityLimiter
+                     ) -> ReplicaManager:
+    """A ZooKeeper cluster's replica manager, whose ISR changes go to ZooKeeper; standalone,
+    the local one that leads every partition here."""
+    if isinstance(cluster, ZooKeeperCluster):
+        return ReplicaManager(config.broker_id, logs, purgatory, limiter, cluster,
+                              message_max_bytes=config["message.max.bytes"],
+                              lag_max_ms=config["replica.lag.time.max.ms"],
+                              isr_channel=ZooKeeperIsr(config.broker_id, cluster))
+    return LocalReplicaManager(config.broker_id, logs, purgatory, limiter, cluster,
+                               message_max_bytes=config["message.max.bytes"])
+
+
 async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *,
                        task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run a broker; ``task_status.started(broker)`` once it accepts connections."""
@@ -295,14 +392,18 @@ async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *
     limiter = trio.CapacityLimiter(config["num.io.threads"])
     fd_limit = raise_fd_limit()
     logs = await trio.to_thread.run_sync(_open_logs, config, fd_limit)
+    descriptors = DescriptorBudget(fd_limit, logs.open_files)
+    partitions = PartitionBudget(config["max.partitions.per.topic"],
+                                 config["max.broker.partitions"], held=lambda: len(logs),
+                                 descriptor_room=descriptors.partition_room)
     broker: Broker | None = None
     try:
         listeners = await _bind(config)
         try:
             info = _broker_info(config, listeners)
-            async with open_cluster(config, info, logs, limiter) as cluster:
-                broker = Broker(config, logs, cluster, listeners, limiter, fd_limit)
-                log.info("%s", broker.descriptors.describe())
+            async with open_cluster(config, info, logs, limiter, partitions) as cluster:
+                broker = Broker(config, logs, cluster, listeners, limiter, descriptors)
+                log.info("%s", descriptors.describe())
                 await broker.run(task_status=task_status)
         finally:
             with trio.CancelScope(shield=True):
@@ -318,15 +419,18 @@ async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *
 
 @asynccontextmanager
 async def open_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManager,
-                       limiter: trio.CapacityLimiter) -> AsyncIterator[Cluster]:
+                       limiter: trio.CapacityLimiter, partition_budget: PartitionBudget | None
+                       = None) -> AsyncIterator[Cluster]:
     """This broker's view of its cluster, for the body of the ``async with``.
 
     Standalone without ``zookeeper.connect``; otherwise a ZooKeeper session in which this
-    broker is registered and kept current by watches (``_zkcluster.py``), closed on exit.
-    Either way the log dirs' ``meta.properties`` are checked against the cluster first.
+    broker is registered and kept current by watches (``cluster/_zookeeper.py``), closed on
+    exit.  Either way the log dirs' ``meta.properties`` are checked against the cluster
+    first, and ``partition_budget`` says what new partitions fit on this broker.
     """
     if config.zookeeper_connect is not None:
-        async with open_zookeeper_cluster(config, broker, logs, limiter) as cluster:
+        async with open_zookeeper_cluster(config, broker, logs, limiter,
+                                          partition_budget) as cluster:
             yield cluster
         return
     cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config.log_dirs,
@@ -334,7 +438,7 @@ async def open_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManage
     topic_configs = TopicConfigs(config, logs, standalone_store(config.log_dirs), limiter)
     await topic_configs.load_all()
     yield StandaloneCluster(broker, logs, cluster_id, config["num.partitions"], limiter,
-                            topic_configs)
+                            topic_configs, partition_budget)
 
 
 def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:
@@ -351,11 +455,6 @@ def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:
             f"for the segments in {', '.join(config.log_dirs)} plus {RESERVED_FDS} reserved; "
             "raise the limit"
         ) from None
-
-
-async def _acls_disabled(api_key: int, request: Any, header: Any) -> Any:
-    await trio.lowlevel.checkpoint()
-    return acls_disabled_answer(api_key, request)
 
 
 async def _bind(config: BrokerConfig) -> list[BoundListener]:
@@ -400,65 +499,6 @@ def _broker_info(config: BrokerConfig, bound: list[BoundListener]) -> BrokerInfo
 
 def _advertised_host(host: str) -> str:
     return socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
-
-
-def _timer_fault(what: str) -> Callable[[Log, OSError], None]:
-    def report(lg: Log, exc: OSError) -> None:
-        _timer_faults.error((what, lg.topic, lg.partition), "%s of %s-%d failed: %s", what,
-                            lg.topic, lg.partition, exc)
-    return report
-
-
-async def _flush_scheduler(broker: Broker) -> None:
-    """Time-based flushes (``log.flush.interval.ms``) and periodic recovery checkpoints
-    (``log.flush.offset.checkpoint.interval.ms``).  A failing disk is logged and retried on
-    the next tick: it never stops the broker."""
-    config = broker.config
-    interval = config["log.flush.scheduler.interval.ms"] / 1000
-    flush_ms = config["log.flush.interval.ms"]
-    if flush_ms is not None:
-        interval = min(interval, max(flush_ms, 1) / 1000)
-    checkpoint_s = config["log.flush.offset.checkpoint.interval.ms"] / 1000
-    interval = min(interval, checkpoint_s)
-    next_checkpoint = trio.current_time() + checkpoint_s
-    on_error = _timer_fault("flush")
-    while True:
-        await trio.sleep(interval)
-        await trio.to_thread.run_sync(_flush_due_logs, broker.logs, on_error,
-                                      broker.flush_times, limiter=broker.limiter)
-        if trio.current_time() >= next_checkpoint:
-            next_checkpoint = trio.current_time() + checkpoint_s
-            try:
-                await trio.to_thread.run_sync(broker.logs.checkpoint_recovery_points,
-                                              limiter=broker.limiter)
-            except OSError as exc:
-                _timer_faults.error("checkpoint", "writing the recovery-point checkpoints "
-                                    "failed (the previous ones stay): %s", exc)
-
-
-def _flush_due_logs(logs: LogManager, on_error: Callable[[Log, OSError], None],
-                    times: Buckets) -> None:
-    """``LogManager.flush_due_logs``, timing each partition's flush for the metrics."""
-    now = now_ms()
-    for lg in logs.logs():
-        try:
-            if lg.flush_due(now):
-                started = time.perf_counter()
-                if lg.maybe_flush(now):
-                    times.observe(time.perf_counter() - started)
-        except OSError as exc:
-            on_error(lg, exc)
-
-
-async def _retention_checker(broker: Broker) -> None:
-    interval = broker.config["log.retention.check.interval.ms"] / 1000
-    on_error = _timer_fault("retention")
-    while True:
-        await trio.sleep(interval)
-        deleted = await trio.to_thread.run_sync(broker.logs.cleanup_logs, None, on_error,
-                                                limiter=broker.limiter)
-        for (topic, partition), bases in deleted.items():
-            log.info("retention deleted %d segments of %s-%d", len(bases), topic, partition)
 
 
 @asynccontextmanager

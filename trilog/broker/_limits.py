@@ -61,6 +61,8 @@ class DescriptorBudget:
         self.reserved = reserved
         self._log_files = log_files
         self._cached = (0, -_LOG_FILES_TTL_S)  # (count, when)
+        #: the connections open now (the network keeps it current)
+        self.open_connections = 0
 
     def log_files(self, *, fresh: bool = False) -> int:
         count, when = self._cached
@@ -74,9 +76,12 @@ class DescriptorBudget:
         """How many connections may be open at once, beside the log and the reserve."""
         return max(0, self.limit - self.reserved - self.log_files())
 
-    def partition_room(self, open_connections: int) -> int:
+    def partition_room(self, open_connections: int | None = None) -> int:
         """How many more partitions (one open file each) fit beside the open connections
-        (into half of the reserve, see the module docstring)."""
+        (``open_connections``, or those the network counts), into half of the reserve (see
+        the module docstring)."""
+        if open_connections is None:
+            open_connections = self.open_connections
         held = self.log_files(fresh=True) + open_connections
         return max(0, self.limit - self.reserved // 2 - held)
 

@@ -22,7 +22,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import trio
 from prometheus_client.core import (
@@ -37,8 +37,6 @@ from prometheus_client.registry import CollectorRegistry
 from trilog.errors import ERROR_CODES, TrilogError
 from trilog.protocol import ApiKey, Array, Struct, StructValue
 
-if TYPE_CHECKING:
-    from trilog.broker._broker import Broker
 
 log = logging.getLogger("trilog.broker.metrics")
 
@@ -341,8 +339,8 @@ class LogView(Protocol):
 
 
 class MetricsSource(Protocol):
-    """The broker state a scrape reads (a running broker: :class:`BrokerSource`; tests give
-    a fake)."""
+    """The broker state a scrape reads (a running broker: ``_broker.BrokerSource``; tests
+    give a fake)."""
 
     requests: RequestMetrics
     flushes: Buckets
@@ -366,44 +364,6 @@ class MetricsSource(Protocol):
         ...
 
     def under_replicated_partitions(self) -> int: ...
-
-
-class BrokerSource:
-    """:class:`MetricsSource` of a running broker."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self.requests = broker.handler.metrics
-        self.flushes = broker.flush_times
-
-    def network(self) -> Mapping[str, int]:
-        network = self._broker.network
-        return {**network.statistics(),
-                "queued_request_limit": network.memory.capacity,
-                "parked_fetches": len(self._broker.purgatory)}
-
-    def logs(self) -> Iterable[LogView]:
-        return self._broker.logs.logs()
-
-    def groups(self) -> Mapping[str, tuple[str, int]]:
-        return self._broker.coordinator.group_sizes()
-
-    def committed_offsets(self) -> Iterable[tuple[str, str, int, int]]:
-        return self._broker.coordinator.committed_offsets()
-
-    def cleaner(self) -> Mapping[str, Any] | None:
-        # The hook for the log cleaner: the broker's ``cleaner`` (``_cleaner.py``), whose
-        # ``statistics()`` gives plain counters (trilog/storage/_cleaner_manager.py's
-        # vocabulary, see ``_cleaner`` below); a broker without one has no cleaner metrics.
-        cleaner = getattr(self._broker, "cleaner", None)
-        return None if cleaner is None else cleaner.statistics()
-
-    def under_replicated_partitions(self) -> int:
-        replicas = self._broker.replicas
-        if replicas is None:
-            return 0  # standalone: every partition's one replica is in sync
-        return sum(1 for part in replicas.partitions.values()
-                   if part.leader == replicas.broker_id and len(part.isr) < len(part.replicas))
 
 
 class BrokerCollector:

@@ -7,11 +7,11 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from trilog._topic import PartitionKey
 from trilog.cli._common import UsageError
 from trilog.client import Admin
 from trilog.errors import ERROR_CODES, ApiError, RemoteProtocolError, TrilogError
 
-TopicPartition = tuple[str, int]
 #: not a failure: a valid replica leads already
 ELECTION_NOT_NEEDED = "ELECTION_NOT_NEEDED"
 
@@ -27,7 +27,7 @@ def _names(tps) -> str:
 async def elect_leaders(admin: Admin, args) -> int:
     """Kafka's LeaderElectionCommand: successes, no-ops, then each failure with its reason;
     1 when any failed."""
-    partitions: list[TopicPartition] | None = None
+    partitions: list[PartitionKey] | None = None
     if args.topic is not None:
         if args.partition is not None:
             partitions = [(args.topic, args.partition)]
@@ -58,7 +58,7 @@ async def elect_leaders(admin: Admin, args) -> int:
     return 0
 
 
-def read_plan(path: str) -> dict[TopicPartition, list[int]]:
+def read_plan(path: str) -> dict[PartitionKey, list[int]]:
     """A ``--reassignment-json-file``: Kafka's
     ``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}``."""
     from trilog.zk import decode_reassignment
@@ -77,7 +77,7 @@ def read_plan(path: str) -> dict[TopicPartition, list[int]]:
     return plan
 
 
-def _plan_json(plan: Mapping[TopicPartition, list[int]]) -> str:
+def _plan_json(plan: Mapping[PartitionKey, list[int]]) -> str:
     return json.dumps({"version": 1, "partitions": [
         {"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(plan.items())]},
         separators=(",", ":"))
@@ -97,7 +97,7 @@ async def reassign(admin: Admin, args) -> int:
     return await _verify(admin, plan)
 
 
-async def _verify(admin: Admin, plan: Mapping[TopicPartition, list[int]]) -> int:
+async def _verify(admin: Admin, plan: Mapping[PartitionKey, list[int]]) -> int:
     """Each partition of the plan: complete (its replicas are the plan's), still in progress
     (listed in /admin/reassign_partitions), or failed (neither: the controller dropped it,
     its log says why).  1 when any failed."""

@@ -1,8 +1,8 @@
 """The admin APIs Kafka's tools call beside the topic ones: CreatePartitions (37),
 DeleteRecords (21), DescribeLogDirs (35), DeleteGroups (42) and OffsetDelete (47).
 
-``AdminApis.register(handler)`` serves them through the ``RequestHandler``, as the group
-coordinator serves its own.  The decisions live where the state does: growing a topic is
+``AdminApis.apis()`` says which handler serves which, as every part of the broker does.
+The decisions live where the state does: growing a topic is
 the cluster's (``Cluster.create_partitions``: standalone, or the assignment znode in
 ZooKeeper mode), moving a log start offset is storage's (``LogManager.
 delete_records_before``), deleting groups and offsets is the group coordinator's.  This
@@ -31,14 +31,15 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import trio
 
-from trilog.broker.security._acls import ALLOW_ALL, Access
-from trilog.broker.security._authorizer import AclOperation, ResourceType
-from trilog.broker.cluster._cluster import INTERNAL_TOPICS, Cluster
-from trilog.broker.groups._coordinator import GroupCoordinator
+from trilog._topic import PartitionKey
+from trilog.broker.cluster import INTERNAL_TOPICS, Cluster
+from trilog.broker.groups import GroupCoordinator
+from trilog.broker.network import ApiHandler
+from trilog.broker.security import Access, AclOperation, ResourceType
 from trilog.errors import (
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
@@ -66,12 +67,7 @@ from trilog.protocol import (
 )
 from trilog.storage import LogManager
 
-if TYPE_CHECKING:
-    from trilog.broker.apis._handlers import RequestHandler
-
 log = logging.getLogger("trilog.broker.admin")
-
-TopicPartition = tuple[str, int]
 
 
 class AdminApis:
@@ -79,24 +75,19 @@ class AdminApis:
     OffsetDelete.  Runs in the trio thread; storage work goes to worker threads."""
 
     def __init__(self, cluster: Cluster, logs: LogManager, coordinator: GroupCoordinator,
-                 limiter: trio.CapacityLimiter) -> None:
+                 access: Access, limiter: trio.CapacityLimiter) -> None:
         self.cluster = cluster
         self.logs = logs
         self.coordinator = coordinator
+        self.access = access
         self.limiter = limiter
-        #: may the current request's principal do something (ACLs; set by the broker)
-        self.access: Access = ALLOW_ALL
 
-    def register(self, handler: RequestHandler) -> None:
-        """Serve our APIs through ``handler``."""
-        for key, fn in (
-            (ApiKey.CREATE_PARTITIONS, self.create_partitions),
-            (ApiKey.DELETE_RECORDS, self.delete_records),
-            (ApiKey.DESCRIBE_LOG_DIRS, self.describe_log_dirs),
-            (ApiKey.DELETE_GROUPS, self.delete_groups),
-            (ApiKey.OFFSET_DELETE, self.offset_delete),
-        ):
-            handler.register(key, fn)
+    def apis(self) -> Mapping[int, ApiHandler]:
+        return {ApiKey.CREATE_PARTITIONS: self.create_partitions,
+                ApiKey.DELETE_RECORDS: self.delete_records,
+                ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
+                ApiKey.DELETE_GROUPS: self.delete_groups,
+                ApiKey.OFFSET_DELETE: self.offset_delete}
 
     # -- CreatePartitions ------------------------------------------------------------------
 
@@ -149,8 +140,8 @@ class AdminApis:
         R = DeleteRecordsResponse
         T = R.DeleteRecordsTopicResult
         P = T.DeleteRecordsPartitionResult
-        outcomes: dict[TopicPartition, tuple[int, int]] = {}  # (low watermark, error)
-        work: list[tuple[TopicPartition, int]] = []
+        outcomes: dict[PartitionKey, tuple[int, int]] = {}  # (low watermark, error)
+        work: list[tuple[PartitionKey, int]] = []
         for topic in request.topics:
             for part in topic.partitions:
                 tp = (topic.name, part.partition_index)
@@ -175,10 +166,10 @@ class AdminApis:
         return R(throttle_time_ms=0,
                  topics=[T(name=n, partitions=ps) for n, ps in by_topic.items()])
 
-    def _delete_all(self, work: list[tuple[TopicPartition, int]]
-                    ) -> dict[TopicPartition, tuple[int, int]]:
+    def _delete_all(self, work: list[tuple[PartitionKey, int]]
+                    ) -> dict[PartitionKey, tuple[int, int]]:
         """In a worker thread: each partition's (low watermark, error code)."""
-        out: dict[TopicPartition, tuple[int, int]] = {}
+        out: dict[PartitionKey, tuple[int, int]] = {}
         for (topic, partition), offset in work:
             try:
                 low = self.logs.delete_records_before(topic, partition, offset)
@@ -210,7 +201,7 @@ class AdminApis:
         if not self.access(AclOperation.DESCRIBE, ResourceType.CLUSTER):
             # (Kafka answers an empty list; v2+ would carry CLUSTER_AUTHORIZATION_FAILED)
             return R(throttle_time_ms=0, results=[])
-        wanted: set[TopicPartition] | None = None
+        wanted: set[PartitionKey] | None = None
         if request.topics is not None:
             wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
         by_dir: dict[str, dict[str, list[StructValue]]] = {
@@ -239,8 +230,8 @@ class AdminApis:
         R = OffsetDeleteResponse
         T = R.OffsetDeleteResponseTopic
         P = T.OffsetDeleteResponsePartition
-        codes: dict[TopicPartition, int] = {}
-        known: list[TopicPartition] = []
+        codes: dict[PartitionKey, int] = {}
+        known: list[PartitionKey] = []
         if not self.access(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
             await trio.lowlevel.checkpoint()
             return R(error_code=GroupAuthorizationFailedError.code, throttle_time_ms=0,

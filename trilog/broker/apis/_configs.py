@@ -15,6 +15,7 @@ change nothing with ``validate_only``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -31,8 +32,8 @@ from trilog.broker.configs._topic_properties import (
     effective_value,
     validate_overrides,
 )
-from trilog.broker.security._acls import ALLOW_ALL, Access
-from trilog.broker.security._authorizer import AclOperation, ResourceType
+from trilog.broker.network import ApiHandler
+from trilog.broker.security import Access, AclOperation, ResourceType
 from trilog.errors import (
     ClusterAuthorizationFailedError,
     TopicAuthorizationFailedError,
@@ -59,16 +60,15 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs' operation
 class ConfigApis:
     """The three config APIs over a cluster's ``topic_configs``; ``register`` them."""
 
-    def __init__(self, config: BrokerConfig, cluster: Cluster) -> None:
+    def __init__(self, config: BrokerConfig, cluster: Cluster, access: Access) -> None:
         self.config = config
         self.cluster = cluster
-        #: may the current request's principal do something (ACLs; set by the broker)
-        self.access: Access = ALLOW_ALL
+        self.access = access
 
-    def register(self, handler: Any) -> None:
-        handler.register(ApiKey.DESCRIBE_CONFIGS, self.describe_configs)
-        handler.register(ApiKey.ALTER_CONFIGS, self.alter_configs)
-        handler.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.incremental_alter_configs)
+    def apis(self) -> Mapping[int, ApiHandler]:
+        return {ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+                ApiKey.ALTER_CONFIGS: self.alter_configs,
+                ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs}
 
     # -- DescribeConfigs ---------------------------------------------------------------------
 

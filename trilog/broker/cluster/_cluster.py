@@ -69,9 +69,6 @@ class BrokerInfo:
         return None
 
 
-#: Kafka's SecurityProtocol ids (UpdateMetadata's endpoints).
-SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-
 
 def broker_info(node_id: int, endpoints: Iterable[Listener], inter_broker: str | None
                 ) -> BrokerInfo | None:
@@ -164,6 +161,10 @@ class Cluster:
         leader = self.leader(topic, partition)
         return ([leader], [leader]) if leader is not None and leader >= 0 else ([], [])
 
+    def min_insync_replicas(self, topic: str) -> int:
+        """The in-sync replicas an ``acks=all`` append to ``topic`` needs."""
+        return self.topic_configs.config_for(topic).min_insync_replicas
+
     def leader(self, topic: str, partition: int) -> int | None:
         """The leader's id, -1 if the partition has none now, None if it does not exist."""
         parts = self.topics().get(topic)
@@ -195,9 +196,11 @@ class StandaloneCluster(Cluster):
 
     def __init__(self, broker: BrokerInfo, log_manager: LogManager, cluster_id: str,
                  default_partitions: int, limiter: trio.CapacityLimiter,
-                 topic_configs: TopicConfigs) -> None:
+                 topic_configs: TopicConfigs,
+                 partition_budget: PartitionBudget | None = None) -> None:
         self.broker = broker
         self.cluster_id = cluster_id
+        self.partition_budget = partition_budget
         self.topic_configs = topic_configs
         self._logs = log_manager
         self._default_partitions = default_partitions

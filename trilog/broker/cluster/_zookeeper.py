@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, NamedTuple
 
 import trio
 
+from trilog.broker._limits import PartitionBudget
 from trilog.broker.cluster._cluster import (
-    SECURITY_PROTOCOL_IDS,
     BrokerInfo,
     Cluster,
     broker_info,
@@ -38,7 +38,7 @@ from trilog.broker.cluster._cluster import (
 )
 from trilog.broker.configs._topic_configs import TopicConfigs, ZooKeeperConfigStore
 from trilog.broker.controller._election import ControllerElection
-from trilog.broker.network._listeners import Listener
+from trilog.broker.network._listeners import SECURITY_PROTOCOL_IDS, Listener
 from trilog.broker.configs._topic_properties import validate_overrides
 from trilog.errors import (
     InvalidReplicaAssignmentError,
@@ -96,8 +96,10 @@ class ZooKeeperCluster(Cluster):
     def __init__(self, zk: ZooKeeper, broker: BrokerInfo, cluster_id: str, logs,
                  default_partitions: int, limiter: trio.CapacityLimiter,
                  topic_configs: TopicConfigs, default_replication_factor: int = 1,
-                 inter_broker_listener: str | None = None) -> None:
+                 inter_broker_listener: str | None = None,
+                 partition_budget: PartitionBudget | None = None) -> None:
         self.zk = zk
+        self.partition_budget = partition_budget
         #: the listener name brokers reach each other on (their ``host``/``port``)
         self.inter_broker_listener = inter_broker_listener
         self.default_replication_factor = default_replication_factor
@@ -483,7 +485,8 @@ def registered_broker(reg: BrokerRegistration, inter_broker: str | None) -> Brok
 
 @asynccontextmanager
 async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs: LogManager,
-                                 limiter: trio.CapacityLimiter
+                                 limiter: trio.CapacityLimiter,
+                                 partition_budget: PartitionBudget | None = None
                                  ) -> AsyncIterator[ZooKeeperCluster]:
     """A ZooKeeper session with this broker registered, its cache loaded and its watches
     running, for the body of the ``async with``; closing the session on exit removes the
@@ -501,7 +504,7 @@ async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs:
         await topic_configs.load_all()
         cluster = ZooKeeperCluster(zk, broker, cluster_id, logs, config["num.partitions"],
                                    limiter, topic_configs, config["default.replication.factor"],
-                                   config.inter_broker_listener.name)
+                                   config.inter_broker_listener.name, partition_budget)
         await cluster.register()
         await cluster.load()
         async with trio.open_nursery() as nursery:

@@ -1,7 +1,8 @@
 """Where topic configurations live, and how every broker comes to apply a change.
 
 - Standalone: ``topic-configs.json`` in the first log dir, ``{"version":1,"topics":{topic:
-  {name: value}}}``, replaced atomically on every change.
+  {name: value}}}``, replaced atomically on every change (a ``JsonFileStore``: a file
+  that cannot be read stops the broker at start, naming it).
 - ZooKeeper (Kafka 0.8+'s layout, ``trilog.zk``): ``/config/topics/<topic>`` holds a topic's
   overrides; a change also writes a sequential ``/config/changes/config_change_<n>``
   naming the topic, which every broker watches and answers by re-reading that topic's node.
@@ -16,7 +17,6 @@ Runs in the trio thread.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from contextlib import aclosing
@@ -24,6 +24,7 @@ from typing import Protocol
 
 import trio
 
+from trilog.broker._json_store import JsonFileStore
 from trilog.broker.configs._broker_config import BrokerConfig
 from trilog.broker.configs._topic_properties import (
     TopicConfig,
@@ -32,7 +33,7 @@ from trilog.broker.configs._topic_properties import (
     validate_overrides,
 )
 from trilog.errors import InvalidConfigError, RemoteProtocolError, RequestTimedOutError
-from trilog.storage import LogManager, write_atomically
+from trilog.storage import LogManager
 from trilog.zk import (
     CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES,
@@ -75,6 +76,7 @@ class FileConfigStore:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._file = JsonFileStore(path, "topics")
         self._all: dict[str, Overrides] = {}
 
     async def load_all(self) -> dict[str, Overrides]:
@@ -82,17 +84,12 @@ class FileConfigStore:
         return {t: dict(o) for t, o in self._all.items()}
 
     def _read(self) -> dict[str, Overrides]:
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.error("ignoring unreadable %s: %s", self.path, exc)
-            return {}
-        topics = data.get("topics", {}) if isinstance(data, dict) else {}
-        return {t: {k: str(v) for k, v in o.items()} for t, o in topics.items()
-                if isinstance(o, dict)}
+        topics = self._file.read()
+        for topic, overrides in topics.items():
+            if not isinstance(overrides, dict):
+                raise self._file.error(f"has overrides of topic {topic!r} that are not an "
+                                       "object")
+        return {t: {k: str(v) for k, v in o.items()} for t, o in topics.items()}
 
     async def load(self, topic: str) -> Overrides:
         await trio.lowlevel.checkpoint()
@@ -111,8 +108,7 @@ class FileConfigStore:
             await trio.lowlevel.checkpoint()
 
     async def _save(self, topics: dict[str, Overrides]) -> None:
-        data = json.dumps({"version": 1, "topics": topics}, indent=1, sort_keys=True)
-        await trio.to_thread.run_sync(write_atomically, self.path, data.encode() + b"\n")
+        await trio.to_thread.run_sync(self._file.write, topics)
         self._all = topics  # only once it is on disk
 
 

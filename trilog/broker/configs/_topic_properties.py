@@ -129,7 +129,8 @@ TOPIC_PROPERTIES: tuple[TopicProperty, ...] = (
       ("log.cleaner.min.cleanable.ratio",),
       "Clean a compacted log once this share of it is not clean yet.", config_type=TYPE_DOUBLE),
     P("min.insync.replicas", _long(1), "min_insync_replicas", ("min.insync.replicas",),
-      "In-sync replicas an acks=all produce needs (used once replication exists).", log=False),
+      "In-sync replicas an acks=all produce needs (NOT_ENOUGH_REPLICAS below it).",
+      log=False),
     P("retention.bytes", _long(-1), "retention_bytes", ("log.retention.bytes",),
       "Delete the oldest segments while a partition is larger than this (-1: no limit)."),
     P("retention.ms", _long(-1), "retention_ms",
@@ -141,7 +142,7 @@ TOPIC_PROPERTIES: tuple[TopicProperty, ...] = (
       "Roll a new segment when the active one is this old."),
     P("unclean.leader.election.enable", _bool, "unclean_leader_election_enable",
       ("unclean.leader.election.enable",),
-      "May a replica outside the ISR lead, losing records (used once replication exists).",
+      "May a replica outside the ISR lead when none in it is alive, losing records.",
       log=False, config_type=TYPE_BOOLEAN),
 )
 del P

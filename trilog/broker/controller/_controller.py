@@ -66,13 +66,14 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from trio_util import AsyncValue
 
+from trilog._topic import PartitionKey
 from trilog.broker.configs._broker_config import BrokerConfig
 from trilog.broker.controller._election import ControllerElection
 from trilog.broker.controller._decisions import (
@@ -84,8 +85,7 @@ from trilog.broker.controller._decisions import (
     imbalanced_brokers,
 )
 from trilog.broker._limits import RateLimitedLog
-from trilog.broker.network._listeners import inter_broker_security
-from trilog.broker.cluster._cluster import SECURITY_PROTOCOL_IDS
+from trilog.broker.network._listeners import SECURITY_PROTOCOL_IDS, inter_broker_security
 from trilog.net import BrokerConnection, open_connection
 from trilog.errors import (
     NO_ERROR,
@@ -137,12 +137,8 @@ from trilog.zk import (
     topic_path,
 )
 
-if TYPE_CHECKING:
-    from trilog.broker.apis._handlers import RequestHandler
-
 log = logging.getLogger("trilog.broker.controller")
 
-TopicPartition = tuple[str, int]
 
 RETRY_S = 1.0
 #: a conditional write that keeps losing gives up after this many tries (the next event
@@ -195,10 +191,10 @@ class Controller:
         self.events_processed: AsyncValue[int] = AsyncValue(0)
         self.active_epoch: AsyncValue[int] = AsyncValue(0)
         self._term: _Term | None = None
-        self._last_states: dict[TopicPartition, PartitionState] = {}
+        self._last_states: dict[PartitionKey, PartitionState] = {}
         self._watches: dict[str, AsyncValue] = {}
 
-    def states(self) -> dict[TopicPartition, PartitionState]:
+    def states(self) -> dict[PartitionKey, PartitionState]:
         """The partition states as this controller knows them (its last term's, when it no
         longer controls)."""
         if self._term is not None:
@@ -262,10 +258,10 @@ class Controller:
 
     # -- the APIs ---------------------------------------------------------------------------
 
-    def register(self, handler: RequestHandler) -> None:
-        """Serve ControlledShutdown (7) and ElectLeaders (43) through ``handler``."""
-        handler.register(ApiKey.CONTROLLED_SHUTDOWN, self.controlled_shutdown)
-        handler.register(ApiKey.ELECT_LEADERS, self.elect_leaders)
+    def apis(self) -> Mapping[int, Callable[[Any, Any], Awaitable[Any]]]:
+        """ControlledShutdown (7) and ElectLeaders (43)."""
+        return {ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown,
+                ApiKey.ELECT_LEADERS: self.elect_leaders}
 
     async def _call(self, fn: Callable[[_Term], Awaitable[Any]]) -> Any:
         """``fn(term)`` run by the event loop; None when this broker does not control."""
@@ -290,12 +286,12 @@ class Controller:
 
     async def elect_leaders(self, request: Message, header: RequestHeader) -> Message:
         R = ElectLeadersResponse
-        asked: list[TopicPartition] | None = None
+        asked: list[PartitionKey] | None = None
         if request.topic_partitions is not None:
             asked = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
         kind = request.election_type if header.api_version >= 1 else PREFERRED
         top = NO_ERROR
-        results: dict[TopicPartition, tuple[int, str | None]]
+        results: dict[PartitionKey, tuple[int, str | None]]
         if kind not in (PREFERRED, UNCLEAN):
             top = InvalidRequestError.code
             results = {tp: (InvalidRequestError.code, f"unknown election type {kind}")
@@ -323,17 +319,17 @@ class _Batch:
     at its end: LeaderAndIsr, then UpdateMetadata, then StopReplica to each broker."""
 
     def __init__(self) -> None:
-        self.leader_and_isr: dict[int, dict[TopicPartition, bool]] = {}
+        self.leader_and_isr: dict[int, dict[PartitionKey, bool]] = {}
         self.update_metadata = False
-        self.stop_replica: dict[tuple[int, bool], set[TopicPartition]] = {}
+        self.stop_replica: dict[tuple[int, bool], set[PartitionKey]] = {}
 
-    def add_leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition,
+    def add_leader_and_isr(self, brokers: Iterable[int], tp: PartitionKey,
                            is_new: bool = False) -> None:
         for broker in brokers:
             self.leader_and_isr.setdefault(broker, {})[tp] = is_new
         self.update_metadata = True
 
-    def add_stop_replica(self, brokers: Iterable[int], tp: TopicPartition,
+    def add_stop_replica(self, brokers: Iterable[int], tp: PartitionKey,
                          delete: bool) -> None:
         for broker in brokers:
             self.stop_replica.setdefault((broker, delete), set()).add(tp)
@@ -358,13 +354,13 @@ class _Term:
         #: brokers in a controlled shutdown: elections avoid them until they leave
         self.shutting_down: set[int] = set()
         self.assignments: dict[str, dict[int, list[int]]] = {}
-        self.states: dict[TopicPartition, PartitionState] = {}
+        self.states: dict[PartitionKey, PartitionState] = {}
         #: the znode version of each state read or written (for conditional writes)
-        self.versions: dict[TopicPartition, int] = {}
+        self.versions: dict[PartitionKey, int] = {}
         self.channels: dict[int, _BrokerChannel] = {}
         self.calls: set[_Call] = set()
         #: partitions being reassigned, with their target replicas
-        self.reassigning: dict[TopicPartition, list[int]] = {}
+        self.reassigning: dict[PartitionKey, list[int]] = {}
         self._followed: dict[str, Callable[[], None]] = {}
         self._send_event, self._events = trio.open_memory_channel[Event](math.inf)
 
@@ -459,7 +455,7 @@ class _Term:
                 log.warning("ignoring broker %d: %s", broker_id, exc)
         return brokers
 
-    async def _add_topic(self, topic: str) -> list[TopicPartition]:
+    async def _add_topic(self, topic: str) -> list[PartitionKey]:
         """Read a topic's assignment, follow it and read its partitions' states; returns
         its partitions (none if the topic is gone or malformed)."""
         try:
@@ -485,19 +481,19 @@ class _Term:
 
     # -- the view ------------------------------------------------------------------------------
 
-    def _partitions(self) -> Iterable[TopicPartition]:
+    def _partitions(self) -> Iterable[PartitionKey]:
         for topic, parts in sorted(self.assignments.items()):
             for partition in sorted(parts):
                 yield topic, partition
 
-    def _replicas(self, tp: TopicPartition) -> list[int]:
+    def _replicas(self, tp: PartitionKey) -> list[int]:
         return self.assignments.get(tp[0], {}).get(tp[1], [])
 
     def _eligible(self) -> set[int]:
         """The brokers that may lead or join an ISR now."""
         return set(self.live) - self.shutting_down
 
-    def _recipients(self, tp: TopicPartition) -> list[int]:
+    def _recipients(self, tp: PartitionKey) -> list[int]:
         """The brokers a partition's LeaderAndIsr goes to: its live replicas that are not
         shutting down."""
         eligible = self._eligible()
@@ -505,7 +501,7 @@ class _Term:
 
     # -- reading and writing states --------------------------------------------------------
 
-    async def _read_state(self, tp: TopicPartition) -> None:
+    async def _read_state(self, tp: PartitionKey) -> None:
         path = partition_state_path(*tp)
         try:
             data, version = await self.zk.get_versioned(path)
@@ -525,7 +521,7 @@ class _Term:
                                    f"{state.controller_epoch}")
         self.states[tp] = state
 
-    async def _write_state(self, tp: TopicPartition, state: PartitionState) -> bool:
+    async def _write_state(self, tp: PartitionKey, state: PartitionState) -> bool:
         """Write ``state`` conditionally; False when another writer won (or the partition's
         topic is gone)."""
         path = partition_state_path(*tp)
@@ -542,7 +538,7 @@ class _Term:
         self.states[tp] = state
         return True
 
-    async def _create_state(self, tp: TopicPartition, data: bytes) -> None:
+    async def _create_state(self, tp: PartitionKey, data: bytes) -> None:
         path = partition_state_path(*tp)
         try:
             await self.zk.create(path, data)
@@ -559,9 +555,9 @@ class _Term:
                 pass
         await self.zk.create(path, data)
 
-    async def _update(self, tps: Iterable[TopicPartition],
-                      decide: Callable[[TopicPartition, PartitionState | None],
-                                       PartitionState | None]) -> list[TopicPartition]:
+    async def _update(self, tps: Iterable[PartitionKey],
+                      decide: Callable[[PartitionKey, PartitionState | None],
+                                       PartitionState | None]) -> list[PartitionKey]:
         """Write ``decide(tp, state)`` for each partition (None or the same state: nothing
         to write), deciding again on the state another writer left; returns the partitions
         written."""
@@ -585,11 +581,11 @@ class _Term:
                             tp[0], tp[1], WRITE_ATTEMPTS)
         return written
 
-    async def _elect_offline(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+    async def _elect_offline(self, tps: Iterable[PartitionKey]) -> list[PartitionKey]:
         """Elect leaders where there is no state yet or the leader is not live (Kafka's
         OfflinePartitionLeaderElection); returns the partitions written."""
 
-        def decide(tp: TopicPartition, state: PartitionState | None) -> PartitionState | None:
+        def decide(tp: PartitionKey, state: PartitionState | None) -> PartitionState | None:
             live = self._eligible()
             if state is not None and state.leader in live:
                 return None
@@ -642,7 +638,7 @@ class _Term:
         led = [tp for tp, s in sorted(self.states.items()) if s.leader in dead]
         elected = await self._elect_offline(led)
 
-        def without_dead(tp: TopicPartition, state: PartitionState | None
+        def without_dead(tp: PartitionKey, state: PartitionState | None
                          ) -> PartitionState | None:
             # A follower leaves the ISR with a new leader epoch, as Kafka's controller's
             # removeReplicasFromIsr; an offline partition keeps its last ISR.
@@ -687,7 +683,7 @@ class _Term:
     async def _on_topics(self, children: list[str]) -> None:
         now, known = set(children), set(self.assignments)
         batch = _Batch()
-        new: list[TopicPartition] = []
+        new: list[PartitionKey] = []
         for topic in sorted(now - known):
             new.extend(await self._add_topic(topic))
         for topic in sorted(known - now):
@@ -729,7 +725,7 @@ class _Term:
         batch.update_metadata = True
         self._flush(batch)
 
-    async def _new_partitions(self, tps: list[TopicPartition], batch: _Batch) -> None:
+    async def _new_partitions(self, tps: list[PartitionKey], batch: _Batch) -> None:
         fresh = {tp for tp in tps if tp not in self.states}
         created = fresh & set(await self._elect_offline(tps))
         for tp in tps:
@@ -755,7 +751,7 @@ class _Term:
     # -- ISR changes made by leaders ------------------------------------------------------------
 
     async def _on_isr_changes(self, children: list[str]) -> None:
-        changed: set[TopicPartition] = set()
+        changed: set[PartitionKey] = set()
         names = [c for c in children if c.startswith(ISR_CHANGE_PREFIX)]
         for name in names:
             path = f"{ISR_CHANGE_NOTIFICATION}/{name}"
@@ -791,8 +787,8 @@ class _Term:
         except RemoteProtocolError as exc:
             log.error("ignoring %s: %s", REASSIGN_PARTITIONS, exc)
             return
-        dropped: set[TopicPartition] = set()
-        started: set[TopicPartition] = set()
+        dropped: set[PartitionKey] = set()
+        started: set[PartitionKey] = set()
         for tp, target in sorted(wanted.items()):
             if tp in self.reassigning:
                 if self.reassigning[tp] != target:
@@ -819,7 +815,7 @@ class _Term:
             await self._remove_reassignments(dropped)
         await self._continue_reassignments(started)
 
-    async def _continue_reassignments(self, tps: Iterable[TopicPartition]) -> None:
+    async def _continue_reassignments(self, tps: Iterable[PartitionKey]) -> None:
         done = set()
         for tp in sorted(tps):
             if tp in self.reassigning and await self._reassign_step(tp, self.reassigning[tp]):
@@ -830,7 +826,7 @@ class _Term:
         else:
             await trio.lowlevel.checkpoint()
 
-    async def _reassign_step(self, tp: TopicPartition, target: list[int]) -> bool:
+    async def _reassign_step(self, tp: PartitionKey, target: list[int]) -> bool:
         """Take ``tp``'s reassignment to ``target`` as far as it can go now; True when it
         is over (done, or its partition is gone)."""
         replicas = self._replicas(tp)
@@ -885,11 +881,11 @@ class _Term:
 
     def _next_epoch(self, leader: Callable[[PartitionState], int | None],
                     isr: Callable[[PartitionState], tuple[int, ...]]
-                    ) -> Callable[[TopicPartition, PartitionState | None],
+                    ) -> Callable[[PartitionKey, PartitionState | None],
                                   PartitionState | None]:
         """A ``decide`` for ``_update``: the state with ``leader(state)`` (None: nothing to
         write), ``isr(state)`` and a new leader epoch."""
-        def decide(tp: TopicPartition, state: PartitionState | None) -> PartitionState | None:
+        def decide(tp: PartitionKey, state: PartitionState | None) -> PartitionState | None:
             if state is None:
                 return None
             new_leader = leader(state)
@@ -899,7 +895,7 @@ class _Term:
                                   self.epoch)
         return decide
 
-    async def _write_assignment(self, tp: TopicPartition, replicas: list[int]) -> bool:
+    async def _write_assignment(self, tp: PartitionKey, replicas: list[int]) -> bool:
         """Set ``tp``'s replicas in its topic's assignment node (conditionally, leaving the
         other partitions as they are) and in the view; False when the topic is gone."""
         topic, partition = tp
@@ -926,7 +922,7 @@ class _Term:
                     topic, partition)
         return False
 
-    async def _remove_reassignments(self, tps: set[TopicPartition]) -> None:
+    async def _remove_reassignments(self, tps: set[PartitionKey]) -> None:
         """Take ``tps`` out of ``/admin/reassign_partitions``; delete it when empty."""
         for _attempt in range(WRITE_ATTEMPTS):
             try:
@@ -954,7 +950,7 @@ class _Term:
     # -- requests answered by the loop ----------------------------------------------------
 
     async def controlled_shutdown(self, broker_id: int
-                                  ) -> tuple[int, list[TopicPartition]]:
+                                  ) -> tuple[int, list[PartitionKey]]:
         """Kafka's doControlledShutdown: leadership and ISR membership move away from
         ``broker_id``; returns the error code and the partitions it still leads."""
         if broker_id not in self.live:
@@ -965,7 +961,7 @@ class _Term:
         mine = [tp for tp in self._partitions()
                 if broker_id in self._replicas(tp) and tp in self.states]
 
-        def decide(tp: TopicPartition, state: PartitionState | None) -> PartitionState | None:
+        def decide(tp: PartitionKey, state: PartitionState | None) -> PartitionState | None:
             if state is None or state.leader == NO_LEADER:
                 return None
             return elect_for_shutdown(self._replicas(tp), state, set(self.live),
@@ -984,11 +980,11 @@ class _Term:
         self._flush(batch)
         return NO_ERROR, remaining
 
-    async def elect_leaders(self, kind: int, asked: Sequence[TopicPartition] | None
-                            ) -> dict[TopicPartition, tuple[int, str | None]]:
+    async def elect_leaders(self, kind: int, asked: Sequence[PartitionKey] | None
+                            ) -> dict[PartitionKey, tuple[int, str | None]]:
         """ElectLeaders' per-partition answers (Kafka's processReplicaLeaderElection)."""
         tps = list(self._partitions()) if asked is None else list(dict.fromkeys(asked))
-        results: dict[TopicPartition, tuple[int, str | None]] = {}
+        results: dict[PartitionKey, tuple[int, str | None]] = {}
         electable = []
         live = self._eligible()
         for tp in tps:
@@ -1003,7 +999,7 @@ class _Term:
             else:
                 electable.append(tp)
 
-        def decide(tp: TopicPartition, state: PartitionState | None) -> PartitionState | None:
+        def decide(tp: PartitionKey, state: PartitionState | None) -> PartitionState | None:
             if state is None:
                 return None
             if kind == PREFERRED:
@@ -1076,7 +1072,7 @@ class _Term:
                                                                   partition_index=p)
                         for t, p in sorted(stopped)]), STOP_REPLICA_VERSION)
 
-    def _leader_and_isr(self, tps: dict[TopicPartition, bool]) -> Message:
+    def _leader_and_isr(self, tps: dict[PartitionKey, bool]) -> Message:
         R = LeaderAndIsrRequest
         states = []
         leaders = set()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import trio
@@ -38,7 +39,8 @@ from trilog.broker.groups._group import (
     Reply,
     SyncResult,
 )
-from trilog.broker.security._acls import ALLOW_ALL, Access
+from trilog.broker.network import ApiHandler
+from trilog.broker.security._acls import Access
 from trilog.broker.security._authorizer import AclOperation, ResourceType
 from trilog.broker.network._network import current_session
 from trilog.broker.groups._offsets import OFFSETS_TOPIC, OffsetManager, partition_for
@@ -83,9 +85,7 @@ from trilog.protocol import (
 from trilog.storage import LogManager
 
 if TYPE_CHECKING:
-    from trilog.broker.apis._handlers import RequestHandler
-    from trilog.broker.replication._purgatory import FetchPurgatory
-    from trilog.broker.replication._replica_manager import ReplicaManager
+    from trilog.broker.replication import ReplicaManager
 
 log = logging.getLogger("trilog.broker.groups")
 
@@ -97,25 +97,22 @@ WATCH_INTERVAL_S = 0.5
 
 class GroupCoordinator:
     """Serves the group and offset APIs of the groups whose offsets partition this broker
-    leads.  Runs in the trio thread; ``register`` it with the request handler and run
+    leads.  Runs in the trio thread; its ``apis()`` go to the request dispatcher, and
     ``run()`` in the broker's nursery."""
 
-    def __init__(self, config: BrokerConfig, cluster: Cluster, logs: LogManager,
-                 limiter: trio.CapacityLimiter, *, purgatory: FetchPurgatory | None = None,
-                 replicas: ReplicaManager | None = None) -> None:
+    def __init__(self, config: BrokerConfig, cluster: Cluster, replicas: ReplicaManager,
+                 access: Access, limiter: trio.CapacityLimiter) -> None:
         self.config = config
         self.cluster = cluster
-        self.logs = logs
-        #: may the current request's principal do something (ACLs; set by the broker)
-        self.access: Access = ALLOW_ALL
+        self.logs: LogManager = replicas.logs
+        self.access = access
         segment_bytes = config["offsets.topic.segment.bytes"]
-        logs.update_topic_config(
-            OFFSETS_TOPIC, OffsetManager.topic_config(logs.default_config, segment_bytes))
+        self.logs.update_topic_config(
+            OFFSETS_TOPIC, OffsetManager.topic_config(self.logs.default_config, segment_bytes))
         self.offsets = OffsetManager(
-            logs, limiter, segment_bytes=segment_bytes,
+            replicas, limiter, segment_bytes=segment_bytes,
             retention_ms=config["offsets.retention.minutes"] * 60_000,
-            commit_timeout_ms=config["offsets.commit.timeout.ms"], purgatory=purgatory,
-            replicas=replicas)
+            commit_timeout_ms=config["offsets.commit.timeout.ms"])
         self.groups: dict[str, Group] = {}
         self._min_session_ms = config["group.min.session.timeout.ms"]
         self._max_session_ms = config["group.max.session.timeout.ms"]
@@ -125,20 +122,16 @@ class GroupCoordinator:
         self._timer_wakeup = trio.Event()
         self._watch_wakeup = trio.Event()
 
-    def register(self, handler: RequestHandler) -> None:
-        """Serve our APIs through ``handler`` (a ``RequestHandler``)."""
-        for key, fn in (
-            (ApiKey.FIND_COORDINATOR, self.find_coordinator),
-            (ApiKey.OFFSET_COMMIT, self.offset_commit),
-            (ApiKey.OFFSET_FETCH, self.offset_fetch),
-            (ApiKey.JOIN_GROUP, self.join_group),
-            (ApiKey.HEARTBEAT, self.heartbeat),
-            (ApiKey.LEAVE_GROUP, self.leave_group),
-            (ApiKey.SYNC_GROUP, self.sync_group),
-            (ApiKey.DESCRIBE_GROUPS, self.describe_groups),
-            (ApiKey.LIST_GROUPS, self.list_groups),
-        ):
-            handler.register(key, fn)
+    def apis(self) -> Mapping[int, ApiHandler]:
+        return {ApiKey.FIND_COORDINATOR: self.find_coordinator,
+                ApiKey.OFFSET_COMMIT: self.offset_commit,
+                ApiKey.OFFSET_FETCH: self.offset_fetch,
+                ApiKey.JOIN_GROUP: self.join_group,
+                ApiKey.HEARTBEAT: self.heartbeat,
+                ApiKey.LEAVE_GROUP: self.leave_group,
+                ApiKey.SYNC_GROUP: self.sync_group,
+                ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+                ApiKey.LIST_GROUPS: self.list_groups}
 
     # -- background work -------------------------------------------------------------------------
 

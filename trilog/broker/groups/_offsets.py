@@ -16,11 +16,10 @@ reads back: offsets keep their order, and every key's latest record stays.
 
 Appends to one partition are serialised by a trio lock (commits, tombstones), and the
 cache takes them in the order they reached the log (``ApplyOrder``), so the cache and the
-log agree; the log work runs in worker threads.  An append wakes the fetches parked on its
-partition (the followers' among them), and in a cluster it is done only once every in-sync
-replica has it, as Kafka's commits are written with ``acks=-1``
-(``offsets.commit.timeout.ms``): a commit acknowledged to a client survives the loss of
-its coordinator.  A commit waits for the replicas without the lock (as Kafka's delayed
+log agree.  They go through the replica manager's one append path, as a produce does (the
+leader check, the leader epoch, the wake-up of the fetches parked on the partition, the
+high watermark), with ``acks=-1`` as Kafka's commits (``offsets.commit.timeout.ms``): a
+commit acknowledged to a client survives the loss of its coordinator.  A commit waits for the replicas without the lock (as Kafka's delayed
 produce does), so the commits of one partition, where every member of a group commits, are
 replicated together instead of one round trip after another; an expiry or a deletion
 first waits for every earlier commit to reach the cache, which it reads.  Kafka's error
@@ -36,19 +35,18 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 import trio
 
+from trilog._topic import PartitionKey
 from trilog import _time
-from trilog.broker._limits import RateLimitedLog
+from trilog.broker.replication import AppendOrigin, Appended, ReplicaManager
 from trilog.errors import (
     NO_ERROR,
-    ApiError,
     CoordinatorNotAvailableError,
     CorruptMessageError,
     InvalidCommitOffsetSizeError,
     InvalidFetchSizeError,
+    KafkaStorageError,
     MessageTooLargeError,
     NotCoordinatorError,
     NotEnoughReplicasAfterAppendError,
@@ -57,6 +55,7 @@ from trilog.errors import (
     RecordListTooLargeError,
     RequestTimedOutError,
     UnknownServerError,
+    UnknownTopicOrPartitionError,
 )
 from trilog.protocol import (
     OffsetAndMetadata,
@@ -68,15 +67,9 @@ from trilog.protocol import (
     encode_offset_value,
 )
 from trilog.records import CorruptRecordsError, RecordBatchBuilder, iter_batches
-from trilog.storage import Log, LogConfig, LogManager
-
-if TYPE_CHECKING:
-    from trilog.broker.replication._purgatory import FetchPurgatory
-    from trilog.broker.replication._replica_manager import ReplicaManager
+from trilog.storage import Log, LogConfig
 
 log = logging.getLogger("trilog.broker.offsets")
-#: A full disk fails every commit: one line per partition and minute.
-_storage_faults = RateLimitedLog(log, 60.0)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -84,8 +77,6 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TOMBSTONE_BATCH_BYTES = 256 * 1024
 #: How much of the log one read takes while loading.
 LOAD_READ_BYTES = 1 << 20
-
-TopicPartition = tuple[str, int]
 
 
 # -- the partition of a group -----------------------------------------------------------------
@@ -126,12 +117,12 @@ def build_batches(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int,
     return out
 
 
-def read_offsets(lg: Log) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
+def read_offsets(lg: Log) -> dict[str, dict[PartitionKey, OffsetAndMetadata]]:
     """Blocking: replay a partition of the offsets topic into ``{group: {tp: offset}}``.
 
     Later records win; tombstones delete; group-metadata records and records this broker
     cannot parse are skipped (with a warning for the latter)."""
-    groups: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+    groups: dict[str, dict[PartitionKey, OffsetAndMetadata]] = {}
     offset = lg.log_start_offset
     end = lg.log_end_offset
     skipped = 0
@@ -160,7 +151,7 @@ def read_offsets(lg: Log) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
     return groups
 
 
-def _replay(groups: dict[str, dict[TopicPartition, OffsetAndMetadata]], key: bytes | None,
+def _replay(groups: dict[str, dict[PartitionKey, OffsetAndMetadata]], key: bytes | None,
             value: bytes | None) -> None:
     """Apply one record of the offsets topic to ``groups``: set an offset, or delete it
     (tombstone).  Other records (group metadata, no key) change nothing."""
@@ -174,8 +165,8 @@ def _replay(groups: dict[str, dict[TopicPartition, OffsetAndMetadata]], key: byt
         _forget(groups, decoded.group, tp)
 
 
-def _forget(groups: dict[str, dict[TopicPartition, OffsetAndMetadata]], group: str,
-            tp: TopicPartition) -> None:
+def _forget(groups: dict[str, dict[PartitionKey, OffsetAndMetadata]], group: str,
+            tp: PartitionKey) -> None:
     """Drop ``group``'s offset of ``tp``, and the group once it has none."""
     offsets = groups.get(group)
     if offsets is not None:
@@ -241,7 +232,7 @@ class OffsetsPartition:
 
     index: int
     loaded: bool = False
-    offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
+    offsets: dict[str, dict[PartitionKey, OffsetAndMetadata]] = field(default_factory=dict)
     lock: trio.Lock = field(default_factory=trio.Lock)  # appends, in log order
     order: ApplyOrder = field(default_factory=ApplyOrder)  # cache changes, in log order
 
@@ -249,25 +240,20 @@ class OffsetsPartition:
 class OffsetManager:
     """Committed offsets of the groups whose offsets partitions this broker leads.
 
-    Runs in the trio thread (not thread-safe); log I/O goes to worker threads through
-    ``limiter``.  ``begin_load``/``load`` take a partition on, ``unload`` lets it go.
+    Runs in the trio thread (not thread-safe); appends go through the replica manager's
+    append path, loads to worker threads through ``limiter``.  ``begin_load``/``load``
+    take a partition on, ``unload`` lets it go.
     """
 
-    def __init__(self, logs: LogManager, limiter: trio.CapacityLimiter, *,
-                 segment_bytes: int, retention_ms: int, commit_timeout_ms: int = 5000,
-                 purgatory: FetchPurgatory | None = None,
-                 replicas: ReplicaManager | None = None) -> None:
-        self.logs = logs
+    def __init__(self, replicas: ReplicaManager, limiter: trio.CapacityLimiter, *,
+                 segment_bytes: int, retention_ms: int, commit_timeout_ms: int = 5000) -> None:
+        self.replicas = replicas
+        self.logs = replicas.logs
         self.limiter = limiter
         self.segment_bytes = segment_bytes
         self.retention_ms = retention_ms
         self.commit_timeout_s = commit_timeout_ms / 1000
         self.partitions: dict[int, OffsetsPartition] = {}
-        #: the broker's fetch purgatory: appends wake the fetches parked on the partition
-        self.purgatory = purgatory
-        #: the broker's replica manager in a cluster (None standalone): appends carry the
-        #: leader's epoch and wait for the in-sync replicas
-        self.replicas = replicas
 
     @staticmethod
     def topic_config(base: LogConfig, segment_bytes: int) -> LogConfig:
@@ -324,7 +310,7 @@ class OffsetManager:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def fetch(self, partition: int, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
+    def fetch(self, partition: int, group: str) -> dict[PartitionKey, OffsetAndMetadata]:
         part = self.partitions.get(partition)
         if part is None or not part.loaded:
             return {}
@@ -341,7 +327,7 @@ class OffsetManager:
     # -- writes --------------------------------------------------------------------------------
 
     async def commit(self, partition: int, group: str,
-                     offsets: dict[TopicPartition, OffsetAndMetadata]) -> int:
+                     offsets: dict[PartitionKey, OffsetAndMetadata]) -> int:
         """Append the offsets, then cache them; return the error code for all of them."""
         part = self.partitions.get(partition)
         if part is None or not part.loaded:
@@ -354,15 +340,15 @@ class OffsetManager:
             if self.partitions.get(partition) is not part:
                 return NotCoordinatorError.code
             # One batch: the commit is all or nothing, as in Kafka.
-            code, end = await self._write(partition,
-                                          build_batches(entries, now, max_bytes=None))
-            if code != NO_ERROR:
+            code, appended = await self._write(partition,
+                                               build_batches(entries, now, max_bytes=None))
+            if appended is None:
                 return code
             turn = part.order.take()
         # The wait for the in-sync replicas holds no lock: commits of one partition (every
         # member of a group commits to the same one) are replicated together.
         try:
-            code = await self._replicated(partition, end)
+            code = await self._replicated(partition, appended)
             if code == NO_ERROR:  # (made in its turn even if this task is cancelled now)
                 turn.apply = lambda: part.offsets.setdefault(group, {}).update(offsets)
             await turn.ready.wait()  # answered once the cache has it: read your writes
@@ -379,7 +365,7 @@ class OffsetManager:
             await trio.lowlevel.checkpoint()
             return 0
         async with part.lock, part.order.turn():
-            expired: list[tuple[str, TopicPartition]] = []
+            expired: list[tuple[str, PartitionKey]] = []
             for group, offsets in part.offsets.items():
                 if has_members(group):
                     continue
@@ -403,7 +389,7 @@ class OffsetManager:
             return len(expired)
 
     async def delete(self, partition: int, group: str,
-                     partitions: Iterable[TopicPartition] | None = None) -> int:
+                     partitions: Iterable[PartitionKey] | None = None) -> int:
         """Delete ``group``'s committed offsets of ``partitions`` (all of them when None):
         tombstones appended, then the cache forgets them.  Returns the error code
         (DeleteGroups, OffsetDelete); offsets not committed need nothing and are no error."""
@@ -430,79 +416,48 @@ class OffsetManager:
 
     async def _append(self, partition: int, batches: list[bytes]) -> int:
         """Append ``batches`` and wait for the in-sync replicas: the answer's error code."""
-        code, end = await self._write(partition, batches)
-        if code != NO_ERROR:
+        code, appended = await self._write(partition, batches)
+        if appended is None:
             return code
-        return await self._replicated(partition, end)
+        return await self._replicated(partition, appended)
 
-    async def _write(self, partition: int, batches: list[bytes]) -> tuple[int, int]:
-        """Append ``batches`` (the caller holds the partition's lock): the error code, and
-        the log end offset after them."""
-        lg = self.logs.get_log(OFFSETS_TOPIC, partition)
-        if lg is None:
-            await trio.lowlevel.checkpoint()
-            return NotCoordinatorError.code, -1
+    async def _write(self, partition: int, batches: list[bytes]
+                     ) -> tuple[int, Appended | None]:
+        """Append ``batches`` as one all-or-nothing write through the replica manager's
+        append path (the caller holds the partition's lock): the error code, and the
+        append to wait for."""
         tp = (OFFSETS_TOPIC, partition)
-        replicas = self.replicas
-        epoch = None
-        if replicas is not None:
-            try:
-                replicas.check_produce(tp, -1)
-                epoch = replicas.leader_epoch(tp)
-            except (ApiError, KeyError) as exc:
-                await trio.lowlevel.checkpoint()
-                return _commit_error(exc.code if isinstance(exc, ApiError)
-                                     else NotLeaderOrFollowerError.code), -1
-        try:
-            end = await trio.to_thread.run_sync(_append_all, lg, batches, epoch,
-                                                limiter=self.limiter)
-        except (MessageTooLargeError, RecordListTooLargeError, InvalidFetchSizeError):
-            return InvalidCommitOffsetSizeError.code, -1
-        except CorruptMessageError:
-            log.exception("offsets batch refused by %s-%d", OFFSETS_TOPIC, partition)
-            return UnknownServerError.code, -1
-        except ApiError as exc:
-            return exc.code, -1
-        except OSError as exc:  # a full or failing disk: the client retries later
-            _storage_faults.error(partition, "append to %s-%d failed: %s", OFFSETS_TOPIC,
-                                  partition, exc)
-            return CoordinatorNotAvailableError.code, -1
-        except Exception:
-            # A closed log (shutdown): the client retries elsewhere/later.
-            log.exception("append to %s-%d failed", OFFSETS_TOPIC, partition)
-            return CoordinatorNotAvailableError.code, -1
-        if self.purgatory is not None:
-            self.purgatory.data_appended(tp, sum(map(len, batches)))
-        if replicas is not None:
-            replicas.appended(tp)
-        return NO_ERROR, end
+        appended = await self.replicas.append_records(
+            {tp: b"".join(batches)}, acks=-1, origin=AppendOrigin.COORDINATOR)
+        code = appended.results[tp].error
+        if code != NO_ERROR:
+            return _commit_error(code), None
+        return NO_ERROR, appended
 
-    async def _replicated(self, partition: int, end: int) -> int:
-        """In a cluster, wait until every in-sync replica has the log up to ``end`` (or
-        ``offsets.commit.timeout.ms``): the answer's error code."""
-        if self.replicas is None:
-            return NO_ERROR
-        code = await self.replicas.wait_replicated((OFFSETS_TOPIC, partition), end,
-                                                   trio.current_time() + self.commit_timeout_s)
-        return _commit_error(code)
+    async def _replicated(self, partition: int, appended: Appended) -> int:
+        """Wait until every in-sync replica has the append (or ``offsets.commit.timeout.ms``
+        passes): the answer's error code."""
+        await appended.wait(trio.current_time() + self.commit_timeout_s)
+        return _commit_error(appended.results[(OFFSETS_TOPIC, partition)].error)
+
+
+#: What a commit answers when its append answered a code of the left (after Kafka's
+#: ``GroupMetadataManager``): the client retries, or finds the coordinator again.
+_COMMIT_ERRORS = {
+    NotEnoughReplicasError.code: CoordinatorNotAvailableError.code,
+    NotEnoughReplicasAfterAppendError.code: CoordinatorNotAvailableError.code,
+    RequestTimedOutError.code: CoordinatorNotAvailableError.code,
+    KafkaStorageError.code: CoordinatorNotAvailableError.code,  # a full or failing disk
+    UnknownServerError.code: CoordinatorNotAvailableError.code,  # a closed log (shutdown)
+    NotLeaderOrFollowerError.code: NotCoordinatorError.code,
+    UnknownTopicOrPartitionError.code: NotCoordinatorError.code,
+    MessageTooLargeError.code: InvalidCommitOffsetSizeError.code,
+    RecordListTooLargeError.code: InvalidCommitOffsetSizeError.code,
+    InvalidFetchSizeError.code: InvalidCommitOffsetSizeError.code,
+    CorruptMessageError.code: UnknownServerError.code,  # our own batch: a bug, logged
+}
 
 
 def _commit_error(code: int) -> int:
-    """The answer to a commit whose append answered ``code`` (Kafka's mapping in
-    ``GroupMetadataManager``): the client finds the coordinator again, or retries."""
-    if code in (NotEnoughReplicasError.code, NotEnoughReplicasAfterAppendError.code,
-                RequestTimedOutError.code):
-        return CoordinatorNotAvailableError.code
-    if code == NotLeaderOrFollowerError.code:
-        return NotCoordinatorError.code
-    return code
-
-
-def _append_all(lg: Log, batches: list[bytes], leader_epoch: int | None) -> int:
-    """Blocking: append ``batches``; the log end offset after them."""
-    for batch in batches:
-        if leader_epoch is None:
-            lg.append(batch)
-        else:
-            lg.append(batch, leader_epoch=leader_epoch)
-    return lg.log_end_offset
+    """The answer to a commit whose append answered ``code``."""
+    return _COMMIT_ERRORS.get(code, code)

@@ -25,6 +25,8 @@ from trilog.net import ClientSecurity, client_ssl_context, parse_jaas_config
 from trilog.errors import TrilogError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: Kafka's SecurityProtocol ids (UpdateMetadata's endpoints).
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 DEFAULT_PROTOCOL_MAP = {p: p for p in PROTOCOLS}
 ANONYMOUS = "User:ANONYMOUS"
 

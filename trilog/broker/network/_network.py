@@ -103,6 +103,12 @@ _BYTES = (bytes, bytearray, memoryview)
 _SLICE_TRUNCATED = "segment file ended inside a fetch response; closing"
 
 
+class Settings(Protocol):
+    """Kafka's properties by name (``BrokerConfig``, or a plain dict in tests)."""
+
+    def __getitem__(self, name: str, /) -> Any: ...
+
+
 class FileSlice(Protocol):
     """A byte range of an open file (``trilog.storage.FetchSlice``); closed once sent."""
 
@@ -196,6 +202,25 @@ class ConnectionLimits:
     #: failed stays open after its answer (slows password guessing; lets the client read
     #: the answer before the connection ends)
     failed_auth_delay_ms: int = 100
+
+    @classmethod
+    def of(cls, config: Settings) -> ConnectionLimits:
+        """The limits a broker's configuration (Kafka's property names) sets."""
+        return cls(max_connections=config["max.connections"],
+                   max_connections_per_ip=config["max.connections.per.ip"],
+                   per_ip_overrides=config["max.connections.per.ip.overrides"],
+                   idle_ms=config["connections.max.idle.ms"],
+                   queued_request_bytes=config["queued.max.request.bytes"],
+                   failed_auth_delay_ms=config["connection.failed.authentication.delay.ms"])
+
+
+class ConnectionBudget(Protocol):
+    """How many connections the descriptors leave room for (``DescriptorBudget``), told how
+    many are open."""
+
+    open_connections: int
+
+    def connection_room(self) -> int: ...
 
 
 class RequestMemory:
@@ -300,8 +325,8 @@ class _Connection:
 class Network:
     """Accepts and serves connections on bound listeners.  Owned by the broker's nursery.
 
-    ``connection_room()``, when given, says how many connections the descriptor budget has
-    room for now (``DescriptorBudget.connection_room``).
+    ``descriptors``, when given, says how many connections the descriptor budget has room
+    for now, and is told how many are open (``DescriptorBudget``).
     """
 
     def __init__(
@@ -314,7 +339,7 @@ class Network:
         receive_buffer_bytes: int = -1,
         limiter: trio.CapacityLimiter | None = None,
         limits: ConnectionLimits | None = None,
-        connection_room: Callable[[], int] | None = None,
+        descriptors: ConnectionBudget | None = None,
     ) -> None:
         self._handler = handler
         self._listeners = [lst if isinstance(lst, BoundListener) else BoundListener(lst)
@@ -325,7 +350,7 @@ class Network:
         self._rcvbuf = receive_buffer_bytes
         self._limiter = limiter
         self.limits = limits or ConnectionLimits()
-        self._connection_room = connection_room
+        self._descriptors = descriptors
         self.memory = RequestMemory(self.limits.queued_request_bytes)
         self._scratch = memoryview(bytearray(SCRATCH_BYTES))
         self._accept_scope = trio.CancelScope()
@@ -381,6 +406,8 @@ class Network:
                 stream.socket.close()  # at once: a refused connection costs no task
                 continue
             self._open += 1
+            if self._descriptors is not None:
+                self._descriptors.open_connections = self._open
             self._by_ip[ip] = self._by_ip.get(ip, 0) + 1
             self.connection_count += 1
             self._tune(stream)
@@ -392,7 +419,7 @@ class Network:
         """Why a new connection from ``ip`` cannot be served now, or None."""
         limits = self.limits
         limit = limits.max_connections
-        room = self._connection_room() if self._connection_room is not None else limit
+        room = self._descriptors.connection_room() if self._descriptors is not None else limit
         if self._open >= min(limit, room):
             if room < limit:
                 return (f"{self._open} connections are open, all the descriptor budget leaves "
@@ -494,6 +521,8 @@ class Network:
             self.memory.give_back(conn.charged)  # partial and unanswered requests
             conn.charged = 0
             self._open -= 1
+            if self._descriptors is not None:
+                self._descriptors.open_connections = self._open
             left = self._by_ip[conn.ip] - 1
             if left:
                 self._by_ip[conn.ip] = left

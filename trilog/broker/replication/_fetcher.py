@@ -1,9 +1,9 @@
 """Replica fetchers: a follower copies its leaders' logs (Kafka's ``ReplicaFetcherThread``).
 
-One task per source broker (the leader of the partitions it serves), in the replica
-manager's nursery.  Each sends Fetch with ``replica_id`` set to this broker, at the
-follower's log end offsets, and appends the answered batches as they are (the leader's
-offsets and epochs kept).  The leader learns the follower's progress from those offsets,
+One task per source broker (the leader of the partitions it serves), in the fetchers'
+nursery.  Each sends Fetch with ``replica_id`` set to this broker, at the follower's log
+end offsets, and appends the answered batches as they are (the leader's offsets and epochs
+kept) through the replica manager's one append path (``append_as_follower``).  The leader learns the follower's progress from those offsets,
 and answers with its high watermark, which the follower adopts (never past its own end).
 
 A partition newly followed first asks the leader where their logs diverge
@@ -34,12 +34,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import struct
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from trilog.net import open_connection
+from trilog._topic import PartitionKey
 from trilog.errors import (
     NO_ERROR,
     FencedLeaderEpochError,
@@ -48,17 +48,20 @@ from trilog.errors import (
     TrilogError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
+    raise_for_code,
 )
+from trilog.broker.network import Settings
+from trilog.net import ClientSecurity, open_connection
 from trilog.protocol import FetchRequest, OffsetForLeaderEpochRequest
-from trilog.storage import INLINE_APPENDS
+from trilog.records import whole_batches_length
 
 if TYPE_CHECKING:
+    from trilog.broker.cluster import BrokerInfo
     from trilog.broker.replication._replica_manager import ReplicaManager
     from trilog.storage import Log
 
 log = logging.getLogger("trilog.broker.fetcher")
 
-TopicPartition = tuple[str, int]
 FETCH_VERSION = 10
 EPOCH_VERSION = 3
 #: our leader epoch is older than the leader's: wait for the controller's LeaderAndIsr
@@ -68,6 +71,23 @@ _NOT_YET = {NotLeaderOrFollowerError.code, UnknownLeaderEpochError.code,
             UnknownTopicOrPartitionError.code}
 #: the first retry of a partition whose leader does not know yet; doubled on each failure
 FIRST_RETRY_S = 0.02
+
+
+@dataclasses.dataclass(frozen=True)
+class FetcherConfig:
+    """The replica fetchers' settings (``replica.fetch.*``, ``replica.socket.timeout.ms``)."""
+
+    wait_max_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 1 << 20
+    backoff_ms: int = 1000
+    socket_timeout_ms: int = 30_000
+
+    @classmethod
+    def of(cls, config: Settings) -> FetcherConfig:
+        return cls(config["replica.fetch.wait.max.ms"], config["replica.fetch.min.bytes"],
+                   config["replica.fetch.max.bytes"], config["replica.fetch.backoff.ms"],
+                   config["replica.socket.timeout.ms"])
 
 
 @dataclasses.dataclass(eq=False)
@@ -88,10 +108,15 @@ class FetchState:
 
 
 class ReplicaFetchers:
-    """The fetcher tasks of one broker, one per source broker."""
+    """The fetcher tasks of one broker, one per source broker; ``brokers()`` says where the
+    brokers are, ``replicas`` takes what they fetch (``append_as_follower``)."""
 
-    def __init__(self, manager: ReplicaManager) -> None:
-        self.manager = manager
+    def __init__(self, replicas: ReplicaManager, brokers: Callable[[], Iterable[BrokerInfo]],
+                 config: FetcherConfig, *, security: ClientSecurity | None = None) -> None:
+        self.replicas = replicas
+        self.brokers = brokers
+        self.config = config
+        self.security = security
         self._fetchers: dict[int, _Fetcher] = {}
         self.nursery: trio.Nursery  # set by run()
 
@@ -100,37 +125,40 @@ class ReplicaFetchers:
             self.nursery = nursery
             await trio.sleep_forever()
 
-    def add(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
+    def add(self, tp: PartitionKey, leader: int, leader_epoch: int) -> None:
         self.remove(tp)
         fetcher = self._fetchers.get(leader)
         if fetcher is None:
-            fetcher = self._fetchers[leader] = _Fetcher(self.manager, leader)
+            fetcher = self._fetchers[leader] = _Fetcher(self, leader)
             self.nursery.start_soon(fetcher.run)
         fetcher.partitions[tp] = FetchState(leader_epoch)
         fetcher.wake()
 
-    def remove(self, tp: TopicPartition) -> None:
+    def remove(self, tp: PartitionKey) -> None:
         for fetcher in self._fetchers.values():
             fetcher.partitions.pop(tp, None)
 
-    def following(self) -> dict[TopicPartition, int]:
+    def following(self) -> dict[PartitionKey, int]:
         """``{partition: source broker}`` of every partition being fetched."""
         return {tp: f.leader for f in self._fetchers.values() for tp in f.partitions}
 
 
 class _Fetcher:
-    def __init__(self, manager: ReplicaManager, leader: int) -> None:
-        self.manager = manager
+    def __init__(self, owner: ReplicaFetchers, leader: int) -> None:
+        self.owner = owner
+        self.replicas = owner.replicas
+        self.logs = owner.replicas.logs
+        self.broker_id = owner.replicas.broker_id
         self.leader = leader
-        self.partitions: dict[TopicPartition, FetchState] = {}
+        self.partitions: dict[PartitionKey, FetchState] = {}
         self._wakeup = trio.Event()
         self._poll: trio.CancelScope | None = None  # the long poll waiting at the leader
-        config = manager.config
-        self.wait_ms = config["replica.fetch.wait.max.ms"]
-        self.min_bytes = config["replica.fetch.min.bytes"]
-        self.max_bytes = config["replica.fetch.max.bytes"]
-        self.backoff_s = config["replica.fetch.backoff.ms"] / 1000
-        self.timeout_s = max(config["replica.socket.timeout.ms"], self.wait_ms + 1000) / 1000
+        config = owner.config
+        self.wait_ms = config.wait_max_ms
+        self.min_bytes = config.min_bytes
+        self.max_bytes = config.max_bytes
+        self.backoff_s = config.backoff_ms / 1000
+        self.timeout_s = max(config.socket_timeout_ms, self.wait_ms + 1000) / 1000
 
     def wake(self) -> None:
         """Partitions were added: start fetching them now, not after a long poll."""
@@ -150,9 +178,9 @@ class _Fetcher:
                 continue
             try:
                 async with open_connection(
-                        *address, client_id=f"broker-{self.manager.broker_id}-fetcher",
+                        *address, client_id=f"broker-{self.broker_id}-fetcher",
                         request_timeout_s=self.timeout_s,
-                        security=self.manager.security) as conn:
+                        security=self.owner.security) as conn:
                     while self.partitions:
                         await self._truncate(conn)
                         if not await self._fetch(conn):
@@ -163,7 +191,7 @@ class _Fetcher:
                 await trio.sleep(self.backoff_s)
 
     def _address(self) -> tuple[str, int] | None:
-        for broker in self.manager.cluster.brokers():
+        for broker in self.owner.brokers():
             if broker.node_id == self.leader:
                 return broker.host, broker.port
         return None
@@ -175,9 +203,9 @@ class _Fetcher:
                    if st.truncating and st.ready()}
         if not pending:
             return
-        logs = self.manager.logs
+        logs = self.logs
         R = OffsetForLeaderEpochRequest
-        asked: dict[TopicPartition, tuple[FetchState, int | None]] = {}
+        asked: dict[PartitionKey, tuple[FetchState, int | None]] = {}
         by_topic: dict[str, list] = {}
         for tp, st in pending.items():
             lg = logs.get_log(*tp)
@@ -188,7 +216,7 @@ class _Fetcher:
             by_topic.setdefault(tp[0], []).append(R.OffsetForLeaderTopic.OffsetForLeaderPartition(
                 partition=tp[1], current_leader_epoch=st.leader_epoch,
                 leader_epoch=epoch if epoch is not None else -1))
-        request = R(replica_id=self.manager.broker_id, topics=[
+        request = R(replica_id=self.broker_id, topics=[
             R.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
         response = await conn.request(request, version=EPOCH_VERSION)
         for topic in response.topics:
@@ -214,7 +242,7 @@ class _Fetcher:
                              tp[0], tp[1], lg.log_end_offset, target, self.leader,
                              p.leader_epoch)
                     await trio.to_thread.run_sync(logs.truncate_to, tp[0], tp[1], target,
-                                                  limiter=self.manager.limiter)
+                                                  limiter=self.replicas.limiter)
                 st.truncating = False
 
     # -- fetching ---------------------------------------------------------------------------
@@ -222,9 +250,9 @@ class _Fetcher:
     async def _fetch(self, conn) -> bool:
         """One Fetch of every partition ready; False if partitions came while it waited at
         the leader (it was given up, and the connection must go)."""
-        logs = self.manager.logs
+        logs = self.logs
         R = FetchRequest
-        sent: dict[TopicPartition, FetchState] = {}
+        sent: dict[PartitionKey, FetchState] = {}
         by_topic: dict[str, list] = {}
         for tp, st in self.partitions.items():
             lg = logs.get_log(*tp)
@@ -243,7 +271,7 @@ class _Fetcher:
                           default=trio.current_time() + self.backoff_s)
             await self._until_woken(trio.sleep_until, max(soonest, trio.current_time() + 0.001))
             return True
-        request = R(replica_id=self.manager.broker_id, max_wait_ms=self._wait_ms(),
+        request = R(replica_id=self.broker_id, max_wait_ms=self._wait_ms(),
                     min_bytes=self.min_bytes, max_bytes=0x7FFFFFFF, isolation_level=0,
                     session_id=0, session_epoch=-1,
                     topics=[R.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
@@ -294,30 +322,27 @@ class _Fetcher:
         return max(1, min(self.wait_ms, due_ms))
 
     def _truncation_due(self) -> bool:
-        logs = self.manager.logs
+        logs = self.logs
         return any(st.truncating and st.ready() and logs.get_log(*tp) is not None
                    for tp, st in self.partitions.items())
 
-    async def _append(self, lg: Log, tp: TopicPartition, p) -> None:
+    async def _append(self, lg: Log, tp: PartitionKey, p) -> None:
         data = p.records
-        size = _whole_batches_length(data) if data else 0
+        size = whole_batches_length(data) if data else 0
         if size:
-            if lg.cheap_append(size):  # a page-cache write: no hop to a worker thread
-                await trio.lowlevel.checkpoint()
-                INLINE_APPENDS.run(_append_as_follower, lg, memoryview(data)[:size])
-            else:
-                await trio.to_thread.run_sync(_append_as_follower, lg, memoryview(data)[:size],
-                                              limiter=self.manager.limiter)
-            self.manager.purgatory.data_appended(tp, size)
+            result = await self.replicas.append_as_follower(tp, memoryview(data)[:size])
+            if result.error != NO_ERROR:  # this connection starts over after the backoff
+                raise_for_code(result.error, f"appending what broker {self.leader} sent to "
+                                             f"{tp[0]}-{tp[1]} failed")
         if p.high_watermark >= 0:
             lg.update_high_watermark(min(p.high_watermark, lg.log_end_offset))
         if lg.log_start_offset < p.log_start_offset <= lg.high_watermark:
             # DeleteRecords (or retention) moved the leader's log start: follow it (Kafka's
             # maybeIncrementLogStartOffset on a follower).
             try:
-                await trio.to_thread.run_sync(self.manager.logs.delete_records_before, tp[0],
+                await trio.to_thread.run_sync(self.logs.delete_records_before, tp[0],
                                               tp[1], p.log_start_offset,
-                                              limiter=self.manager.limiter)
+                                              limiter=self.replicas.limiter)
             except TrilogError as exc:  # a compact-only topic: its start never moves so
                 log.warning("%s-%d: cannot follow the leader's log start %d: %s", tp[0],
                             tp[1], p.log_start_offset, exc)
@@ -329,17 +354,13 @@ class _Fetcher:
             log.warning("%s-%d: the leader's log starts at %d, past our end %d; starting "
                         "over there", lg.topic, lg.partition, p.log_start_offset,
                         lg.log_end_offset)
-            await trio.to_thread.run_sync(self.manager.logs.truncate_fully_and_start_at,
+            await trio.to_thread.run_sync(self.logs.truncate_fully_and_start_at,
                                           lg.topic, lg.partition, p.log_start_offset,
-                                          limiter=self.manager.limiter)
+                                          limiter=self.replicas.limiter)
         else:
             st = self.partitions.get((lg.topic, lg.partition))
             if st is not None:
                 st.truncating = True
-
-
-def _append_as_follower(lg: Log, data: memoryview) -> None:
-    lg.append(data, assign_offsets=False)
 
 
 def _truncation_offset(lg: Log, our_epoch: int | None, leader_epoch: int,
@@ -353,18 +374,3 @@ def _truncation_offset(lg: Log, our_epoch: int | None, leader_epoch: int,
         return min(leader_end, lg.log_end_offset)
     _epoch, our_end = lg.end_offset_for_epoch(leader_epoch)
     return min(leader_end, our_end, lg.log_end_offset)
-
-
-_BATCH_PREFIX = struct.Struct(">qi")  # base offset, batch length
-
-
-def _whole_batches_length(data) -> int:
-    """How many leading bytes of ``data`` are whole batches (a fetch may end with a part)."""
-    pos, end = 0, len(data)
-    while end - pos >= _BATCH_PREFIX.size:
-        _base, length = _BATCH_PREFIX.unpack_from(data, pos)
-        nxt = pos + _BATCH_PREFIX.size + length
-        if length <= 0 or nxt > end:
-            break
-        pos = nxt
-    return pos

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import trio
 
-TopicPartition = tuple[str, int]
+from trilog._topic import PartitionKey
 
 
 class FetchWaiter:
     __slots__ = ("needed", "event", "partitions", "replica")
 
-    def __init__(self, partitions: list[TopicPartition], needed: int, replica: bool) -> None:
+    def __init__(self, partitions: list[PartitionKey], needed: int, replica: bool) -> None:
         self.partitions = partitions
         self.needed = needed
         self.replica = replica
@@ -37,15 +37,15 @@ class FetchWaiter:
 class FetchPurgatory:
     def __init__(self, follow_high_watermark: bool = False) -> None:
         self._follow_hw = follow_high_watermark
-        self._waiters: dict[TopicPartition, set[FetchWaiter]] = {}
-        self._appended: dict[TopicPartition, int] = {}  # bytes reported per partition
-        self._moves: dict[TopicPartition, int] = {}  # high watermark moves per partition
+        self._waiters: dict[PartitionKey, set[FetchWaiter]] = {}
+        self._appended: dict[PartitionKey, int] = {}  # bytes reported per partition
+        self._moves: dict[PartitionKey, int] = {}  # high watermark moves per partition
         self._closed = False
 
     def __len__(self) -> int:
         return len({w for ws in self._waiters.values() for w in ws})
 
-    def mark(self, partitions: list[TopicPartition], replica: bool = False) -> int:
+    def mark(self, partitions: list[PartitionKey], replica: bool = False) -> int:
         """The partitions' counter now, for ``wait(since=...)``: bytes appended, and for a
         consumer's fetch (not a ``replica``'s) high watermark moves too."""
         appended = self._appended
@@ -55,7 +55,7 @@ class FetchPurgatory:
             total += sum(moves.get(tp, 0) for tp in partitions)
         return total
 
-    def data_appended(self, tp: TopicPartition, size: int) -> None:
+    def data_appended(self, tp: PartitionKey, size: int) -> None:
         self._appended[tp] = self._appended.get(tp, 0) + size
         waiters = self._waiters.get(tp)
         if not waiters:
@@ -65,7 +65,7 @@ class FetchPurgatory:
             if waiter.needed <= 0 and (waiter.replica or not self._follow_hw):
                 waiter.event.set()
 
-    def high_watermark_moved(self, tp: TopicPartition) -> None:
+    def high_watermark_moved(self, tp: PartitionKey) -> None:
         """Records of ``tp`` became readable to consumers (one byte's worth of news)."""
         self._moves[tp] = self._moves.get(tp, 0) + 1
         waiters = self._waiters.get(tp)
@@ -77,7 +77,7 @@ class FetchPurgatory:
                 if waiter.needed <= 0:
                     waiter.event.set()
 
-    async def wait(self, partitions: list[TopicPartition], needed: int, timeout_s: float,
+    async def wait(self, partitions: list[PartitionKey], needed: int, timeout_s: float,
                    since: int | None = None, replica: bool = False) -> None:
         """Wait until ``needed`` more bytes arrived on ``partitions`` (counting from the
         ``mark`` ``since`` when given, taken with the same ``replica``), or the timeout."""

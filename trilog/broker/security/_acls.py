@@ -8,21 +8,23 @@
   "operation":"Read","host":"*"}]}``.  A change also writes a sequential node under
   ``/kafka-acl-changes`` (literal) or ``/kafka-acl-extended-changes`` (prefixed); every
   broker watches both and reads the ACLs again.
-- Standalone: ``acls.json`` in the first log dir, replaced atomically.
+- Standalone: ``acls.json`` in the first log dir, replaced atomically (a ``JsonFileStore``:
+  a file that cannot be read stops the broker at start, naming it).
 
 ``AclManager`` holds one broker's ``Authorizer`` and keeps it current.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import trio
 
+from trilog.broker._json_store import JsonFileStore
 from trilog.broker.security._authorizer import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -52,7 +54,6 @@ from trilog.protocol import (
     DescribeAclsResponse,
     response_class,
 )
-from trilog.storage import write_atomically
 from trilog.zk import (
     ACL_CHANGE_ROOTS,
     NoNodeError,
@@ -65,9 +66,6 @@ from trilog.zk import (
     encode_acl_change,
     encode_acl_node,
 )
-
-if TYPE_CHECKING:
-    from trilog.broker.apis._handlers import RequestHandler
 
 log = logging.getLogger("trilog.broker.acls")
 
@@ -101,10 +99,12 @@ class AclStore(Protocol):
 
 
 class FileAclStore:
-    """A standalone broker's ACLs: one JSON file, rewritten atomically on each change."""
+    """A standalone broker's ACLs: one JSON file, rewritten atomically on each change
+    (``{"version":1,"acls":[{"resourceType", "name", "patternType", "entries"}, ...]}``)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._file = JsonFileStore(path, "acls", kind=list)
         self._all: Acls = {}
 
     async def load_all(self) -> Acls:
@@ -112,22 +112,17 @@ class FileAclStore:
         return dict(self._all)
 
     def _read(self) -> Acls:
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise RemoteProtocolError(f"cannot read {self.path}: {exc}") from None
         acls: Acls = {}
-        for item in data.get("acls", []) if isinstance(data, dict) else []:
+        for item in self._file.read():
             try:
                 pattern = ResourcePattern(ResourceType.parse(item["resourceType"]),
                                           str(item["name"]),
                                           PatternType.parse(item["patternType"]))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise RemoteProtocolError(f"{self.path}: malformed pattern ({exc})") from None
-            acls[pattern] = frozenset(_entry_of(e, self.path) for e in item.get("entries", []))
+                acls[pattern] = frozenset(_entry_of(e, self.path)
+                                          for e in item.get("entries", []))
+            except (KeyError, TypeError, ValueError, AttributeError,
+                    RemoteProtocolError) as exc:
+                raise self._file.error(f"has a malformed ACL {item!r} ({exc})") from None
         return acls
 
     async def write(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry]
@@ -135,11 +130,11 @@ class FileAclStore:
         acls = {**self._all, pattern: entries}
         if not entries:
             del acls[pattern]
-        data = json.dumps({"version": 1, "acls": [
-            {"resourceType": p.resource_type.title, "name": p.name,
-             "patternType": p.pattern_type.name, "entries": [_entry_json(e) for e in sorted(es)]}
-            for p, es in sorted(acls.items())]}, indent=1)
-        await trio.to_thread.run_sync(write_atomically, self.path, data.encode() + b"\n")
+        section = [{"resourceType": p.resource_type.title, "name": p.name,
+                    "patternType": p.pattern_type.name,
+                    "entries": [_entry_json(e) for e in sorted(es)]}
+                   for p, es in sorted(acls.items())]
+        await trio.to_thread.run_sync(self._file.write, section)
         self._all = acls
 
 
@@ -239,7 +234,7 @@ class Access:
                                          resource_type, name)
 
 
-#: What components start with, before the broker hands them its own.
+#: Access without an authorizer: everyone may do everything (Kafka without one).
 ALLOW_ALL = Access()
 
 
@@ -260,10 +255,10 @@ class AclManager:
         if isinstance(self.store, ZooKeeperAclStore):
             await self.store.follow_changes(self.load)
 
-    def register(self, handler: RequestHandler) -> None:
-        handler.register(ApiKey.CREATE_ACLS, self.create_acls)
-        handler.register(ApiKey.DESCRIBE_ACLS, self.describe_acls)
-        handler.register(ApiKey.DELETE_ACLS, self.delete_acls)
+    def apis(self) -> Mapping[int, Callable[[Any, Any], Awaitable[Any]]]:
+        return {ApiKey.CREATE_ACLS: self.create_acls,
+                ApiKey.DESCRIBE_ACLS: self.describe_acls,
+                ApiKey.DELETE_ACLS: self.delete_acls}
 
     def _allowed(self, operation: AclOperation) -> bool:
         return Access(self.authorizer)(operation, ResourceType.CLUSTER)
@@ -374,6 +369,18 @@ class AclManager:
 
 def standalone_acl_store(log_dirs: list[str]) -> FileAclStore:
     return FileAclStore(os.path.join(log_dirs[0], STANDALONE_FILE))
+
+
+class AclsDisabled:
+    """The ACL APIs of a broker without an authorizer: each answers SECURITY_DISABLED."""
+
+    def apis(self) -> Mapping[int, Callable[[Any, Any], Awaitable[Any]]]:
+        return {key: self._answer for key in (ApiKey.CREATE_ACLS, ApiKey.DESCRIBE_ACLS,
+                                               ApiKey.DELETE_ACLS)}
+
+    async def _answer(self, request: Any, header: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        return acls_disabled_answer(header.api_key, request)
 
 
 def acls_disabled_answer(api_key: int, request: Any) -> Any:

@@ -22,7 +22,8 @@ login) answers ILLEGAL_SASL_STATE (34) and closes.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import trio
 
@@ -45,9 +46,6 @@ from trilog.protocol import (
     parse_plain,
 )
 
-if TYPE_CHECKING:
-    from trilog.broker.apis._handlers import RequestHandler
-
 log = logging.getLogger("trilog.broker.sasl")
 
 #: What a connection may send before its login is done.
@@ -68,16 +66,19 @@ class _Login:
 
 
 class SaslAuthenticator:
-    """Serves SaslHandshake and SaslAuthenticate for the request handler."""
+    """Serves SaslHandshake and SaslAuthenticate, and the bare tokens after SaslHandshake v0
+    (``raw_token``, which the request dispatcher hands here)."""
+
+    #: What a connection may send before its login is done.
+    before_login = BEFORE_LOGIN
 
     def __init__(self, mechanisms: list[str], users: UserStore) -> None:
         self.mechanisms = list(mechanisms)
         self.users = users
 
-    def register(self, handler: RequestHandler) -> None:
-        handler.register(ApiKey.SASL_HANDSHAKE, self.handshake)
-        handler.register(ApiKey.SASL_AUTHENTICATE, self.authenticate)
-        handler.sasl = self
+    def apis(self) -> Mapping[int, Callable[[Any, Any], Awaitable[Any]]]:
+        return {ApiKey.SASL_HANDSHAKE: self.handshake,
+                ApiKey.SASL_AUTHENTICATE: self.authenticate}
 
     async def handshake(self, request: Any, header: Any) -> Any:
         session = current_session.get()

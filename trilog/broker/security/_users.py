@@ -6,7 +6,8 @@
   writes.
 - Standalone: the same map per user in a JSON file (``sasl.credentials.file``, by default
   ``users.json`` in the first log dir), ``{"version":1,"users":{user:{mechanism:text}}}``,
-  replaced atomically on every change.
+  replaced atomically on every change (a ``JsonFileStore``: the broker reads it at start,
+  and a file it cannot read stops it, naming the file).
 
 The broker reads a user's credentials at each login (a login is rare; a change applies at
 the next one, with no notification to follow); ``trilog users`` writes them.
@@ -14,15 +15,13 @@ the next one, with no notification to follow); ``trilog users`` writes them.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Protocol
 
 import trio
 
-from trilog.errors import RemoteProtocolError
+from trilog.broker._json_store import JsonFileStore
 from trilog.protocol import SASL_MECHANISMS, SaslError, ScramCredential
-from trilog.storage import write_atomically
 from trilog.zk import (
     CONFIG_USERS,
     NoNodeError,
@@ -40,6 +39,10 @@ Users = dict[str, dict[str, str]]
 
 
 class UserStore(Protocol):
+    async def check(self) -> None:
+        """At the broker's start: raise ``StoreError`` if the store cannot be read."""
+        ...
+
     async def credentials(self, user: str) -> dict[str, str]:
         """``{mechanism: credential text}`` of ``user`` (empty: no such user)."""
         ...
@@ -69,18 +72,18 @@ class FileUserStore:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._file = JsonFileStore(path, "users")
+
+    async def check(self) -> None:
+        await self.users()
 
     def _read(self) -> Users:
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise RemoteProtocolError(f"cannot read {self.path}: {exc}") from None
-        users = data.get("users", {}) if isinstance(data, dict) else {}
-        return {u: {m: str(t) for m, t in c.items()} for u, c in users.items()
-                if isinstance(c, dict)}
+        users = self._file.read()
+        for user, credentials in users.items():
+            if not isinstance(credentials, dict):
+                raise self._file.error(f"has credentials of user {user!r} that are not an "
+                                       "object")
+        return {u: {m: str(t) for m, t in c.items()} for u, c in users.items()}
 
     async def users(self) -> Users:
         return await trio.to_thread.run_sync(self._read)
@@ -94,12 +97,7 @@ class FileUserStore:
             users[user] = dict(credentials)
         else:
             users.pop(user, None)
-        data = json.dumps({"version": 1, "users": users}, indent=1, sort_keys=True)
-        await trio.to_thread.run_sync(self._write, data.encode() + b"\n")
-
-    def _write(self, data: bytes) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        write_atomically(self.path, data)
+        await trio.to_thread.run_sync(self._file.write, users)
 
 
 class ZooKeeperUserStore:
@@ -107,6 +105,9 @@ class ZooKeeperUserStore:
 
     def __init__(self, zk: ZooKeeper) -> None:
         self.zk = zk
+
+    async def check(self) -> None:
+        await trio.lowlevel.checkpoint()  # read at each login; ZooKeeper has no file to fail
 
     async def credentials(self, user: str) -> dict[str, str]:
         try:

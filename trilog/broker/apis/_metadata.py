@@ -1,0 +1,119 @@
+"""Metadata (3): the brokers, and each topic's partitions with their leaders, replicas and
+in-sync replicas, from the cluster's cached view (no I/O).
+
+A topic that does not exist is created when ``auto.create.topics.enable`` and the request
+allow it (Metadata v4+ says whether) and the principal may create it; the answer for it is
+LEADER_NOT_AVAILABLE until its partitions have leaders (Kafka's: ask again shortly).
+Topics the principal may not describe are left out of an all-topics answer and refused by
+name (TOPIC_AUTHORIZATION_FAILED).  Each client sees the brokers' addresses on the listener
+it came in on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from trilog._topic import validate_topic_name
+from trilog.broker.cluster import INTERNAL_TOPICS, Cluster
+from trilog.broker.network import ApiHandler, current_session
+from trilog.broker.security import Access, AclOperation, ResourceType
+from trilog.errors import (
+    ApiError,
+    LeaderNotAvailableError,
+    TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
+from trilog.protocol import ApiKey, MetadataResponse, RequestHeader
+
+R = MetadataResponse
+RTopic = R.MetadataResponseTopic
+
+
+class MetadataApi:
+    """Serves Metadata.  Runs in the trio thread."""
+
+    def __init__(self, cluster: Cluster, access: Access, *, auto_create: bool) -> None:
+        self.cluster = cluster
+        self.access = access
+        self.auto_create = auto_create
+
+    def apis(self) -> Mapping[int, ApiHandler]:
+        return {ApiKey.METADATA: self.metadata}
+
+    async def metadata(self, request: Any, header: RequestHeader) -> Any:
+        cluster = self.cluster
+        topics_all = cluster.topics()
+        access = self.access
+        if request.topics is None or (header.api_version == 0 and not request.topics):
+            # All topics: those this principal may not describe are left out (Kafka).
+            wanted = sorted(t for t in topics_all
+                            if access(AclOperation.DESCRIBE, ResourceType.TOPIC, t))
+        else:
+            wanted = [t.name for t in request.topics]
+        auto_create = self.auto_create and (header.api_version < 4
+                                            or request.allow_auto_topic_creation)
+        live = {b.node_id for b in cluster.brokers()}
+        topics = []
+        for name in wanted:
+            if access.enabled and not access(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(RTopic(error_code=TopicAuthorizationFailedError.code, name=name,
+                                     partitions=[]))
+                continue
+            error = 0
+            if name not in topics_all:
+                error = await self._create(name, auto_create)
+                if error not in (0, LeaderNotAvailableError.code):
+                    topics.append(RTopic(error_code=error, name=name, partitions=[]))
+                    continue
+            topics.append(self._topic(name, error, live))
+        listener = current_session.get().listener
+        return R(
+            brokers=[
+                R.MetadataResponseBroker(node_id=b.node_id, host=address[0], port=address[1])
+                for b in cluster.brokers()
+                for address in [b.address(listener)] if address is not None
+            ],
+            cluster_id=cluster.cluster_id,
+            controller_id=cluster.controller_id,
+            topics=topics,
+        )
+
+    async def _create(self, name: str, auto_create: bool) -> int:
+        """Create a topic asked for that does not exist, if allowed: LEADER_NOT_AVAILABLE
+        (created, no leaders yet), 0 (someone else created it meanwhile), or the error."""
+        access = self.access
+        try:
+            validate_topic_name(name)
+            may_create = (access(AclOperation.CREATE, ResourceType.CLUSTER)
+                          or access(AclOperation.CREATE, ResourceType.TOPIC, name))
+            if not auto_create or not may_create or name in INTERNAL_TOPICS:
+                raise UnknownTopicOrPartitionError()
+            await self.cluster.create_topic(name, -1)
+        except ApiError as exc:
+            return 0 if exc.code == TopicAlreadyExistsError.code else exc.code
+        return LeaderNotAvailableError.code
+
+    def _topic(self, name: str, error: int, live: set[int]) -> Any:
+        cluster = self.cluster
+        partitions = cluster.partitions(name) or {}
+        if partitions and error:
+            error = 0 if all(leader >= 0 for leader in partitions.values()) else error
+        return RTopic(
+            error_code=error,
+            name=name,
+            is_internal=name in INTERNAL_TOPICS,
+            partitions=[
+                RTopic.MetadataResponsePartition(
+                    error_code=0 if leader >= 0 else LeaderNotAvailableError.code,
+                    partition_index=p,
+                    leader_id=leader,
+                    replica_nodes=replicas,
+                    isr_nodes=isr,
+                    offline_replicas=[r for r in replicas if r not in live],
+                )
+                for p, leader in sorted(partitions.items())
+                for replicas, isr in [cluster.replica_info(name, p)]
+            ],
+        )
