@@ -55,13 +55,13 @@ async def test_backpressure_with_the_broker_stopped(broker, broker_process):
             async def watch_memory():
                 nonlocal peak
                 while True:
-                    peak = max(peak, producer._buffer_used)
+                    peak = max(peak, producer.accumulator.buffer_used)
                     await trio.sleep(0.002)
 
             nursery.start_soon(watch_memory)
             start = trio.current_time()
             deliveries = _fill(producer, "stuck")
-            assert producer._buffer_used <= BUFFER
+            assert producer.accumulator.buffer_used <= BUFFER
 
             # send waits for room ...
             blocked_done = trio.Event()
@@ -77,7 +77,7 @@ async def test_backpressure_with_the_broker_stopped(broker, broker_process):
             nursery.start_soon(send_when_room)
             await trio.sleep(0.5)
             assert not blocked_done.is_set(), "send did not wait for buffer_memory"
-            assert producer._buffer_used <= BUFFER
+            assert producer.accumulator.buffer_used <= BUFFER
 
             # ... every queued delivery fails (none is lost or left hanging), and the
             # blocked send ends too.
@@ -92,7 +92,7 @@ async def test_backpressure_with_the_broker_stopped(broker, broker_process):
                         await blocked[0].wait()
             nursery.cancel_scope.cancel()
         assert 0 < peak <= BUFFER
-        assert producer._buffer_used == 0
+        assert producer.accumulator.buffer_used == 0
 
         # The broker comes back on the same port: the same producer delivers again.
         await trio.to_thread.run_sync(

@@ -386,7 +386,7 @@ async def test_idempotence_needs_acks_all(broker):
     # Alone, enable_idempotence=True sets acks="all" (Kafka 3).
     async with trilog.open_producer(bootstrap_servers=broker.bootstrap,
                                     enable_idempotence=True) as producer:
-        assert producer.idempotent and producer._acks == -1
+        assert producer.idempotent and producer.config.guarantees.acks == -1
 
 
 async def test_a_failed_idempotent_batch_does_not_block_its_partition(broker_process):

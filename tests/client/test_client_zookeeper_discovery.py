@@ -47,7 +47,7 @@ async def test_discovery_through_zookeeper_and_a_broker_added_later(broker_proce
         for p in range(6):
             assert [r.value for r in await read_partition(consumer, "before", p)] == \
                 [b"before-%d" % p]
-        assert set(producer._client.metadata.value.brokers) == {1, 2, 3}
+        assert set(producer.client.metadata.value.brokers) == {1, 2, 3}
 
         # A fourth broker joins.
         fourth = await trio.to_thread.run_sync(
@@ -68,7 +68,7 @@ async def test_discovery_through_zookeeper_and_a_broker_added_later(broker_proce
         with trio.fail_after(15):
             await producer.flush()
         metas = [d.result() for d in deliveries]
-        assert set(producer._client.metadata.value.brokers) == {1, 2, 3, 4}
+        assert set(producer.client.metadata.value.brokers) == {1, 2, 3, 4}
         assert {m.partition for m in metas[:8]} == set(range(8))
         assert len({m.partition for m in metas[8:]}) > 1
 
@@ -99,7 +99,7 @@ async def test_a_new_broker_is_learnt_even_when_brokers_see_it_late(broker_proce
     for b in brokers:
         await _wait_for_brokers(b.bootstrap, {1, 2, 3})
     async with trilog.open_producer(zookeeper=zookeeper) as producer:
-        assert set(producer._client.metadata.value.brokers) == {1, 2, 3}
+        assert set(producer.client.metadata.value.brokers) == {1, 2, 3}
         await trio.sleep(0.5)  # the refreshes of the client's start are over
         try:
             for b in brokers:
@@ -111,6 +111,6 @@ async def test_a_new_broker_is_learnt_even_when_brokers_see_it_late(broker_proce
             for b in brokers:
                 b.proc.send_signal(signal.SIGCONT)
         with trio.move_on_after(5):
-            while 4 not in producer._client.metadata.value.brokers:
+            while 4 not in producer.client.metadata.value.brokers:
                 await trio.sleep(0.05)
-        assert set(producer._client.metadata.value.brokers) == {1, 2, 3, 4}
+        assert set(producer.client.metadata.value.brokers) == {1, 2, 3, 4}

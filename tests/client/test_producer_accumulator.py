@@ -6,7 +6,7 @@ import random
 
 import trio
 
-from trilog.client._producer import Producer
+from trilog.client.producer import Producer, ProducerConfig
 from trilog.records import RecordBatch
 
 
@@ -24,12 +24,11 @@ class _Client:
 
 
 def _producer(batch_size: int) -> Producer:
-    return Producer(_Client(), acks=1, linger_ms=5, batch_size=batch_size,
-                    buffer_memory=1 << 30, compression_type=None, key_serializer=None,
-                    value_serializer=None, partitioner=None, retries=0, retry_backoff_ms=100,
-                    delivery_timeout_ms=60_000, request_timeout_ms=1000,
-                    max_in_flight_requests_per_connection=1, max_request_size=1 << 20,
-                    on_delivery=None)
+    return Producer(_Client(), ProducerConfig(
+        acks=1, linger_ms=5, batch_size=batch_size, buffer_memory=1 << 30,
+        compression_type=None, key_serializer=None, value_serializer=None, partitioner=None,
+        retries=0, retry_backoff_ms=100, delivery_timeout_ms=60_000, request_timeout_ms=1000,
+        max_in_flight_requests_per_connection=1, max_request_size=1 << 20, on_delivery=None))
 
 
 async def test_mixed_keyed_unkeyed_and_explicit_records_each_land_in_one_batch():
@@ -42,13 +41,13 @@ async def test_mixed_keyed_unkeyed_and_explicit_records_each_land_in_one_batch()
         key = b"k%d" % rng.randrange(20) if kind == "keyed" else None
         partition = rng.randrange(3) if kind == "explicit" else None
         delivery = producer.send_nowait("t", value, key, partition=partition)
-        assert isinstance(delivery._index, int)
+        assert isinstance(delivery.index, int)
         sent.append((delivery, value))
     for delivery, value in sent:  # the delivery points at its own record
-        batch = delivery._batch
+        batch = delivery.batch
         data = batch.data if batch.data is not None else batch.builder.build()
-        assert RecordBatch(data).records()[delivery._index].value == value
-    batches = {id(d._batch): d._batch for d, _v in sent}.values()
+        assert RecordBatch(data).records()[delivery.index].value == value
+    batches = {id(d.batch): d.batch for d, _v in sent}.values()
     assert sum(len(b.builder) for b in batches) == len(sent)
     for b in batches:
         assert len(b.builder) == 1 or b.builder.size_in_bytes <= 600
@@ -56,23 +55,23 @@ async def test_mixed_keyed_unkeyed_and_explicit_records_each_land_in_one_batch()
 
 
 async def test_a_fatal_producer_id_renewal_fails_the_records_and_closes_the_producer():
-    from trilog.client._producer import ProducerClosedError
+    from trilog.client.producer import ProducerClosedError
     from trilog.errors import UnsupportedVersionError
 
-    producer = Producer(_Client(), acks=-1, linger_ms=5, batch_size=600,
-                        buffer_memory=1 << 30, compression_type=None, key_serializer=None,
-                        value_serializer=None, partitioner=None, retries=5,
-                        retry_backoff_ms=1, delivery_timeout_ms=60_000, request_timeout_ms=1000,
-                        max_in_flight_requests_per_connection=5, max_request_size=1 << 20,
-                        on_delivery=None, enable_idempotence=True)
+    producer = Producer(_Client(), ProducerConfig(
+        acks=-1, linger_ms=5, batch_size=600, buffer_memory=1 << 30, compression_type=None,
+        key_serializer=None, value_serializer=None, partitioner=None, retries=5,
+        retry_backoff_ms=1, delivery_timeout_ms=60_000, request_timeout_ms=1000,
+        max_in_flight_requests_per_connection=5, max_request_size=1 << 20, on_delivery=None,
+        enable_idempotence=True))
     deliveries = [producer.send_nowait("t", b"v" * 100, partition=i % 3) for i in range(30)]
 
     async def refused():
         raise UnsupportedVersionError("no InitProducerId here")
 
-    producer.init_producer_id = refused
-    producer._sequence_gap = True
-    await producer._renew_producer_id()
+    producer.idempotence.init_producer_id = refused
+    producer.idempotence.gap = True
+    await producer.sender.renew_producer_id()
     assert all(isinstance(d.exception(), UnsupportedVersionError) for d in deliveries)
     try:
         producer.send_nowait("t", b"late", partition=0)
@@ -87,16 +86,17 @@ async def test_a_partition_busy_with_a_batch_in_flight_keeps_its_next_batch_open
     in flight (acks=all waiting for the followers) it keeps taking records, instead of a
     row of one-record batches each waiting for its own round trip."""
     producer = _producer(batch_size=1 << 20)
+    accumulator = producer.accumulator
     tp = ("t", 0)
-    producer._busy_partitions.add(tp)
+    accumulator.mute(tp)
     first = producer.send_nowait("t", b"a", partition=0)
     later = trio.current_time() + 1.0  # well past linger_ms
-    producer._seal_lingering(later)
-    assert producer._open.get(tp) is first._batch and not producer._ready.get(tp)
+    accumulator.seal_lingering(later)
+    assert accumulator.open_batch(tp) is first.batch and not accumulator.queued(tp)
     second = producer.send_nowait("t", b"b", partition=0)
-    assert second._batch is first._batch  # the same open batch grew
-    producer._busy_partitions.discard(tp)  # the request in flight was answered
-    producer._seal_lingering(later)
-    assert tp not in producer._open
-    assert [len(b.builder) for b in producer._ready[tp]] == [2]
+    assert second.batch is first.batch  # the same open batch grew
+    accumulator.unmute(tp)  # the request in flight was answered
+    accumulator.seal_lingering(later)
+    assert accumulator.open_batch(tp) is None
+    assert [len(b.builder) for b in accumulator.queued(tp)] == [2]
     await trio.lowlevel.checkpoint()

@@ -10,7 +10,8 @@ import pytest
 from client_helpers import create_topic, read_topic
 
 import trilog
-from trilog.client._producer import MAX_RETRIES, Producer, producer_guarantees
+from trilog.client.producer import MAX_RETRIES, producer_guarantees
+from trilog.client.producer._idempotence import Idempotence
 from trilog.errors import UnsupportedVersionError
 
 
@@ -28,11 +29,11 @@ def test_the_guarantees_settle_as_kafka_3s():
 
 async def test_a_default_producer_is_idempotent_with_acks_all(broker):
     async with trilog.open_producer(broker.bootstrap) as producer:
-        assert producer.idempotent and producer._acks == -1
-        assert producer._retries == MAX_RETRIES
+        assert producer.idempotent and producer.config.guarantees.acks == -1
+        assert producer.config.retries == MAX_RETRIES
         await producer.send_and_wait("defaults", b"v")
     async with trilog.open_producer(broker.bootstrap, acks=1) as producer:
-        assert not producer.idempotent and producer._acks == 1
+        assert not producer.idempotent and producer.config.guarantees.acks == 1
 
 
 async def test_idempotence_falls_back_with_a_warning_only_when_not_asked_for(
@@ -40,7 +41,7 @@ async def test_idempotence_falls_back_with_a_warning_only_when_not_asked_for(
     async def no_producer_ids(self):
         raise UnsupportedVersionError("the broker has no InitProducerId")
 
-    monkeypatch.setattr(Producer, "init_producer_id", no_producer_ids)
+    monkeypatch.setattr(Idempotence, "init_producer_id", no_producer_ids)
     with caplog.at_level(logging.WARNING, logger="trilog.producer"):
         async with trilog.open_producer(broker.bootstrap) as producer:
             assert not producer.idempotent

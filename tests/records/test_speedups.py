@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from records_helpers import RECORDS_SETTINGS, maybe_bytes
 
-from trilog.client._partitioner import _murmur2
+from trilog.client.producer._partitioner import _murmur2
 from trilog.records import CorruptRecordsError, Header, Record, _v2
 from trilog.records._native import IMPLEMENTATION, speedups
 

@@ -74,8 +74,8 @@ def test_a_strict_user_script_gets_real_types(tmp_path):
     reveals = [line.split("Revealed type is ")[1] for line in out.splitlines()
                if "Revealed type is" in line]
     assert reveals == [
-        '"trilog.client._producer.Producer"',
-        '"tuple[str, int, int, int, fallback=trilog.client._producer.RecordMetadata]"',
+        '"trilog.client.producer._producer.Producer"',
+        '"tuple[str, int, int, int, fallback=trilog.client.producer._delivery.RecordMetadata]"',
         '"bytes | None"',
         '"bytes | None"',
         '"trilog.client._kafka_consumer.Consumer"',
@@ -93,7 +93,6 @@ def test_py_typed_ships():
 
 
 @pytest.mark.parametrize("options, opener", [
-    (ProducerOptions, open_producer),
     (SimpleConsumerOptions, open_simple_consumer),
     (ConsumerOptions, open_consumer_connector),
     (KafkaConsumerOptions, open_kafka_consumer),

@@ -44,16 +44,19 @@ from trilog.client._group_config import ConsumerOptions
 from trilog.client._group_broker import BrokerConsumerConnector
 from trilog.client._group_zookeeper import ConsumerRebalanceFailedError, ZooKeeperConsumerConnector
 from trilog.client._metadata import ClusterMetadata, Node
-from trilog.client._partitioner import DefaultPartitioner, murmur2, partition_for_key
-from trilog.client._producer import (
+from trilog.client.producer import (
     BufferFullError,
+    DefaultPartitioner,
     Delivery,
     DeliveryTimeoutError,
     Producer,
     ProducerClosedError,
+    ProducerConfig,
     ProducerOptions,
     RecordMetadata,
+    murmur2,
     open_producer,
+    partition_for_key,
 )
 from trilog.client._groups_admin import (
     GroupAdmin,
@@ -111,6 +114,7 @@ __all__ = [
     "PartitionInfo",
     "Producer",
     "ProducerClosedError",
+    "ProducerConfig",
     "ProducerOptions",
     "RecordMetadata",
     "SimpleConsumer",

@@ -43,7 +43,7 @@ from trilog.client import (
     open_simple_consumer,
 )
 from trilog.client import Consumer as AsyncConsumer
-from trilog.client._producer import Headers
+from trilog.client.producer import Headers
 from trilog.errors import UnknownTopicOrPartitionError
 from trilog.sync._portal import Portal
 

@@ -3,13 +3,17 @@
 Keyed records go where the Java client puts them: ``murmur2(key) & 0x7fffffff % n``, so the
 same key lands on the same partition whichever Kafka client wrote it.  Unkeyed records stick
 to one random available partition per batch (the producer calls ``DefaultPartitioner.
-batch_done`` when a batch of a topic is closed), which keeps batches full.  Pure functions.
+batch_done`` when a batch of a topic is closed), which keeps batches full.  An application's
+own partitioner takes trilog's two arguments or kafka-python's three (``positional_arity``
+tells which).  Pure functions.
 """
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from trilog.records._native import speedups
 
@@ -51,7 +55,23 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
-Partitioner = Callable[[bytes | None, Sequence[int]], int]
+#: ``partitioner(key, partitions) -> partition`` (the key after serialization), or
+#: kafka-python's ``partitioner(key, all_partitions, available_partitions)``
+Partitioner = (Callable[[bytes | None, tuple[int, ...]], int]
+               | Callable[[bytes | None, tuple[int, ...], tuple[int, ...]], int])
+
+
+def positional_arity(fn: Callable[..., Any]) -> int:
+    """How many positional arguments ``fn`` takes (``*args``: many)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the two-argument form
+        return 2
+    kinds = [p.kind for p in parameters]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return 3
+    return sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+               for k in kinds)
 
 
 class DefaultPartitioner:
