@@ -1,4 +1,4 @@
-"""One settings table per client (the producer's; the admin clients' join them): the config
+"""One settings table per client, for the producer and the admin clients: the config
 dataclass declares each setting once, its typed keyword dict names the same settings with
 the same types, the opener takes them as ``**options`` only and builds the config before
 anything connects (an unknown keyword: ``TypeError``; a bad value: ``ValueError`` naming
@@ -11,10 +11,16 @@ from settings_helpers import assert_one_settings_table
 
 import trilog.sync
 from trilog.client import (
+    AdminConfig,
+    AdminOptions,
     ClientSecurity,
+    GroupAdminConfig,
+    GroupAdminOptions,
     ProducerConfig,
     ProducerOptions,
     SecurityOptions,
+    open_admin,
+    open_group_admin,
     open_producer,
 )
 
@@ -24,13 +30,15 @@ NOWHERE = "127.0.0.1:1"
 
 @pytest.mark.parametrize("config, options, opener", [
     (ProducerConfig, ProducerOptions, open_producer),
-], ids=["producer"])
+    (AdminConfig, AdminOptions, open_admin),
+    (GroupAdminConfig, GroupAdminOptions, open_group_admin),
+], ids=["producer", "admin", "group-admin"])
 def test_each_client_declares_its_settings_once(config, options, opener):
     assert_one_settings_table(config, options, opener, positional=("bootstrap_servers",),
                               grouped={"security": SecurityOptions})
 
 
-@pytest.mark.parametrize("opener", [open_producer])
+@pytest.mark.parametrize("opener", [open_producer, open_admin, open_group_admin])
 def test_an_unknown_keyword_is_a_type_error_before_anything_connects(opener):
     with pytest.raises(TypeError, match="lingr_ms"):
         opener(NOWHERE, lingr_ms=5)
@@ -46,6 +54,8 @@ def test_an_unknown_keyword_is_a_type_error_before_anything_connects(opener):
     (open_producer, "delivery_timeout_ms", 0),
     (open_producer, "compression_type", "zip"),
     (open_producer, "key_serializer", b"not callable"),
+    (open_admin, "request_timeout_s", 0),
+    (open_group_admin, "connect_timeout_ms", -5),
 ])
 def test_a_bad_value_is_a_value_error_naming_the_setting(opener, setting, value):
     with pytest.raises(ValueError, match=setting):
@@ -79,8 +89,16 @@ def test_the_security_keywords_become_one_client_security():
                                                   "security_protocol": "SSL"}, "open_producer")
     assert isinstance(config.security, ClientSecurity) and config.linger_ms == 1
     assert config.security.protocol == "SSL"
-    plain = config_from_options(ProducerConfig, {}, "open_producer")
+    plain = config_from_options(AdminConfig, {}, "open_admin")
     assert isinstance(plain.security, ClientSecurity)
     ready = ClientSecurity.from_options(security_protocol="SSL")
-    assert config_from_options(ProducerConfig, {"security": ready},
-                               "open_producer").security is ready
+    assert config_from_options(GroupAdminConfig, {"security": ready},
+                               "open_group_admin").security is ready
+
+
+@pytest.mark.parametrize("opener", [open_admin, open_group_admin])
+def test_the_admins_need_exactly_one_place_to_find_the_cluster(opener):
+    with pytest.raises(ValueError, match="exactly one"):
+        opener()
+    with pytest.raises(ValueError, match="exactly one"):
+        opener(NOWHERE, zookeeper="127.0.0.1:2")

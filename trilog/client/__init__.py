@@ -5,6 +5,8 @@ Every object with background work is an ``async with open_*(...)`` that owns its
 
 from trilog.client._admin import (
     Admin,
+    AdminConfig,
+    AdminOptions,
     ConfigEntry,
     ConfigResource,
     DeletedRecords,
@@ -60,6 +62,8 @@ from trilog.client.producer import (
 )
 from trilog.client._groups_admin import (
     GroupAdmin,
+    GroupAdminConfig,
+    GroupAdminOptions,
     GroupDescription,
     GroupMember,
     OffsetReset,
@@ -95,6 +99,8 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "Admin",
+    "AdminConfig",
+    "AdminOptions",
     "ConfigEntry",
     "ConfigResource",
     "DeletedRecords",
@@ -129,6 +135,8 @@ __all__ = [
     "parse_bootstrap",
     "partition_for_key",
     "GroupAdmin",
+    "GroupAdminConfig",
+    "GroupAdminOptions",
     "GroupDescription",
     "GroupMember",
     "OffsetReset",

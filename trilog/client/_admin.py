@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
 from trilog._topic import validate_topic_name
-from trilog.net import SecurityOptions, client_security
 from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
-from trilog.net import BrokerConnection, open_connection
 from trilog.client._retry import REQUEST_RETRY
+from trilog.client._settings import config_from_options
+from trilog.net import BrokerConnection, ClientSecurity, SecurityOptions, open_connection
 from trilog.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
@@ -787,31 +787,63 @@ class _ZooKeeperAdmin(Admin):
             return {}
 
 
-@asynccontextmanager
-async def open_admin(bootstrap_servers: str | list[str] | None = None, *,
-                     zookeeper: str | None = None, client_id: str = "trilog-admin",
-                     request_timeout_s: float = 30.0,
-                     **security: Unpack[SecurityOptions]) -> AsyncIterator[Admin]:
+@dataclass(frozen=True)
+class AdminConfig:
+    """``open_admin``'s settings (where the cluster is comes apart: ``bootstrap_servers``);
+    ``ValueError`` for a bad one."""
+
+    #: ``"host:port[/chroot]"``: work straight in ZooKeeper instead of through the brokers
+    zookeeper: str | None = None
+    client_id: str = "trilog-admin"
+    #: how long a request to a broker may take
+    request_timeout_s: float = 30.0
+    #: TLS and SASL of the connections to the brokers (None: PLAINTEXT)
+    security: ClientSecurity | None = None
+
+    def __post_init__(self) -> None:
+        if not self.request_timeout_s > 0:
+            raise ValueError(f"request_timeout_s must be positive, not {self.request_timeout_s!r}")
+
+
+class AdminOptions(SecurityOptions, total=False):
+    """``open_admin``'s keyword arguments (``AdminConfig``'s fields, the security ones as
+    ``SecurityOptions``), for ``Unpack``; tests/client/test_producer_settings.py keeps the
+    two the same."""
+
+    zookeeper: str | None
+    client_id: str
+    request_timeout_s: float
+
+
+def open_admin(bootstrap_servers: str | list[str] | None = None,
+               **options: Unpack[AdminOptions]) -> AbstractAsyncContextManager[Admin]:
     """An ``Admin`` over the brokers (``bootstrap_servers``; ``security_protocol``,
-    ``ssl_*``, ``sasl_*`` as ``open_producer``) or straight over ZooKeeper."""
-    secured = client_security(security)
-    if (bootstrap_servers is None) == (zookeeper is None):
+    ``ssl_*``, ``sasl_*`` as ``open_producer``) or straight over ZooKeeper (``zookeeper``).
+    An unknown keyword is a ``TypeError``, a bad value a ``ValueError``, here."""
+    config = config_from_options(AdminConfig, options, "open_admin")
+    if (bootstrap_servers is None) == (config.zookeeper is None):
         raise ValueError("give exactly one of bootstrap_servers and zookeeper")
-    if zookeeper is not None:
+    return _running_admin(bootstrap_servers, config)
+
+
+@asynccontextmanager
+async def _running_admin(bootstrap_servers: str | list[str] | None,
+                         config: AdminConfig) -> AsyncIterator[Admin]:
+    if config.zookeeper is not None:
         from trilog.zk import open_zookeeper
 
-        async with open_zookeeper(zookeeper) as zk:
+        async with open_zookeeper(config.zookeeper) as zk:
             yield _ZooKeeperAdmin(zk)
         return
-    assert bootstrap_servers is not None  # exactly one of the two, checked above
+    assert bootstrap_servers is not None  # exactly one of the two, checked by open_admin
     errors = []
     async with AsyncExitStack() as stack:
         conn = None
         for host, port in parse_bootstrap(bootstrap_servers):
             try:
                 conn = await stack.enter_async_context(open_connection(
-                    host, port, client_id=client_id, request_timeout_s=request_timeout_s,
-                    security=secured))
+                    host, port, client_id=config.client_id,
+                    request_timeout_s=config.request_timeout_s, security=config.security))
                 break
             except NetworkError as exc:
                 errors.append(str(exc))

@@ -34,7 +34,6 @@ import re
 
 import trio
 
-from trilog.net import SecurityOptions, client_security
 from trilog.client._brokers import registered_brokers
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import EARLIEST, LATEST
@@ -46,6 +45,7 @@ from trilog.client._offsets import (
     parse_zookeeper_offset,
 )
 from trilog.client._retry import REQUEST_RETRY
+from trilog.client._settings import config_from_options
 from trilog.errors import (
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
@@ -59,6 +59,7 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from trilog.net import ClientSecurity, SecurityOptions
 from trilog.protocol import (
     CONSUMER_PROTOCOL_TYPE,
     DeleteGroupsRequest,
@@ -656,32 +657,67 @@ def _ranges(partitions: Iterable[int]) -> str:
         ", ".join(map(str, ps)) or "none"
 
 
-@asynccontextmanager
-async def open_group_admin(bootstrap_servers: str | list[str] | None = None, *,
-                           zookeeper: str | None = None, client_id: str = "trilog-groups",
-                           request_timeout_ms: int = 30_000,
-                           connect_timeout_ms: int = 10_000,
-                           **security: Unpack[SecurityOptions]) -> AsyncIterator[GroupAdmin]:
-    """A ``GroupAdmin`` for broker-coordinated groups (``bootstrap_servers``) or for the
-    ZooKeeper connector's groups (``zookeeper``); connections close on exit."""
-    if (bootstrap_servers is None) == (zookeeper is None):
-        raise ValueError("give exactly one of bootstrap_servers and zookeeper")
-    secured = client_security(security)
+@dataclass(frozen=True)
+class GroupAdminConfig:
+    """``open_group_admin``'s settings (where the cluster is comes apart:
+    ``bootstrap_servers``); ``ValueError`` for a bad one."""
 
+    #: ``"host:port[/chroot]"``: the ZooKeeper connector's groups instead of the brokers'
+    zookeeper: str | None = None
+    client_id: str = "trilog-groups"
+    request_timeout_ms: int = 30_000
+    #: how long connecting to a broker (or to ZooKeeper) may take
+    connect_timeout_ms: int = 10_000
+    #: TLS and SASL of the connections to the brokers (None: PLAINTEXT)
+    security: ClientSecurity | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("request_timeout_ms", "connect_timeout_ms"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+
+
+class GroupAdminOptions(SecurityOptions, total=False):
+    """``open_group_admin``'s keyword arguments (``GroupAdminConfig``'s fields, the security
+    ones as ``SecurityOptions``), for ``Unpack``; tests/client/test_producer_settings.py
+    keeps the two the same."""
+
+    zookeeper: str | None
+    client_id: str
+    request_timeout_ms: int
+    connect_timeout_ms: int
+
+
+def open_group_admin(bootstrap_servers: str | list[str] | None = None,
+                     **options: Unpack[GroupAdminOptions]
+                     ) -> AbstractAsyncContextManager[GroupAdmin]:
+    """A ``GroupAdmin`` for broker-coordinated groups (``bootstrap_servers``) or for the
+    ZooKeeper connector's groups (``zookeeper``); connections close on exit.  An unknown
+    keyword is a ``TypeError``, a bad value a ``ValueError``, here."""
+    config = config_from_options(GroupAdminConfig, options, "open_group_admin")
+    if (bootstrap_servers is None) == (config.zookeeper is None):
+        raise ValueError("give exactly one of bootstrap_servers and zookeeper")
+    return _running_group_admin(bootstrap_servers, config)
+
+
+@asynccontextmanager
+async def _running_group_admin(bootstrap_servers: str | list[str] | None,
+                               config: GroupAdminConfig) -> AsyncIterator[GroupAdmin]:
     def client_of(servers: str | list[str]) -> AbstractAsyncContextManager[Client]:
-        return open_client(servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
-                           connect_timeout_ms=connect_timeout_ms,
-                           allow_auto_create_topics=False, security=secured)
+        return open_client(servers, client_id=config.client_id,
+                           request_timeout_ms=config.request_timeout_ms,
+                           connect_timeout_ms=config.connect_timeout_ms,
+                           allow_auto_create_topics=False, security=config.security)
 
     async with AsyncExitStack() as stack:
         if bootstrap_servers is not None:
             yield _BrokerGroupAdmin(await stack.enter_async_context(client_of(bootstrap_servers)))
             return
-        assert zookeeper is not None  # exactly one of the two, checked above
+        assert config.zookeeper is not None  # exactly one of the two, checked by the opener
         from trilog.zk import open_zookeeper
 
         zk = await stack.enter_async_context(open_zookeeper(
-            zookeeper, connection_timeout_ms=connect_timeout_ms))
+            config.zookeeper, connection_timeout_ms=config.connect_timeout_ms))
         brokers = [f"{b.host}:{b.port}" for b in await registered_brokers(zk)]
         client = await stack.enter_async_context(client_of(brokers)) if brokers else None
         yield _ZooKeeperGroupAdmin(zk, client)
