@@ -21,7 +21,7 @@ It owns every batch from its first record to its outcome:
   gives its memory back and calls ``on_delivery`` for each record; ``fail_all`` fails every
   unfinished batch and closes the accumulator.
 
-Invariants: a batch is open, queued, in the sender's hands, or done, one at a time; a
+Invariants: a batch is in one state at a time (open, queued, in a request, done); a
 partition has at most one open batch; memory is given back once per batch, when it (or its
 last half) is done.  A *muted* partition (one batch in flight: idempotence, or
 ``max_in_flight_requests_per_connection=1``) gives the sender nothing and keeps its open
