@@ -195,7 +195,8 @@ class RecordAccumulator:
         _meta, partitions, available = cached
         if self._custom_partitioner is not None:
             if self._partitioner_wants_available:
-                chosen = self._custom_partitioner(key, partitions, available)  # type: ignore[call-arg]
+                chosen = self._custom_partitioner(  # type: ignore[call-arg]
+                    key, partitions, available)
             else:
                 chosen = self._custom_partitioner(key, partitions)  # type: ignore[call-arg]
             if chosen not in partitions:
