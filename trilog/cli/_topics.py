@@ -63,6 +63,12 @@ def add_parser(sub) -> None:
     action.add_argument("--reassign", action="store_true",
                         help="move partitions to new replicas: --reassignment-json-file "
                              "with --execute or --verify (needs --zookeeper)")
+    _add_options(p)
+    p.set_defaults(run=run)
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    """The options the actions take (each says which)."""
     p.add_argument("--topic", help="the topic (for --create, --alter, --delete; optional for "
                                    "--describe)")
     p.add_argument("--partitions", type=int, default=-1, metavar="N",
@@ -101,7 +107,6 @@ def add_parser(sub) -> None:
     p.add_argument("--exclude-internal", action="store_true",
                    help="with --list and --describe: leave out internal topics "
                         "(__consumer_offsets)")
-    p.set_defaults(run=run)
 
 
 def run(args) -> int:
