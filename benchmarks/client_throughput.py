@@ -23,7 +23,8 @@ With ``--more`` (no targets; kafka-python beside each, in the same run):
   trilog consumer   ``open_consumer(topic, group_id=...)`` (Kafka's consumer, a new group),
                     ``async for record in consumer``;
   trilog getmany    the same, ``await consumer.getmany(max_records=500)`` in a loop;
-  trilog connector  ``open_consumer(group, topics={topic: 1})`` (the seeds' connector),
+  trilog connector  ``open_consumer_connector(group, topics={topic: 1})`` (the seeds'
+                    connector),
                     ``async for`` over its stream;
   kafka group       kafka-python's ``KafkaConsumer(topic, group_id=...)``, iterating;
   aiokafka group    aiokafka's ``AIOKafkaConsumer(topic, group_id=...)``, ``getmany`` in a
@@ -219,9 +220,9 @@ def trilog_group(bootstrap: str, topic: str, n: int, size: int, broker_pid: int)
     import trilog
 
     async def main() -> None:
-        async with trilog.open_consumer(f"bench-{os.getpid()}", bootstrap_servers=bootstrap,
-                                        topics={topic: 1}, auto_offset_reset="smallest",
-                                        enable_auto_commit=False) as consumer:
+        async with trilog.open_consumer_connector(
+                f"bench-{os.getpid()}", bootstrap_servers=bootstrap, topics={topic: 1},
+                auto_offset_reset="smallest", enable_auto_commit=False) as consumer:
             stream = consumer.streams[topic][0]
             await stream.__anext__()  # the group has formed: off the clock, like a connect
             await _time_async_for(stream, n, broker_pid)

@@ -6,6 +6,9 @@
                                     bootstrap_servers="127.0.0.1:9092") as consumer:
         async for record in consumer:
             ...
+
+``open_consumer_connector(group_id, topics={topic: streams}, ...)`` is the seeds' consumer
+connector, with streams.
 """
 
 from trilog.client import (
@@ -19,6 +22,7 @@ from trilog.client import (
     MessageStream,
     Whitelist,
     open_consumer,
+    open_consumer_connector,
     EARLIEST,
     LATEST,
     BufferFullError,
@@ -47,6 +51,7 @@ __all__ = [
     "MessageStream",
     "Whitelist",
     "open_consumer",
+    "open_consumer_connector",
     "EARLIEST",
     "LATEST",
     "ApiError",

@@ -52,7 +52,7 @@ async def test_topics_create_with_configs_describe_alter_and_exclude_internal(br
         "Partition: 0", "Partition: 1", "Partition: 2"]
 
     # A group commit makes __consumer_offsets; --exclude-internal hides it.
-    async with trilog.open_consumer("g", bootstrap_servers=b, topics={"orders": 1},
+    async with trilog.open_consumer_connector("g", bootstrap_servers=b, topics={"orders": 1},
                                     auto_offset_reset="smallest", consumer_timeout_ms=300) as c:
         async for _ in c.streams["orders"][0]:
             pass

@@ -258,9 +258,9 @@ async def test_zookeeper_group_list_describe_and_reset(zk_cluster, zookeeper):
     bootstrap = zk_cluster[0].bootstrap
     await produce(bootstrap, "zk-events", {0: 10, 1: 10})
     where = ("--zookeeper", zookeeper)
-    async with trilog.open_consumer("zkg", zookeeper=zookeeper, topics={"zk-events": 1},
-                                    auto_offset_reset="smallest", enable_auto_commit=False,
-                                    consumer_timeout_ms=500, consumer_id="me") as consumer:
+    async with trilog.open_consumer_connector(
+            "zkg", zookeeper=zookeeper, topics={"zk-events": 1}, auto_offset_reset="smallest",
+            enable_auto_commit=False, consumer_timeout_ms=500, consumer_id="me") as consumer:
         records = [r async for r in consumer.streams["zk-events"][0]]
         assert len(records) == 20
         await consumer.commit_offsets()
@@ -309,8 +309,9 @@ async def test_zookeeper_group_list_describe_and_reset(zk_cluster, zookeeper):
     }
 
     # The connector resumes from the reset offsets.
-    async with trilog.open_consumer("zkg", zookeeper=zookeeper, topics={"zk-events": 1},
-                                    enable_auto_commit=False, consumer_timeout_ms=500) as again:
+    async with trilog.open_consumer_connector(
+            "zkg", zookeeper=zookeeper, topics={"zk-events": 1}, enable_auto_commit=False,
+            consumer_timeout_ms=500) as again:
         rest = [(r.partition, r.offset) async for r in again.streams["zk-events"][0]]
     assert sorted(rest) == [(1, o) for o in range(3, 10)]
 

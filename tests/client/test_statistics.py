@@ -111,7 +111,7 @@ async def test_group_consumer_statistics_count_records_lag_and_rebalances(broker
                                        "offsets.topic.num.partitions": 1})
     await create_topic(broker.bootstrap, "grouped", 3)
     await _produce(broker.bootstrap, "grouped", 90)
-    async with trilog.open_consumer("stats-group", bootstrap_servers=broker.bootstrap,
+    async with trilog.open_consumer_connector("stats-group", bootstrap_servers=broker.bootstrap,
                                     topics={"grouped": 1}, auto_offset_reset="smallest",
                                     consumer_timeout_ms=1000) as consumer:
         got = [record async for record in consumer.streams["grouped"][0]]

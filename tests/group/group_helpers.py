@@ -68,7 +68,7 @@ async def check_cancel_mid_record_resumes_at_that_record(bootstrap, opts):
     processed = []
     opts = {**opts, "topics": {"work": 1}, "auto_commit_interval_ms": 50}
     with trio.move_on_after(10) as scope:
-        async with trilog.open_consumer("c", **opts) as consumer:
+        async with trilog.open_consumer_connector("c", **opts) as consumer:
             async for record in consumer.streams["work"][0]:
                 if record.offset == 20:
                     scope.cancel()
@@ -77,6 +77,6 @@ async def check_cancel_mid_record_resumes_at_that_record(bootstrap, opts):
     # Messages: pytest does not rewrite the asserts of this module.
     assert scope.cancelled_caught, "the consumer stopped before it was cancelled"
     assert processed == list(range(20)), processed
-    async with trilog.open_consumer("c", **opts, consumer_timeout_ms=1000) as consumer:
+    async with trilog.open_consumer_connector("c", **opts, consumer_timeout_ms=1000) as consumer:
         rest = [r.offset async for r in consumer.streams["work"][0]]
     assert rest == list(range(20, 50)), rest  # no loss, and nothing processed is seen again

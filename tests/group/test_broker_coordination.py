@@ -118,9 +118,9 @@ async def test_members_split_partitions_consume_everything_and_take_over_on_leav
     await produce(broker.bootstrap, "events", 800)
     opts = options(broker, topics={"events": 1}, consumer_timeout_ms=1000)
     async with AsyncExitStack() as stack:
-        consumers = [await stack.enter_async_context(trilog.open_consumer("g", **opts))
+        consumers = [await stack.enter_async_context(trilog.open_consumer_connector("g", **opts))
                      for _ in range(2)]
-        async with trilog.open_consumer("g", **opts) as c3:
+        async with trilog.open_consumer_connector("g", **opts) as c3:
             consumers.append(c3)
             assert isinstance(c3, trilog.client.BrokerConsumerConnector)
             await wait_until(lambda: split_exactly(consumers, "events", 8))
@@ -149,10 +149,11 @@ async def test_members_split_partitions_consume_everything_and_take_over_on_leav
 async def test_a_member_that_stops_heartbeating_loses_its_partitions(broker):
     await produce(broker.bootstrap, "beats", 0)
     opts = options(broker, topics={"beats": 1}, enable_auto_commit=False)
-    async with trilog.open_consumer("h", **opts) as c1, trilog.open_consumer("h", **opts) as c2, \
-            trilog.open_consumer("h", **opts) as c3:
+    async with trilog.open_consumer_connector("h", **opts) as c1, \
+            trilog.open_consumer_connector("h", **opts) as c2, \
+            trilog.open_consumer_connector("h", **opts) as c3:
         await wait_until(lambda: split_exactly([c1, c2, c3], "beats", 8))
-        c3._heartbeat_scope.cancel()  # c3 hangs, as far as the group can tell
+        c3._coordinator.stop_heartbeat()  # c3 hangs, as far as the group can tell
         silent_at = trio.current_time()
         await wait_until(lambda: split_exactly([c1, c2], "beats", 8), timeout=15)
         # The session timeout (2 s) plus a rejoin, not more.
@@ -162,7 +163,7 @@ async def test_a_member_that_stops_heartbeating_loses_its_partitions(broker):
 CONSUMER_SCRIPT = textwrap.dedent("""
     import json, sys, trio, trilog
     async def main(bootstrap, group):
-        async with trilog.open_consumer(group, bootstrap_servers=bootstrap,
+        async with trilog.open_consumer_connector(group, bootstrap_servers=bootstrap,
                                         topics={"kill": 2}, auto_offset_reset="earliest",
                                         auto_commit_interval_ms=100, session_timeout_ms=2000,
                                         heartbeat_interval_ms=100, retry_backoff_ms=50) as c:
@@ -186,7 +187,7 @@ async def test_sigkill_moves_the_partitions_within_the_session_timeout(broker):
         return {(x["p"], x["o"]) for x in list(ls) if "p" in x}
 
     with script_processes(CONSUMER_SCRIPT, (broker.bootstrap, "k"), 2) as (procs, lines):
-        async with trilog.open_consumer("k", **opts) as me:
+        async with trilog.open_consumer_connector("k", **opts) as me:
             mine: list = []
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(drain, me.streams["kill"][0], mine)
@@ -214,7 +215,7 @@ async def test_sigkill_moves_the_partitions_within_the_session_timeout(broker):
 async def test_commit_offsets_and_restart_resume_from_the_committed_offset(broker):
     await produce(broker.bootstrap, "resume", 30, partitions=1)
     opts = options(broker, topics={"resume": 1}, enable_auto_commit=False)
-    async with trilog.open_consumer("r", **opts) as c:
+    async with trilog.open_consumer_connector("r", **opts) as c:
         stream = c.streams["resume"][0]
         seen = [await stream.__anext__() for _ in range(10)]
         stream.mark_processed()
@@ -223,7 +224,7 @@ async def test_commit_offsets_and_restart_resume_from_the_committed_offset(broke
             assert await BrokerOffsetStore(client, "r").fetch([("resume", 0)]) == \
                 {("resume", 0): 10}
         assert [r.offset for r in seen] == list(range(10))
-    async with trilog.open_consumer("r", **opts, consumer_timeout_ms=800) as c:
+    async with trilog.open_consumer_connector("r", **opts, consumer_timeout_ms=800) as c:
         assert [r.offset async for r in c.streams["resume"][0]] == list(range(10, 30))
 
 
@@ -235,7 +236,7 @@ async def test_topic_filter_picks_up_a_new_matching_topic(broker):
     await produce(broker.bootstrap, "logs.a", 10, partitions=2)
     await produce(broker.bootstrap, "other", 10, partitions=2)
     got: list = []
-    async with trilog.open_consumer("w", **options(
+    async with trilog.open_consumer_connector("w", **options(
             broker, topic_filter=trilog.Whitelist(r"logs\..*"), num_streams=2)) as c:
         assert {t for t, _ in c.owned} == {"logs.a"}
         assert len(c.streams) == 2 and sorted(c.owned.values()) == [0, 1]
@@ -253,7 +254,7 @@ async def test_topic_filter_picks_up_a_new_matching_topic(broker):
 
 async def test_the_leader_notices_a_subscribed_topic_that_appears_later(broker):
     got: list = []
-    async with trilog.open_consumer("late", **options(broker, topics={"later": 1},
+    async with trilog.open_consumer_connector("late", **options(broker, topics={"later": 1},
                                                       consumer_timeout_ms=2000)) as c:
         assert c.owned == {} and c.is_leader
         await produce(broker.bootstrap, "later", 10, partitions=3)
@@ -307,7 +308,8 @@ async def test_trilog_and_kafka_python_members_share_a_group(broker, first):
             if first == "kafka-python":  # the leader: it assigns, we decode its plan
                 nursery.start_soon(run_kafka_python)
                 await wait_until(lambda: len(their_partitions) == 4, 20)
-            async with trilog.open_consumer(group, **options(broker, topics={topic: 2})) as c:
+            async with trilog.open_consumer_connector(
+                    group, **options(broker, topics={topic: 2})) as c:
                 if first == "trilog":  # the leader: we assign, kafka-python decodes
                     nursery.start_soon(run_kafka_python)
                 await wait_until(lambda: len(c.owned) == 2 and len(their_partitions) == 2
@@ -351,7 +353,8 @@ async def test_a_restarted_coordinator_is_found_again_and_the_member_rejoins(tmp
     async with trio.open_nursery() as brokers:
         first, stop_first = await brokers.start(run_broker, {**conf, "port": 0})
         await produce(first.bootstrap, "again", 10, partitions=2)
-        async with trilog.open_consumer("again", **options(first, topics={"again": 1})) as c:
+        async with trilog.open_consumer_connector(
+                "again", **options(first, topics={"again": 1})) as c:
             got: list = []
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(drain, c.streams["again"][0], got)
@@ -376,7 +379,8 @@ async def test_a_stream_is_a_cancellation_point_and_lets_other_tasks_run(broker)
     async with trilog.open_producer(broker.bootstrap) as producer:
         for i in range(21_000):  # more than check_paced reads
             await producer.send("busy", b"%d" % i, partition=0)
-    async with trilog.open_consumer("busy-group", **options(broker, topics={"busy": 1})) as c:
+    async with trilog.open_consumer_connector(
+            "busy-group", **options(broker, topics={"busy": 1})) as c:
         await check_paced(c.streams["busy"][0])
 
 
@@ -391,8 +395,8 @@ async def test_a_member_holding_a_record_past_max_poll_interval_leaves_and_rejoi
                    auto_commit_interval_ms=100)
     b_seen: list = []
     with trio.fail_after(30):
-        async with trilog.open_consumer("poll", **opts) as a, \
-                trilog.open_consumer("poll", **opts) as b:
+        async with trilog.open_consumer_connector("poll", **opts) as a, \
+                trilog.open_consumer_connector("poll", **opts) as b:
             await wait_until(lambda: a.owned and b.owned)
             a_stream, b_stream = a.streams["slow"][0], b.streams["slow"][0]
             held = await a_stream.__anext__()  # ... and A's application gets stuck on it

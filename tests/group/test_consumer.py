@@ -319,10 +319,10 @@ async def test_a_member_whose_session_expires_is_told_its_partitions_are_lost(br
         before = len(recorder.calls)
         # Heartbeats 4 s apart: the group (2 s sessions) goes on without this member, whose
         # next heartbeat hears UNKNOWN_MEMBER_ID.
-        silent._membership._heartbeat_s = 4
+        silent._coordinator.membership._heartbeat_s = 4
         await wait_until(lambda: len(other.assignment()) == 2)
         await wait_until(lambda: len(recorder.calls) > before)
-        silent._membership._heartbeat_s = 0.1
+        silent._coordinator.membership._heartbeat_s = 0.1
         assert recorder.calls[before] == ("lost", mine)  # not "revoked": nothing committed
         await wait_until(lambda: recorder.calls[-1][0] == "assigned" and
                          len(recorder.calls) > before + 1)
@@ -404,7 +404,7 @@ async def test_kafka_python_assignor_classes_name_the_strategy(broker):
     async with trilog.open_consumer(
             "rr", group_id="g", partition_assignment_strategy=[RoundRobinPartitionAssignor],
             **options(broker)) as consumer:
-        assert consumer._membership.protocol == "roundrobin"
+        assert consumer._coordinator.membership.protocol == "roundrobin"
 
 
 # -- mixed groups: trilog, kafka-python and librdkafka members ----------------------------------
@@ -502,7 +502,7 @@ async def test_trilog_kafka_python_and_librdkafka_members_share_a_group(broker, 
                 assert {m.member_id: sorted(m.assignment) for m in description.members} == \
                     {m: sorted((t, p) for t, ps in a.items() for p in ps)
                      for m, a in plan.items()}
-                me = consumer._membership.member_id
+                me = consumer._coordinator.membership.member_id
                 assert consumer.assignment() == {TP(t, p) for t, ps in plan[me].items()
                                                  for p in ps}
                 async with trilog.open_producer(broker.bootstrap) as producer:
@@ -535,13 +535,14 @@ async def test_a_static_member_restarted_within_its_session_keeps_its_partitions
             theirs = two.assignment()
         # "two" stopped without leaving (static members never send LeaveGroup): the group
         # keeps its partitions for it until its session (6 s) runs out.
-        generation, rebalances = one._membership.generation_id, one.rebalances
+        generation, rebalances = one._coordinator.membership.generation_id, one.rebalances
         async with trilog.open_consumer("static", group_id="g", group_instance_id="two",
                                         **opts) as again:
             assert again.assignment() == theirs
-            assert again._membership.generation_id == generation
+            assert again._coordinator.membership.generation_id == generation
             await trio.sleep(0.5)  # heartbeats go on: no rebalance comes
-            assert one.rebalances == rebalances and one._membership.generation_id == generation
+            assert one.rebalances == rebalances
+            assert one._coordinator.membership.generation_id == generation
             async with trilog.client.open_group_admin(broker.bootstrap) as admin:
                 described = await admin.describe_group("g")
             assert described.state == "Stable" and len(described.members) == 2
@@ -682,7 +683,7 @@ async def test_trilog_and_librdkafka_share_a_cooperative_sticky_group(broker):
                 await wait_until(lambda: len(consumer.assignment()) == 2 and
                                  len(their_partitions) == 2, timeout=30)
                 assert {TP(*tp) for tp in their_partitions} | consumer.assignment() == every
-                assert consumer._membership.protocol == "cooperative-sticky"
+                assert consumer._coordinator.membership.protocol == "cooperative-sticky"
                 mine = consumer.assignment()
                 async with trilog.open_producer(broker.bootstrap) as producer:
                     for i in range(40):

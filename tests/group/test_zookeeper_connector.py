@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 
 import trilog
 from trilog.broker import open_broker
-from trilog.client._group_zookeeper import ConsumerRebalanceFailedError
+from trilog.client import ConsumerRebalanceFailedError
 
 
 @pytest.fixture
@@ -35,8 +35,9 @@ async def test_members_split_partitions_and_share_the_work(cluster, zookeeper):
     got: list = []
     opts = dict(zookeeper=zookeeper, topics={"events": 1}, auto_offset_reset="smallest",
                 consumer_timeout_ms=1500, rebalance_backoff_ms=200)
-    async with trilog.open_consumer("g", **opts) as c1, trilog.open_consumer("g", **opts) as c2, \
-            trilog.open_consumer("g", **opts) as c3:
+    async with trilog.open_consumer_connector("g", **opts) as c1, \
+            trilog.open_consumer_connector("g", **opts) as c2, \
+            trilog.open_consumer_connector("g", **opts) as c3:
         consumers = [c1, c2, c3]
         with trio.fail_after(20):
             while sorted(tp for c in consumers for tp in c.owned) != \
@@ -56,12 +57,12 @@ async def test_whitelist_picks_up_new_topics_and_blacklist_excludes(cluster, zoo
     await produce(b1.bootstrap, "logs.a", 10, partitions=2)
     await produce(b1.bootstrap, "other", 10, partitions=2)
     white, black = [], []
-    async with trilog.open_consumer("w", zookeeper=zookeeper, topic_filter=trilog.Whitelist(r"logs\..*"),
-                                    num_streams=2, auto_offset_reset="smallest",
-                                    rebalance_backoff_ms=200) as cw, \
-            trilog.open_consumer("b", zookeeper=zookeeper, topic_filter=trilog.Blacklist(r"logs\..*"),
-                                 num_streams=1, auto_offset_reset="smallest",
-                                 consumer_timeout_ms=1500) as cb:
+    async with trilog.open_consumer_connector(
+                "w", zookeeper=zookeeper, topic_filter=trilog.Whitelist(r"logs\..*"),
+                num_streams=2, auto_offset_reset="smallest", rebalance_backoff_ms=200) as cw, \
+            trilog.open_consumer_connector(
+                "b", zookeeper=zookeeper, topic_filter=trilog.Blacklist(r"logs\..*"),
+                num_streams=1, auto_offset_reset="smallest", consumer_timeout_ms=1500) as cb:
         await produce(b1.bootstrap, "logs.b", 10, partitions=2, start=100)
         with trio.fail_after(20):
             while {t for t, _ in cw.owned} != {"logs.a", "logs.b"}:
@@ -88,7 +89,7 @@ async def test_cancelled_consumer_restarts_from_the_first_unprocessed_record(clu
 async def test_offsets_in_zookeeper_and_clean_shutdown_deregisters(cluster, zookeeper):
     b1, _ = cluster
     await produce(b1.bootstrap, "zk-offsets", 30, partitions=2)
-    async with trilog.open_consumer("o", zookeeper=zookeeper, topics={"zk-offsets": 1},
+    async with trilog.open_consumer_connector("o", zookeeper=zookeeper, topics={"zk-offsets": 1},
                                     auto_offset_reset="smallest", consumer_timeout_ms=1000,
                                     consumer_id="me") as c:
         assert len([r async for r in c.streams["zk-offsets"][0]]) == 30
@@ -119,9 +120,9 @@ async def test_a_partition_that_stays_owned_fails_the_rebalance_after_its_retrie
         started = trio.current_time()
         with trio.fail_after(30), pytest.raises(ConsumerRebalanceFailedError,
                                                 match="3 attempts"):
-            async with trilog.open_consumer("stuck", zookeeper=zookeeper, topics={"taken": 1},
-                                            consumer_id="me", rebalance_max_retries=2,
-                                            rebalance_backoff_ms=300):
+            async with trilog.open_consumer_connector(
+                    "stuck", zookeeper=zookeeper, topics={"taken": 1}, consumer_id="me",
+                    rebalance_max_retries=2, rebalance_backoff_ms=300):
                 pytest.fail("the consumer started without its partitions")
         assert 0.6 <= trio.current_time() - started < 10  # two backoffs, then the error
         assert zk.get_children("/consumers/stuck/owners/taken") == ["1"]
@@ -135,7 +136,7 @@ async def test_a_partition_that_stays_owned_fails_the_rebalance_after_its_retrie
 CONSUMER_SCRIPT = textwrap.dedent("""
     import json, sys, time, trio, trilog
     async def main(zk, group):
-        async with trilog.open_consumer(group, zookeeper=zk, topics={"kill": 1},
+        async with trilog.open_consumer_connector(group, zookeeper=zk, topics={"kill": 1},
                                         auto_offset_reset="smallest", auto_commit_interval_ms=100,
                                         zookeeper_session_timeout_ms=2000,
                                         rebalance_backoff_ms=300) as c:
@@ -242,7 +243,7 @@ async def test_zookeeper_connector_with_broker_stored_offsets(cluster, zookeeper
                 offsets_storage="kafka", dual_commit_enabled=storage == "dual")
     seen = []
     with trio.move_on_after(20) as scope:
-        async with trilog.open_consumer(f"bk-{storage}", **opts) as consumer:
+        async with trilog.open_consumer_connector(f"bk-{storage}", **opts) as consumer:
             async for record in consumer.streams[f"kept-{storage}"][0]:
                 seen.append(record)
                 if len(seen) == 25:
@@ -250,7 +251,8 @@ async def test_zookeeper_connector_with_broker_stored_offsets(cluster, zookeeper
                     scope.cancel()  # cancelled: close() must still commit through the broker
                     await trio.sleep(1)
     assert scope.cancelled_caught
-    async with trilog.open_consumer(f"bk-{storage}", **opts, consumer_timeout_ms=1500) as consumer:
+    async with trilog.open_consumer_connector(f"bk-{storage}", **opts,
+                                              consumer_timeout_ms=1500) as consumer:
         rest = [r async for r in consumer.streams[f"kept-{storage}"][0]]
     assert sorted(int(r.value) for r in seen + rest) == list(range(40))
     assert len(rest) == 15  # exactly the unprocessed ones

@@ -15,14 +15,11 @@ import pytest
 import trilog
 import trilog.sync
 from trilog.client import (
-    ConsumerOptions,
     ProducerOptions,
     SimpleConsumerOptions,
     open_producer,
     open_simple_consumer,
 )
-from trilog.client._group import open_consumer_connector
-from trilog.client._kafka_consumer import KafkaConsumerOptions, open_kafka_consumer
 
 ROOT = Path(__file__).parents[2]
 
@@ -54,8 +51,8 @@ def test_a_strict_user_script_gets_real_types(tmp_path):
             async with trilog.open_simple_consumer("127.0.0.1:9092") as consumer:
                 async for record in consumer.iterate("t"):
                     reveal_type(record.key)
-            async with trilog.open_consumer("g", bootstrap_servers="127.0.0.1:9092",
-                                            topics={"t": 1}) as group:
+            async with trilog.open_consumer_connector("g", bootstrap_servers="127.0.0.1:9092",
+                                                      topics={"t": 1}) as group:
                 async for message in group.streams["t"][0]:
                     reveal_type(message.value)
             async with trilog.open_consumer("t", group_id="g") as kafka_consumer:
@@ -78,7 +75,7 @@ def test_a_strict_user_script_gets_real_types(tmp_path):
         '"tuple[str, int, int, int, fallback=trilog.client.producer._delivery.RecordMetadata]"',
         '"bytes | None"',
         '"bytes | None"',
-        '"trilog.client._kafka_consumer.Consumer"',
+        '"trilog.client.consumer._consumer.Consumer"',
         '"int"',
         '"trilog.sync._facades.Producer"',
     ], out
@@ -94,8 +91,6 @@ def test_py_typed_ships():
 
 @pytest.mark.parametrize("options, opener", [
     (SimpleConsumerOptions, open_simple_consumer),
-    (ConsumerOptions, open_consumer_connector),
-    (KafkaConsumerOptions, open_kafka_consumer),
 ])
 def test_the_option_types_name_every_keyword_argument(options, opener):
     from trilog.client import SecurityOptions

@@ -5,8 +5,8 @@ state in the cluster (no group, nothing committed).  Every partition of the topi
 one given) is followed with one long-poll ``multifetch`` per round, so records of all
 partitions come out merged, each partition in offset order.
 
-With ``--group G``, a member of consumer group G (``open_consumer``, Kafka's group protocol
-through the brokers, or the ZooKeeper connector with ``--zookeeper``): it reads the
+With ``--group G``, a member of consumer group G (``open_consumer_connector``, Kafka's group
+protocol through the brokers, or the ZooKeeper connector with ``--zookeeper``): it reads the
 partitions the group gives it, from the group's committed offsets, and commits what it
 printed when it stops.
 """
@@ -26,7 +26,7 @@ from trilog.cli._common import (
     cluster_kwargs,
     run_tool,
 )
-from trilog.client import EARLIEST, LATEST, open_consumer, open_simple_consumer
+from trilog.client import EARLIEST, LATEST, open_consumer_connector, open_simple_consumer
 from trilog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 
 FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value",
@@ -272,7 +272,7 @@ async def _consume_group(args, line) -> int:
     async with trio.open_nursery() as nursery:
         await nursery.start(cancel_on_sigint, stop)
         with stop:
-            async with open_consumer(
+            async with open_consumer_connector(
                     args.group, **cluster_kwargs(args), topics={args.topic: 1},
                     auto_offset_reset="smallest" if args.from_beginning else "largest",
                     auto_commit_interval_ms=args.commit_interval_ms,

@@ -1,5 +1,9 @@
 """trilog's trio-native Kafka client: producer, consumer, simple consumer, admin.
 
+Kafka's consumer is ``consumer/`` (subscription state, fetcher, coordinator, API), the
+seeds' consumer connector ``connector/`` (its streams, on the consumer's fetcher and, with
+broker coordination, its coordinator).
+
 Every object with background work is an ``async with open_*(...)`` that owns its nursery.
 """
 
@@ -29,8 +33,16 @@ from trilog.client._consumer import (
     SimpleConsumerOptions,
     open_simple_consumer,
 )
-from trilog.client._group import open_consumer, open_consumer_connector
-from trilog.client._kafka_consumer import (
+from trilog.client.connector import (
+    BrokerConsumerConnector,
+    ConsumerOptions,
+    ConsumerRebalanceFailedError,
+    GroupConsumerConnector,
+    MessageStream,
+    ZooKeeperConsumerConnector,
+    open_consumer_connector,
+)
+from trilog.client.consumer import (
     Consumer,
     ConsumerConfig,
     ConsumerRebalanceListener,
@@ -40,11 +52,8 @@ from trilog.client._kafka_consumer import (
     OffsetAndMetadata,
     OffsetAndTimestamp,
     TopicPartition,
+    open_consumer,
 )
-from trilog.client._group_base import GroupConsumerConnector
-from trilog.client._group_config import ConsumerOptions
-from trilog.client._group_broker import BrokerConsumerConnector
-from trilog.client._group_zookeeper import ConsumerRebalanceFailedError, ZooKeeperConsumerConnector
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client.producer import (
     BufferFullError,
@@ -72,7 +81,6 @@ from trilog.client._groups_admin import (
     open_group_admin,
 )
 from trilog.net import ClientSecurity, SecurityConfigError, SecurityOptions
-from trilog.client._streams import MessageStream
 
 __all__ = [
     "Blacklist",

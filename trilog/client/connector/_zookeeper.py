@@ -1,6 +1,6 @@
 """The ZooKeeper consumer connector: the seeds' high-level group consumer.
 
-    async with open_consumer(group_id="g", zookeeper="zk:2181", topics={"events": 2}) as c:
+    async with open_consumer_connector("g", zookeeper="zk:2181", topics={"events": 2}) as c:
         async for record in c.streams["events"][0]: ...
 
 Registration (seed 001, "Consumer registration algorithm"): the consumer registers
@@ -8,7 +8,8 @@ Registration (seed 001, "Consumer registration algorithm"): the consumer registe
 group's ids, ``/brokers/ids`` and, with a topic filter, ``/brokers/topics``; every watch
 fires into one **rebalance loop** task that coalesces bursts and rebalances:
 
-1. stop the fetchers; commit processed offsets; release the partitions it owns;
+1. commit processed offsets; tell the rebalance listener (``listener``) the partitions are
+   revoked; release them;
 2. read the group's members and subscriptions and the topics' partitions, and compute the
    range assignment (``_assignment.assign_group``: every member computes the same answer);
 3. claim its partitions with ephemeral ``/consumers/<group>/owners/<topic>/<partition>``
@@ -16,8 +17,9 @@ fires into one **rebalance loop** task that coalesces bursts and rebalances:
    not let go; after ``rebalance_max_retries`` more attempts, all failed, without the group
    changing meanwhile (a change starts the count over), the rebalance fails with
    ``ConsumerRebalanceFailedError``, as Kafka 0.8's connector did;
-4. read the committed offsets (``auto_offset_reset`` where there are none) and start one
-   fetcher task per broker, which fills the bounded queues of the streams.
+4. read the committed offsets (``auto_offset_reset`` where there are none), let the fetcher
+   (Kafka's consumer's, ``_base``: one fetch task per leader broker) fill the bounded queues
+   of the streams, and tell the listener the partitions are assigned.
 
 Offsets go to ``/consumers/<group>/offsets/<topic>/<partition>``
 (``offsets_storage="zookeeper"``, the default), to the broker's offset manager
@@ -43,10 +45,11 @@ from trilog._concurrency import unwrap_exception_group
 from trilog._time import now_ms
 from trilog.client._assignment import Blacklist, Whitelist, assign_group, thread_ids
 from trilog.client._client import Client, open_client
-from trilog.client._group_base import GroupConsumerConnector, Streams, TopicPartition, running
-from trilog.client._group_config import GroupConfig
 from trilog.client._offsets import BrokerOffsetStore, ZooKeeperOffsetStore
 from trilog.client._retry import Backoff
+from trilog.client.connector._base import GroupConsumerConnector, Streams, running
+from trilog.client.connector._config import ConnectorSubscription, GroupConfig
+from trilog.client.consumer import TopicPartition
 from trilog.errors import ProtocolError, TrilogError
 
 if TYPE_CHECKING:
@@ -62,10 +65,12 @@ class ConsumerRebalanceFailedError(TrilogError):
 
 
 class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
-    """See the module docstring.  Create with ``open_consumer(..., zookeeper=...)``."""
+    """See the module docstring.  Open with ``open_consumer_connector(...,
+    zookeeper=...)``."""
 
-    def __init__(self, config: GroupConfig, client: Client, zk: ZooKeeper) -> None:
-        super().__init__(config, client)
+    def __init__(self, wanted: ConnectorSubscription, config: GroupConfig, client: Client,
+                 zk: ZooKeeper) -> None:
+        super().__init__(wanted, config, client)
         self._consumer_id = config.consumer_id or \
             f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
         self._zk = zk
@@ -84,7 +89,7 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
     # -- registration ------------------------------------------------------------------------
 
     def _registration(self) -> bytes:
-        topics, topic_filter = self.config.topics, self.config.topic_filter
+        topics, topic_filter = self._wanted.topics, self._wanted.topic_filter
         if topic_filter is None:
             subscription, pattern = dict(topics or {}), "static"
         else:
@@ -111,21 +116,22 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
 
         await self._register()
         watched = [consumer_ids_path(self.group_id), BROKER_IDS]
-        if self.config.topic_filter is not None:
+        if self._wanted.topic_filter is not None:
             watched.append(BROKER_TOPICS)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._fetcher.run)
             for path in watched:
                 value = await self._zk.watch_children(path)
                 nursery.start_soon(self._trigger_on_change, value)
             nursery.start_soon(self._session_keeper)
             if self.config.enable_auto_commit:
                 nursery.start_soon(self._auto_committer)
-            await self._rebalance_with_retries(nursery)
+            await self._rebalance_with_retries()
             task_status.started()
             while True:
                 await self._rebalance_needed.wait()
                 await trio.sleep(0.05)  # let a burst of watch events settle into one
-                await self._rebalance_with_retries(nursery)
+                await self._rebalance_with_retries()
 
     async def _trigger_on_change(self, value: AsyncValue[Any]) -> None:
         async with aclosing(value.transitions()) as changes:
@@ -140,7 +146,7 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
                 await self._register()
                 self._rebalance_needed.set()
 
-    async def _rebalance_with_retries(self, nursery: trio.Nursery) -> None:
+    async def _rebalance_with_retries(self) -> None:
         """Step 3's retries (see the module docstring)."""
         while True:
             self._rebalance_needed = trio.Event()
@@ -150,7 +156,7 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
                 if attempt and self._rebalance_needed.is_set():
                     break  # the group changed again: start over with fresh data
                 try:
-                    if await self._rebalance(nursery):
+                    if await self._rebalance():
                         self._rebalance_completed()
                         return
                 except (TrilogError, OSError) as exc:
@@ -164,11 +170,9 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
                         f"claim its partitions in 1 + rebalance_max_retries = "
                         f"{1 + self.config.rebalance_max_retries} attempts") from failure
 
-    async def _rebalance(self, nursery: trio.Nursery) -> bool:
+    async def _rebalance(self) -> bool:
         """One attempt; False if a partition was still owned by someone else."""
-        await self._stop_fetchers()
-        await self.commit_offsets()
-        await self._release_all()
+        await self._give_up()
         assignment = await self._compute_assignment()
         mine = {(topic, p): int(tid.rsplit("-", 1)[1])
                 for tid in thread_ids(self.consumer_id, self._thread_count())
@@ -182,13 +186,23 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
                 for done in claimed:
                     await self._release(done)
                 return False
-        await self._assign(mine, nursery)
+        await self._assign(mine)
         log.info("consumer %s (group %s) owns %s", self.consumer_id, self.group_id,
                  sorted(mine))
+        await self._tell_listener("on_partitions_assigned", {TopicPartition(*tp) for tp in mine})
         return True
 
+    async def _give_up(self) -> None:
+        """Step 1: commit what was processed, tell the listener, release the partitions."""
+        owned = {TopicPartition(*tp) for tp in self.owned}
+        self._subscription.mark_revoking(owned)  # nothing more goes on the queues
+        await self.commit_offsets()
+        if owned:
+            await self._tell_listener("on_partitions_revoked", owned)
+        await self._release_all()
+
     def _thread_count(self) -> int:
-        topics = self.config.topics
+        topics = self._wanted.topics
         return max(topics.values()) if topics else self.config.num_streams
 
     async def _compute_assignment(self) -> dict[str, dict[str, list[int]]]:
@@ -235,12 +249,12 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
             return []
 
     def _my_subscription(self, all_topics: list[str]) -> dict[str, int]:
-        topics, topic_filter = self.config.topics, self.config.topic_filter
+        topics, topic_filter = self._wanted.topics, self._wanted.topic_filter
         if topic_filter is None:
             return dict(topics or {})
         return {t: self.config.num_streams for t in topic_filter.select(all_topics)}
 
-    async def _claim(self, tp: TopicPartition, thread: str) -> bool:
+    async def _claim(self, tp: tuple[str, int], thread: str) -> bool:
         from trilog.zk import NodeExistsError, consumer_owner_path
 
         path = consumer_owner_path(self.group_id, *tp)
@@ -253,7 +267,7 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
             except TrilogError:
                 return False
 
-    async def _release(self, tp: TopicPartition) -> None:
+    async def _release(self, tp: tuple[str, int]) -> None:
         from trilog.zk import NoNodeError, consumer_owner_path
 
         try:
@@ -272,7 +286,6 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
         """Commit processed offsets, release partitions and deregister (clean shutdown)."""
         from trilog.zk import NoNodeError, consumer_ids_path
 
-        await self._stop_fetchers()
         try:
             async with AsyncExitStack() as stack:
                 # Broker-stored offsets go on connections this task owns: when the scope
@@ -283,6 +296,9 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
                         await stack.enter_async_context(
                             store.coordinator.connection_in_this_task())
                 await self.commit_offsets()
+            if self.owned:
+                await self._tell_listener("on_partitions_revoked",
+                                          {TopicPartition(*tp) for tp in self.owned})
         finally:
             await self._release_all()
             try:
@@ -292,9 +308,9 @@ class ZooKeeperConsumerConnector(GroupConsumerConnector[Streams]):
 
 
 @asynccontextmanager
-async def open_zookeeper_consumer(config: GroupConfig
+async def open_zookeeper_consumer(wanted: ConnectorSubscription, config: GroupConfig
                                   ) -> AsyncIterator[ZooKeeperConsumerConnector[Any]]:
-    """``open_consumer(..., coordination="zookeeper")`` (see there and the module
+    """``open_consumer_connector(..., coordination="zookeeper")`` (see there and the module
     docstring)."""
     from trilog.zk import open_zookeeper
 
@@ -302,9 +318,10 @@ async def open_zookeeper_consumer(config: GroupConfig
     with unwrap_exception_group():
         async with open_zookeeper(config.zookeeper,
                                   session_timeout_ms=config.zookeeper_session_timeout_ms) as zk, \
-                open_client(zookeeper=config.zookeeper, client_id=config.client_name,
+                open_client(zookeeper=config.zookeeper,
+                            client_id=config.client_name(wanted.group_id),
                             allow_auto_create_topics=False, security=config.security) as client:
             connector: ZooKeeperConsumerConnector[Any] = ZooKeeperConsumerConnector(
-                config, client, zk)
+                wanted, config, client, zk)
             async with running(connector):
                 yield connector

@@ -1,6 +1,6 @@
 """A group consumer's streams: async iterators over the records of some of its partitions.
 
-A connector (``_group_base.GroupConsumerConnector``) owns each stream's queue: its fetchers
+A connector (``_base.GroupConsumerConnector``) owns each stream's queue: its fetchers
 put ``(generation, FetchedRecords)`` chunks in, and it empties the queue when it gives the
 partitions up.  The stream reads the queue and tells its owner (``StreamOwner``) what the
 application did: which record it finished with, and that it asks for records again after
