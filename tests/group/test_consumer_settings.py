@@ -13,8 +13,11 @@ from trilog.client import (
     ConsumerOptions,
     KafkaConsumerOptions,
     SecurityOptions,
+    SimpleConsumerConfig,
+    SimpleConsumerOptions,
     open_consumer,
     open_consumer_connector,
+    open_simple_consumer,
 )
 from trilog.client._settings import config_from_options
 from trilog.client.connector import GroupConfig
@@ -32,6 +35,12 @@ def test_the_consumer_connector_declares_its_settings_once():
                               grouped={"security": SecurityOptions})
 
 
+def test_the_simple_consumer_declares_its_settings_once():
+    assert_one_settings_table(SimpleConsumerConfig, SimpleConsumerOptions, open_simple_consumer,
+                              positional=("bootstrap_servers",),
+                              grouped={"security": SecurityOptions})
+
+
 def test_open_consumer_sends_the_connectors_keywords_to_its_opener():
     for call in (lambda: trilog.open_consumer("g", topics={"t": 1}),
                  lambda: trilog.open_consumer("g", topic_filter=trilog.Whitelist("t.*")),
@@ -40,14 +49,22 @@ def test_open_consumer_sends_the_connectors_keywords_to_its_opener():
             call()
 
 
-@pytest.mark.parametrize("opener, args", [
-    (trilog.open_consumer, ("t",)),
-    (trilog.open_consumer_connector, ("g",)),
-], ids=["consumer", "connector"])
-def test_an_unknown_keyword_is_a_type_error_before_anything_connects(opener, args):
-    extra = {"topics": {"t": 1}} if opener is trilog.open_consumer_connector else {}
+@pytest.mark.parametrize("opener, args, kw", [
+    (trilog.open_consumer, ("t",), {}),
+    (trilog.open_consumer_connector, ("g",), {"topics": {"t": 1}}),
+    (trilog.open_simple_consumer, ("127.0.0.1:1",), {}),
+], ids=["consumer", "connector", "simple"])
+def test_an_unknown_keyword_is_a_type_error_before_anything_connects(opener, args, kw):
     with pytest.raises(TypeError, match="enable_auto_commits"):
-        opener(*args, **extra, bootstrap_servers="127.0.0.1:1", enable_auto_commits=True)
+        opener(*args, **kw, enable_auto_commits=True)
+
+
+def test_the_simple_consumer_checks_its_settings():
+    for kw, setting in [({"max_partition_fetch_bytes": 0}, "max_partition_fetch_bytes"),
+                        ({"fetch_max_wait_ms": -1}, "fetch_max_wait_ms"),
+                        ({"request_timeout_ms": 0}, "request_timeout_ms")]:
+        with pytest.raises(ValueError, match=setting):
+            open_simple_consumer("127.0.0.1:1", **kw)
 
 
 @pytest.mark.parametrize("kw, setting", [
@@ -70,14 +87,16 @@ def test_the_connector_checks_what_it_reads():
             open_consumer_connector("g", bootstrap_servers="127.0.0.1:1", **extra)
 
 
-@pytest.mark.parametrize("config", [ConsumerConfig, GroupConfig])
+@pytest.mark.parametrize("config", [ConsumerConfig, GroupConfig, SimpleConsumerConfig])
 def test_the_security_keywords_become_the_configs_client_security(config):
     sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "u",
             "sasl_plain_password": "p"}
-    settings = config_from_options(config, {"bootstrap_servers": "h:1", **sasl}, "open_x")
+    # The simple consumer takes its bootstrap servers apart: not a setting of its config.
+    base = {} if config is SimpleConsumerConfig else {"bootstrap_servers": "h:1"}
+    settings = config_from_options(config, {**base, **sasl}, "open_x")
     assert settings.security.protocol == "SASL_PLAINTEXT"
     assert settings.security.username == "u"
-    plain = config_from_options(config, {"bootstrap_servers": "h:1"}, "open_x")
+    plain = config_from_options(config, base, "open_x")
     assert plain.security.protocol == "PLAINTEXT"
     with pytest.raises(trilog.client.SecurityConfigError):
         open_consumer("t", security_protocol="BOGUS")

@@ -14,12 +14,6 @@ import pytest
 
 import trilog
 import trilog.sync
-from trilog.client import (
-    ProducerOptions,
-    SimpleConsumerOptions,
-    open_producer,
-    open_simple_consumer,
-)
 
 ROOT = Path(__file__).parents[2]
 
@@ -87,21 +81,6 @@ def test_py_typed_ships():
     assert (Path(trilog.__file__).parent / "py.typed").is_file()
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'trilog = ["py.typed"' in pyproject
-
-
-@pytest.mark.parametrize("options, opener", [
-    (SimpleConsumerOptions, open_simple_consumer),
-])
-def test_the_option_types_name_every_keyword_argument(options, opener):
-    from trilog.client import SecurityOptions
-
-    parameters = inspect.signature(opener).parameters
-    keywords = {name for name, p in parameters.items()
-                if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    keywords -= {"bootstrap_servers", "topics", "topic_filter"}  # given apart
-    assert parameters["security"].kind is inspect.Parameter.VAR_KEYWORD  # **SecurityOptions
-    keywords |= set(SecurityOptions.__annotations__)
-    assert set(options.__annotations__) - {"bootstrap_servers"} == keywords
 
 
 def test_the_sync_consumer_offers_every_method_of_the_async_one():

@@ -30,6 +30,7 @@ from trilog.client._consumer import (
     ConsumerRecord,
     FetchedRecords,
     SimpleConsumer,
+    SimpleConsumerConfig,
     SimpleConsumerOptions,
     open_simple_consumer,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "ProducerOptions",
     "RecordMetadata",
     "SimpleConsumer",
+    "SimpleConsumerConfig",
     "SimpleConsumerOptions",
     "TopicInfo",
     "murmur2",

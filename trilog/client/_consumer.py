@@ -25,17 +25,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any, NamedTuple, Unpack
 
 import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
-from trilog.net import SecurityOptions, client_security
 from trilog.client._client import Client, open_client
 from trilog.client._metadata import Node
 from trilog.client._retry import Backoff, is_retriable
+from trilog.client._settings import config_from_options
 from trilog.errors import (
     ApiError,
     LeaderNotAvailableError,
@@ -48,6 +49,7 @@ from trilog.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from trilog.net import ClientSecurity, SecurityOptions
 from trilog.protocol import FetchRequest, ListOffsetsRequest
 from trilog.records import Header, MemoryRecords, Record, RecordBatch
 
@@ -232,21 +234,48 @@ class FetchStatistics:
         }
 
 
-class SimpleConsumer:
-    """See the module docstring.  Create with ``open_simple_consumer``."""
+@dataclass(frozen=True)
+class SimpleConsumerConfig:
+    """``open_simple_consumer``'s settings (see there), declared once; ``ValueError`` for a
+    bad one.
 
-    def __init__(self, client: Client, nursery: trio.Nursery, *, fetch_max_wait_ms: int,
-                 fetch_min_bytes: int, max_partition_fetch_bytes: int,
-                 key_deserializer: Deserializer | None, value_deserializer: Deserializer | None,
-                 allow_auto_create_topics: bool = False) -> None:
+    ``fetch_max_wait_ms``/``fetch_min_bytes``: a long poll's (``iterate``,
+    ``fetch_when_available``); ``max_partition_fetch_bytes``: a fetch's default size per
+    partition; ``allow_auto_create_topics``: following a topic that does not exist may
+    create it (when the broker auto-creates topics), as Kafka's ``allow.auto.create.topics``.
+    """
+
+    zookeeper: str | None = None
+    client_id: str = "trilog-consumer"
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    max_partition_fetch_bytes: int = 1 << 20
+    allow_auto_create_topics: bool = True
+    request_timeout_ms: int = 30_000
+    key_deserializer: Deserializer | None = None
+    value_deserializer: Deserializer | None = None
+    metadata_max_age_ms: int = 300_000
+    #: TLS and SASL of the consumer's connections (the security keywords; None: PLAINTEXT)
+    security: ClientSecurity | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_partition_fetch_bytes", "request_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("fetch_max_wait_ms", "fetch_min_bytes", "metadata_max_age_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+
+
+class SimpleConsumer:
+    """See the module docstring.  Create with ``open_simple_consumer``; ``config`` holds
+    its settings."""
+
+    def __init__(self, client: Client, nursery: trio.Nursery,
+                 config: SimpleConsumerConfig) -> None:
         self._client = client
         self._nursery = nursery
-        self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.fetch_min_bytes = fetch_min_bytes
-        self.max_partition_fetch_bytes = max_partition_fetch_bytes
-        self.allow_auto_create_topics = allow_auto_create_topics
-        self._kd = key_deserializer
-        self._vd = value_deserializer
+        self.config = config
         self._stats = FetchStatistics()
 
     def statistics(self) -> dict[str, Any]:
@@ -272,7 +301,7 @@ class SimpleConsumer:
                     min_bytes: int = 0) -> FetchedRecords:
         """One partition's records from ``offset`` (no waiting unless ``max_wait_ms``)."""
         (result,) = await self.multifetch([(topic, partition, offset,
-                                            max_bytes or self.max_partition_fetch_bytes)],
+                                            max_bytes or self.config.max_partition_fetch_bytes)],
                                           max_wait_ms=max_wait_ms, min_bytes=min_bytes)
         return result
 
@@ -295,7 +324,8 @@ class SimpleConsumer:
                     got = await fetch_from_node(
                         self._client, node, [requests[i] for i in indexes],
                         max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                        key_deserializer=self._kd, value_deserializer=self._vd,
+                        key_deserializer=self.config.key_deserializer,
+                        value_deserializer=self.config.value_deserializer,
                         statistics=self._stats)
                 except (NetworkError, RequestTimedOutError, ProtocolError):
                     retry.extend(indexes)
@@ -354,7 +384,7 @@ class SimpleConsumer:
         told = False
         async for _ in _PARTITION_WAIT.attempts():
             meta = await self._client.refresh_metadata(
-                [topic], allow_auto_create=self.allow_auto_create_topics)
+                [topic], allow_auto_create=self.config.allow_auto_create_topics)
             if meta.leader_for(topic, partition) is not None:
                 return
             code = meta.topic_errors.get(topic)
@@ -377,8 +407,8 @@ class SimpleConsumer:
             await self.wait_for_partition(topic, partition)
             try:
                 return await self.fetch(topic, partition, offset, max_bytes,
-                                        max_wait_ms=self.fetch_max_wait_ms,
-                                        min_bytes=self.fetch_min_bytes)
+                                        max_wait_ms=self.config.fetch_max_wait_ms,
+                                        min_bytes=self.config.fetch_min_bytes)
             except _NOT_THERE_YET:
                 # The metadata showed a leader, the broker says otherwise (the topic was
                 # deleted, the leader moved): forget the stale picture and wait again.
@@ -411,7 +441,7 @@ class SimpleConsumer:
         records`` makes that explicit.
         """
         return PartitionIterator(self, topic, partition, offset,
-                                 max_bytes or self.max_partition_fetch_bytes)
+                                 max_bytes or self.config.max_partition_fetch_bytes)
 
 
 async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWanted], *,
@@ -610,8 +640,9 @@ async def _prefetch(consumer: SimpleConsumer, scope: trio.CancelScope,
 
 
 class SimpleConsumerOptions(SecurityOptions, total=False):
-    """``open_simple_consumer``'s keyword arguments, for the facades that pass them on
-    (``trilog.sync.SimpleConsumer(..., **options)``); a test keeps the two the same."""
+    """``open_simple_consumer``'s keyword arguments: ``SimpleConsumerConfig``'s fields (its
+    ``security`` given as the security keywords), for the type checker and the facade that
+    passes them on (``trilog.sync.SimpleConsumer(..., **options)``)."""
 
     zookeeper: str | None
     client_id: str
@@ -625,42 +656,32 @@ class SimpleConsumerOptions(SecurityOptions, total=False):
     metadata_max_age_ms: int
 
 
-@asynccontextmanager
-async def open_simple_consumer(
-    bootstrap_servers: str | list[str] | None = None,
-    *,
-    zookeeper: str | None = None,
-    client_id: str = "trilog-consumer",
-    fetch_max_wait_ms: int = 500,
-    fetch_min_bytes: int = 1,
-    max_partition_fetch_bytes: int = 1 << 20,
-    allow_auto_create_topics: bool = True,
-    request_timeout_ms: int = 30_000,
-    key_deserializer: Deserializer | None = None,
-    value_deserializer: Deserializer | None = None,
-    metadata_max_age_ms: int = 300_000,
-    **security: Unpack[SecurityOptions],
-) -> AsyncIterator[SimpleConsumer]:
-    """A simple consumer for the body of the ``async with`` (see the module docstring).
-
-    ``allow_auto_create_topics``: whether following a topic that does not exist may create
-    it (when the broker auto-creates topics), as Kafka's ``allow.auto.create.topics``.
-    ``security_protocol``, ``ssl_*``, ``sasl_*``: TLS and SASL, as ``open_producer``.
+def open_simple_consumer(bootstrap_servers: str | list[str] | None = None,
+                         **options: Unpack[SimpleConsumerOptions]
+                         ) -> AbstractAsyncContextManager[SimpleConsumer]:
+    """A simple consumer for the body of the ``async with`` (see the module docstring), on
+    the brokers at ``bootstrap_servers`` (or found through ``zookeeper=``).  The keywords
+    are ``SimpleConsumerConfig``'s, checked before anything connects (``TypeError`` for an
+    unknown one, ``ValueError`` for a bad value).  ``security_protocol``, ``ssl_*``,
+    ``sasl_*``: TLS and SASL, as ``open_producer``.
     """
+    config = config_from_options(SimpleConsumerConfig, options, "open_simple_consumer")
+    return _opened(bootstrap_servers, config)
+
+
+@asynccontextmanager
+async def _opened(bootstrap_servers: str | list[str] | None, config: SimpleConsumerConfig
+                  ) -> AsyncIterator[SimpleConsumer]:
     with unwrap_exception_group():
         # The client's own requests never create topics: only wait_for_partition's may.
-        async with open_client(bootstrap_servers, zookeeper=zookeeper, client_id=client_id,
-                               request_timeout_ms=request_timeout_ms,
-                               metadata_max_age_ms=metadata_max_age_ms,
+        async with open_client(bootstrap_servers, zookeeper=config.zookeeper,
+                               client_id=config.client_id,
+                               request_timeout_ms=config.request_timeout_ms,
+                               metadata_max_age_ms=config.metadata_max_age_ms,
                                allow_auto_create_topics=False,
-                               security=client_security(security)) as client:
+                               security=config.security) as client:
             async with trio.open_nursery() as nursery:
-                consumer = SimpleConsumer(
-                    client, nursery, fetch_max_wait_ms=fetch_max_wait_ms,
-                    fetch_min_bytes=fetch_min_bytes,
-                    max_partition_fetch_bytes=max_partition_fetch_bytes,
-                    allow_auto_create_topics=allow_auto_create_topics,
-                    key_deserializer=key_deserializer, value_deserializer=value_deserializer)
+                consumer = SimpleConsumer(client, nursery, config)
                 try:
                     yield consumer
                 finally:
