@@ -148,10 +148,6 @@ class ConsumerCoordinator:
     def member_name(self) -> str:
         return self.membership.member_id or self._client.client_id
 
-    @property
-    def rejoin_needed(self) -> bool:
-        return self._rejoin.is_set()
-
     def request_rejoin(self, reason: str) -> None:
         if not self._rejoin.is_set():
             log.info("consumer %s (group %s): rejoining: %s", self.member_name,

@@ -106,10 +106,6 @@ class SubscriptionState:
     def unsubscribe(self) -> None:
         self.topics, self._selector = (), None
 
-    @property
-    def by_pattern(self) -> bool:
-        return self._selector is not None
-
     def topics_in(self, cluster_topics: Iterable[str]) -> tuple[str, ...]:
         """The subscribed topics, given the cluster's: a pattern's matches, or the topics."""
         if self._selector is None:
