@@ -22,6 +22,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
+from trilog._topic import PartitionKey
 from trilog._topic import validate_topic_name
 from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
 from trilog.client._retry import REQUEST_RETRY
@@ -170,9 +171,6 @@ class ConfigResource:
         return {e.name: e.value for e in self.entries if not e.is_default}
 
 
-TopicPartition = tuple[str, int]
-
-
 class Admin:
     async def brokers(self) -> list[BrokerAddress]:
         raise NotImplementedError
@@ -200,7 +198,7 @@ class Admin:
         replica list per new partition, in order (default: spread over the brokers)."""
         raise NotImplementedError
 
-    async def delete_records(self, offsets: Mapping[TopicPartition, int]
+    async def delete_records(self, offsets: Mapping[PartitionKey, int]
                              ) -> list[DeletedRecords]:
         """Delete the records below each partition's offset (-1: all of them, up to the high
         watermark), through each partition's leader; one ``DeletedRecords`` per partition,
@@ -231,8 +229,8 @@ class Admin:
         checks and changes nothing.  Needs brokers."""
         raise _needs_brokers("alter_configs")
 
-    async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None,
-                            election: str = "preferred") -> dict[TopicPartition, str | None]:
+    async def elect_leaders(self, partitions: Iterable[PartitionKey] | None = None,
+                            election: str = "preferred") -> dict[PartitionKey, str | None]:
         """Ask the controller for leader elections (Kafka's ElectLeaders): ``"preferred"``
         moves each partition's leadership to its first replica if that one is in sync;
         ``"unclean"`` gives a partition without a live leader to any live replica (records
@@ -244,7 +242,7 @@ class Admin:
         raise _needs_brokers("elect_leaders")
 
     async def alter_partition_reassignments(
-            self, plan: Mapping[TopicPartition, Iterable[int]]) -> dict[TopicPartition, list[int]]:
+            self, plan: Mapping[PartitionKey, Iterable[int]]) -> dict[PartitionKey, list[int]]:
         """Start moving each partition of ``plan`` to its new replica list (the first one
         preferred as leader); the controller adds the new replicas, waits until they are in
         sync, moves leadership and removes the old ones.  Returns the partitions' current
@@ -254,7 +252,7 @@ class Admin:
         (``open_admin(zookeeper=...)``)."""
         raise _needs_zookeeper("alter_partition_reassignments")
 
-    async def list_partition_reassignments(self) -> dict[TopicPartition, list[int]]:
+    async def list_partition_reassignments(self) -> dict[PartitionKey, list[int]]:
         """The reassignments under way: each partition's target replicas.  Needs ZooKeeper."""
         raise _needs_zookeeper("list_partition_reassignments")
 
@@ -404,10 +402,10 @@ class _BrokerAdmin(Admin):
             _raise_for(result.error_code, f"cannot add partitions to topic {name!r}",
                        result.error_message)
 
-    async def delete_records(self, offsets: Mapping[TopicPartition, int]
+    async def delete_records(self, offsets: Mapping[PartitionKey, int]
                              ) -> list[DeletedRecords]:
         wanted = dict(offsets)
-        out: dict[TopicPartition, DeletedRecords] = {}
+        out: dict[PartitionKey, DeletedRecords] = {}
         tries = REQUEST_RETRY.attempts()
         async for _ in tries:
             retry = await self._delete_records_once(wanted, out, last=tries.last)
@@ -416,24 +414,24 @@ class _BrokerAdmin(Admin):
             wanted = {tp: wanted[tp] for tp in retry}
         return [out[tp] for tp in sorted(out)]
 
-    async def _delete_records_once(self, wanted: dict[TopicPartition, int],
-                                   out: dict[TopicPartition, DeletedRecords], *,
-                                   last: bool) -> list[TopicPartition]:
+    async def _delete_records_once(self, wanted: dict[PartitionKey, int],
+                                   out: dict[PartitionKey, DeletedRecords], *,
+                                   last: bool) -> list[PartitionKey]:
         """One DeleteRecords per leader; returns the partitions worth another try (a leader
         moving or unreachable), or, on the ``last`` try, reports them as failed."""
         meta = await self._metadata(sorted({t for t, _ in wanted}))
         nodes = {b.node_id: BrokerAddress(b.node_id, b.host, b.port) for b in meta.brokers}
         leaders = {(t.name, p.partition_index): p.leader_id
                    for t in meta.topics for p in t.partitions}
-        retry: list[TopicPartition] = []
+        retry: list[PartitionKey] = []
 
-        def failed(tp: TopicPartition, error: str) -> None:
+        def failed(tp: PartitionKey, error: str) -> None:
             if last:
                 out[tp] = DeletedRecords(tp[0], tp[1], -1, error)
             else:
                 retry.append(tp)
 
-        by_leader: dict[int, list[TopicPartition]] = {}
+        by_leader: dict[int, list[PartitionKey]] = {}
         for tp in wanted:
             leader = leaders.get(tp)
             if leader is None:
@@ -553,8 +551,8 @@ class _BrokerAdmin(Admin):
                        result.error_message)
 
 
-    async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None,
-                            election: str = "preferred") -> dict[TopicPartition, str | None]:
+    async def elect_leaders(self, partitions: Iterable[PartitionKey] | None = None,
+                            election: str = "preferred") -> dict[PartitionKey, str | None]:
         if election not in ELECTION_TYPES:
             raise ValueError(f"election must be one of {sorted(ELECTION_TYPES)}, "
                              f"not {election!r}")
@@ -728,7 +726,7 @@ class _ZooKeeperAdmin(Admin):
             await self.zk.set(topic_path(name), encode_topic_assignment({**current, **new}))
 
     async def alter_partition_reassignments(
-            self, plan: Mapping[TopicPartition, Iterable[int]]) -> dict[TopicPartition, list[int]]:
+            self, plan: Mapping[PartitionKey, Iterable[int]]) -> dict[PartitionKey, list[int]]:
         from trilog.zk import (
             REASSIGN_PARTITIONS,
             NodeExistsError,
@@ -746,7 +744,7 @@ class _ZooKeeperAdmin(Admin):
                 "a partition reassignment is in progress (/admin/reassign_partitions): "
                 "wait for it to complete (--verify)")
         registered = {b.node_id for b in await self.brokers()}
-        current: dict[TopicPartition, list[int]] = {}
+        current: dict[PartitionKey, list[int]] = {}
         assignments: dict[str, dict[int, list[int]]] = {}
         for (topic, partition), replicas in sorted(wanted.items()):
             if topic not in assignments:
@@ -778,7 +776,7 @@ class _ZooKeeperAdmin(Admin):
             ) from None
         return current
 
-    async def list_partition_reassignments(self) -> dict[TopicPartition, list[int]]:
+    async def list_partition_reassignments(self) -> dict[PartitionKey, list[int]]:
         from trilog.zk import REASSIGN_PARTITIONS, NoNodeError, decode_reassignment
 
         try:

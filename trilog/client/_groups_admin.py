@@ -34,6 +34,7 @@ import re
 
 import trio
 
+from trilog._topic import PartitionKey
 from trilog.client._brokers import registered_brokers
 from trilog.client._client import Client, open_client
 from trilog.client._consumer import EARLIEST, LATEST
@@ -73,7 +74,6 @@ from trilog.protocol import (
 if TYPE_CHECKING:  # trilog.zk imports kazoo: only a client that uses ZooKeeper pays for it
     from trilog.zk import ZooKeeper
 
-TopicPartition = tuple[str, int]
 
 #: Broker group states in which the group has (or is gathering) members.
 _ACTIVE_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable")
@@ -90,7 +90,7 @@ class GroupMember:
     host: str = ""
     #: the partitions it owns (broker groups: from its ConsumerProtocol assignment, known
     #: only while the group is Stable; ZooKeeper groups: from the owner nodes)
-    assignment: tuple[TopicPartition, ...] = ()
+    assignment: tuple[PartitionKey, ...] = ()
     #: a static member's instance (KIP-345; broker groups, DescribeGroups v4+)
     group_instance_id: str | None = None
 
@@ -164,7 +164,7 @@ class ResetPlan:
         return _is_active(self.state, self.active_members)
 
 
-def decode_consumer_assignment(data: bytes) -> list[TopicPartition]:
+def decode_consumer_assignment(data: bytes) -> list[PartitionKey]:
     """The partitions of a ConsumerProtocol assignment (what a ``consumer`` group's leader
     hands each member in SyncGroup, and DescribeGroups shows), sorted.  Empty input (a
     group not Stable) is no assignment; anything malformed raises ``RemoteProtocolError``."""
@@ -282,11 +282,11 @@ class GroupAdmin:
         """``(state, number of live members)``."""
         raise NotImplementedError
 
-    async def _committed(self, group_id: str, tps: list[TopicPartition]
-                         ) -> dict[TopicPartition, int]:
+    async def _committed(self, group_id: str, tps: list[PartitionKey]
+                         ) -> dict[PartitionKey, int]:
         raise NotImplementedError
 
-    async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+    async def _commit(self, group_id: str, offsets: dict[PartitionKey, int]) -> None:
         raise NotImplementedError
 
     # -- log offsets through the brokers ---------------------------------------------------------
@@ -307,12 +307,12 @@ class GroupAdmin:
         err = error_for_code(code)
         raise type(err)(f"topic {topic!r}: {err}")
 
-    async def _list_offsets(self, tps: list[TopicPartition], timestamp: int
-                            ) -> dict[TopicPartition, int]:
+    async def _list_offsets(self, tps: list[PartitionKey], timestamp: int
+                            ) -> dict[PartitionKey, int]:
         """ListOffsets to each partition's leader (one request per leader).  A partition
         that keeps failing is left out; ``-1`` means no record at or after ``timestamp``."""
         client = self._need_client()
-        out: dict[TopicPartition, int] = {}
+        out: dict[PartitionKey, int] = {}
         todo = sorted(set(tps))
         if not todo:
             await trio.lowlevel.checkpoint()
@@ -331,9 +331,9 @@ class GroupAdmin:
         return out
 
     @staticmethod
-    async def _list_offsets_from(client: Client, node: Node, wanted: list[TopicPartition],
-                                 timestamp: int, out: dict[TopicPartition, int]
-                                 ) -> list[TopicPartition]:
+    async def _list_offsets_from(client: Client, node: Node, wanted: list[PartitionKey],
+                                 timestamp: int, out: dict[PartitionKey, int]
+                                 ) -> list[PartitionKey]:
         R = ListOffsetsRequest
         by_topic: dict[str, list[Any]] = {}
         for topic, partition in wanted:
@@ -414,9 +414,9 @@ class _BrokerGroupAdmin(GroupAdmin):
                 and not described.members:
             raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
         members = []
-        owners: dict[TopicPartition, GroupMember] = {}
+        owners: dict[PartitionKey, GroupMember] = {}
         for m in described.members:
-            assignment: list[TopicPartition] = []
+            assignment: list[PartitionKey] = []
             if described.protocol_type == CONSUMER_PROTOCOL_TYPE:
                 try:
                     assignment = decode_consumer_assignment(bytes(m.member_assignment))
@@ -471,11 +471,11 @@ class _BrokerGroupAdmin(GroupAdmin):
         return {x.partition_index: error_for_code(x.error_code).name if x.error_code else None
                 for t in response.topics for x in t.partitions}
 
-    async def _committed(self, group_id: str, tps: list[TopicPartition]
-                         ) -> dict[TopicPartition, int]:
+    async def _committed(self, group_id: str, tps: list[PartitionKey]
+                         ) -> dict[PartitionKey, int]:
         return await self._store(group_id).fetch(tps)
 
-    async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+    async def _commit(self, group_id: str, offsets: dict[PartitionKey, int]) -> None:
         try:
             await self._store(group_id).commit(offsets)
         except (UnknownMemberIdError, IllegalGenerationError, RebalanceInProgressError):
@@ -521,7 +521,7 @@ class _ZooKeeperGroupAdmin(GroupAdmin):
 
         return await self._children(consumer_ids_path(group_id))
 
-    async def _tree(self, base: str) -> dict[TopicPartition, bytes]:
+    async def _tree(self, base: str) -> dict[PartitionKey, bytes]:
         """``{(topic, partition): data}`` of ``base/<topic>/<partition>`` nodes."""
         out = {}
         for topic in await self._children(base):
@@ -561,11 +561,11 @@ class _ZooKeeperGroupAdmin(GroupAdmin):
         members = await self._members(group_id)
         return ("Active" if members else "Empty"), len(members)
 
-    async def _committed(self, group_id: str, tps: list[TopicPartition]
-                         ) -> dict[TopicPartition, int]:
+    async def _committed(self, group_id: str, tps: list[PartitionKey]
+                         ) -> dict[PartitionKey, int]:
         return await ZooKeeperOffsetStore(self._zk, group_id).fetch(tps)
 
-    async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+    async def _commit(self, group_id: str, offsets: dict[PartitionKey, int]) -> None:
         await ZooKeeperOffsetStore(self._zk, group_id).commit(offsets)
 
     async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, str | None]:

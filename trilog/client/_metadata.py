@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+from trilog._topic import PartitionKey
+
 _T = TypeVar("_T")
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,15 @@ class ClusterMetadata:
                      if self.leaders.get((topic, p), -1) >= 0)
 
     @overload
-    def group_by_leader(self, items: Iterable[TopicPartition]
-                        ) -> tuple[dict[Node, list[TopicPartition]], list[TopicPartition]]: ...
+    def group_by_leader(self, items: Iterable[PartitionKey]
+                        ) -> tuple[dict[Node, list[PartitionKey]], list[PartitionKey]]: ...
 
     @overload
-    def group_by_leader(self, items: Iterable[_T], topic_partition: Callable[[_T], TopicPartition]
+    def group_by_leader(self, items: Iterable[_T], topic_partition: Callable[[_T], PartitionKey]
                         ) -> tuple[dict[Node, list[_T]], list[_T]]: ...
 
     def group_by_leader(self, items: Iterable[Any],
-                        topic_partition: Callable[[Any], TopicPartition] | None = None
+                        topic_partition: Callable[[Any], PartitionKey] | None = None
                         ) -> tuple[dict[Node, list[Any]], list[Any]]:
         """``items`` (in order) by the broker that leads their partition
         (``topic_partition(item)``, or the item itself), and apart, those whose partition has

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
+from trilog._topic import PartitionKey
 from trilog.client._client import Client
 from trilog.client._coordinator import Coordinator
 from trilog.protocol import OffsetCommitRequest, OffsetFetchRequest
@@ -26,7 +27,6 @@ if TYPE_CHECKING:  # trilog.zk imports kazoo: only a client that uses ZooKeeper 
 
 log = logging.getLogger("trilog.consumer.offsets")
 
-TopicPartition = tuple[str, int]
 _V = TypeVar("_V")
 
 
@@ -35,14 +35,14 @@ class ZooKeeperOffsetStore:
         self._zk = zk
         self._group = group_id
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+    async def commit(self, offsets: dict[PartitionKey, int]) -> None:
         from trilog.zk import consumer_offset_path
 
         for (topic, partition), offset in sorted(offsets.items()):
             await self._zk.put(consumer_offset_path(self._group, topic, partition),
                                str(offset).encode())
 
-    async def fetch(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+    async def fetch(self, partitions: list[PartitionKey]) -> dict[PartitionKey, int]:
         from trilog.zk import NoNodeError, consumer_offset_path
 
         out = {}
@@ -85,8 +85,8 @@ class BrokerOffsetStore:
         self.member_id = ""
         self.group_instance_id: str | None = None
 
-    async def commit(self, offsets: dict[TopicPartition, int],
-                     metadata: Mapping[TopicPartition, str] | None = None) -> None:
+    async def commit(self, offsets: dict[PartitionKey, int],
+                     metadata: Mapping[PartitionKey, str] | None = None) -> None:
         """Commit ``offsets``, each with its ``metadata`` string (default empty)."""
         R = OffsetCommitRequest
         P = R.OffsetCommitRequestTopic.OffsetCommitRequestPartition
@@ -101,8 +101,8 @@ class BrokerOffsetStore:
                 for p, offset in sorted(by_partition.items())])
                 for topic, by_partition in _by_topic(offsets).items()]))
 
-    async def fetch(self, partitions: list[TopicPartition] | None
-                    ) -> dict[TopicPartition, int]:
+    async def fetch(self, partitions: list[PartitionKey] | None
+                    ) -> dict[PartitionKey, int]:
         """The committed offsets of ``partitions`` (None: of every partition the group has
         committed); a partition without one is left out."""
         R = OffsetFetchRequest
@@ -118,7 +118,7 @@ class BrokerOffsetStore:
                 for t in response.topics for p in t.partitions if p.committed_offset >= 0}
 
 
-def _by_topic(values: Mapping[TopicPartition, _V]) -> dict[str, dict[int, _V]]:
+def _by_topic(values: Mapping[PartitionKey, _V]) -> dict[str, dict[int, _V]]:
     """``{(topic, partition): v}`` -> ``{topic: {partition: v}}``, as requests nest them."""
     out: dict[str, dict[int, _V]] = {}
     for (topic, partition), value in sorted(values.items()):

@@ -121,7 +121,6 @@ class GroupConsumerConnector(Generic[Streams]):
             deliver=self._deliver, fail=self._fail, committed=self._fetch_committed,
             statistics=FetchStatistics(), lazy_positions=False)
         self.rebalances = 0
-        self._rebalanced = trio.Event()
         self.poll_expired: MessageStream | None = None
 
     def statistics(self) -> dict[str, Any]:
@@ -168,12 +167,6 @@ class GroupConsumerConnector(Generic[Streams]):
 
     def _rebalance_completed(self) -> None:
         self.rebalances += 1
-        self._rebalanced.set()
-        self._rebalanced = trio.Event()
-
-    async def wait_rebalanced(self) -> None:
-        """Wait for the next completed rebalance (tests and tools)."""
-        await self._rebalanced.wait()
 
     def _revoke(self) -> dict[tuple[str, int], int]:
         """Give up every partition (after committing); returns what was owned.  Queued

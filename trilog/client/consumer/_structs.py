@@ -1,8 +1,9 @@
 """The consumer's value types and errors, and the rebalance listener: what an application
 handles, and what the subscription state, the coordinator and the connectors share.
 
-``TopicPartition`` is a named tuple, equal to (and hashing as) the plain ``(topic,
-partition)`` tuples the seeds' connectors key their partitions by.
+``TopicPartition`` (declared once, in ``trilog._topic``) is a named tuple, equal to (and
+hashing as) the plain ``(topic, partition)`` tuples the seeds' connectors key their
+partitions by.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from typing import Any, NamedTuple
 
 import trio
 
+from trilog._topic import TopicPartition
 from trilog.errors import TrilogError
 
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
+__all__ = ["ConsumerRebalanceListener", "IllegalStateError", "NoOffsetForPartitionError",
+           "OffsetAndMetadata", "OffsetAndTimestamp", "TopicPartition"]
 
 
 class OffsetAndMetadata(NamedTuple):

@@ -38,6 +38,7 @@ from typing import Protocol
 
 import trio
 
+from trilog._topic import PartitionKey
 from trilog.client._metadata import ClusterMetadata
 from trilog.client.producer._batch import Headers, ProducerBatch
 from trilog.client.producer._config import ProducerConfig
@@ -64,8 +65,6 @@ log = logging.getLogger("trilog.producer")
 # key/value lengths, header count): used to account memory before encoding.
 _RECORD_OVERHEAD = 16
 _SEQUENCE_MOD = 1 << 31  # a split batch's halves continue its sequence numbers
-
-TopicPartition = tuple[str, int]
 
 
 class MetadataView(Protocol):
@@ -124,9 +123,9 @@ class RecordAccumulator:
         #: topic here has known partitions (the producer's ``send`` looks without a call)
         self.partitions_by_topic: dict[
             str, tuple[ClusterMetadata, tuple[int, ...], tuple[int, ...]]] = {}
-        self._open: dict[TopicPartition, ProducerBatch] = {}
-        self._queued: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._muted: set[TopicPartition] = set()
+        self._open: dict[PartitionKey, ProducerBatch] = {}
+        self._queued: dict[PartitionKey, deque[ProducerBatch]] = {}
+        self._muted: set[PartitionKey] = set()
         self._unfinished: set[ProducerBatch] = set()
         self._buffer_used = 0
         self._room = trio.Event()  # set whenever memory is given back
@@ -273,11 +272,11 @@ class RecordAccumulator:
 
     # -- sealing ---------------------------------------------------------------------------------
 
-    def open_batch(self, tp: TopicPartition) -> ProducerBatch | None:
+    def open_batch(self, tp: PartitionKey) -> ProducerBatch | None:
         """The batch of ``tp`` that takes records now, if any."""
         return self._open.get(tp)
 
-    def queued(self, tp: TopicPartition) -> tuple[ProducerBatch, ...]:
+    def queued(self, tp: PartitionKey) -> tuple[ProducerBatch, ...]:
         """The sealed batches of ``tp`` waiting for the sender, in the order they go."""
         return tuple(self._queued.get(tp, ()))
 
@@ -297,7 +296,7 @@ class RecordAccumulator:
             self._partitioner.batch_done(batch.topic, batch.partition)
         self._wakeup.set()
 
-    def seal_open(self, tp: TopicPartition) -> None:
+    def seal_open(self, tp: PartitionKey) -> None:
         """Seal the open batch of ``tp``, if there is one (nothing more will fill it)."""
         batch = self._open.get(tp)
         if batch is not None:
@@ -372,10 +371,10 @@ class RecordAccumulator:
         if mute:
             self._muted.add(tp)
 
-    def unmute(self, tp: TopicPartition) -> None:
+    def unmute(self, tp: PartitionKey) -> None:
         self._muted.discard(tp)
 
-    def mute(self, tp: TopicPartition) -> None:
+    def mute(self, tp: PartitionKey) -> None:
         """Hold ``tp``'s batches back, as a batch of it in flight does."""
         self._muted.add(tp)
 
