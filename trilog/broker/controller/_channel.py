@@ -1,0 +1,168 @@
+"""The controller's senders to the brokers (Kafka's ControllerChannelManager and its
+RequestSendThreads).
+
+One sender per live broker, started in the term's nursery when the broker joins and
+cancelled when it leaves ``/brokers/ids``: requests to a broker leave in the order the
+event loop made them, one at a time over one connection; a request that fails on the
+network is sent again (the same request, on a new connection, with a growing pause) until
+the broker leaves.  The controller sends to itself over its own listener, like to any
+broker.
+
+A broker's answer of STALE_CONTROLLER_EPOCH (it has heard from a newer controller) raises
+``StaleController`` out of the sender, which ends the term.  Per partition, the same error
+is Kafka's answer to a leader epoch that is not newer than the broker's (a state sent
+again, as a new controller does): no news.  Other errors are logged; nothing is retried
+but lost connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import trio
+
+from trilog.broker._limits import RateLimitedLog
+from trilog.broker.controller._errors import StaleController
+from trilog.broker.controller._requests import (
+    LEADER_AND_ISR_VERSION,
+    STOP_REPLICA_VERSION,
+    UPDATE_METADATA_VERSION,
+    RequestBatch,
+    RequestBuilder,
+    inter_broker_address,
+)
+from trilog.errors import (
+    NO_ERROR,
+    NetworkError,
+    RequestTimedOutError,
+    StaleControllerEpochError,
+    TrilogError,
+)
+from trilog.net import BrokerConnection, ClientSecurity, open_connection
+from trilog.protocol import Message
+from trilog.zk import BrokerRegistration
+
+log = logging.getLogger("trilog.broker.controller")
+
+_unreachable = RateLimitedLog(log, 30.0)
+
+
+class BrokerChannel:
+    """Requests to one broker at ``address``, in order, over one connection (Kafka's
+    RequestSendThread): a request that fails on the network is sent again on a new
+    connection until ``close``."""
+
+    def __init__(self, broker_id: int, address: tuple[str, int], *, controller_id: int,
+                 security: ClientSecurity | None, timeout_s: float) -> None:
+        self.broker_id = broker_id
+        self.address = address
+        self.controller_id = controller_id
+        self.security = security
+        self.timeout_s = timeout_s
+        self._send, self._receive = trio.open_memory_channel[tuple[Message, int]](math.inf)
+        self._scope = trio.CancelScope()
+
+    def send(self, request: Message, version: int) -> None:
+        self._send.send_nowait((request, version))
+
+    def close(self) -> None:
+        self._scope.cancel()
+
+    async def run(self) -> None:
+        host, port = self.address
+        pending: tuple[Message, int] | None = None
+        backoff = 0.1
+        with self._scope:
+            while True:
+                try:
+                    async with open_connection(
+                            host, port, security=self.security,
+                            client_id=f"controller-{self.controller_id}",
+                            connect_timeout_s=self.timeout_s,
+                            request_timeout_s=self.timeout_s) as conn:
+                        backoff = 0.1
+                        warned: set[int] = set()
+                        while True:
+                            if pending is None:
+                                pending = await self._receive.receive()
+                            await self._deliver(conn, *pending, warned)
+                            pending = None
+                except (NetworkError, RequestTimedOutError) as exc:
+                    _unreachable.warning(self.broker_id, "controller %d cannot reach "
+                                         "broker %d at %s:%d (%s); retrying",
+                                         self.controller_id, self.broker_id, host, port, exc)
+                except TrilogError as exc:  # not the network: the request is dropped
+                    log.error("broker %d failed a %s request: %s", self.broker_id,
+                              pending[0].API_NAME if pending else "", exc)
+                    pending = None
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    async def _deliver(self, conn: BrokerConnection, request: Message, version: int,
+                       warned: set[int]) -> None:
+        api_key = request.API_KEY
+        if api_key not in conn.api_versions:
+            if api_key not in warned:
+                warned.add(api_key)
+                log.warning("broker %d does not serve %s; not sent", self.broker_id,
+                            request.API_NAME)
+            await trio.lowlevel.checkpoint()
+            return
+        response = await conn.request(request, version=version)
+        if response.error_code == StaleControllerEpochError.code:
+            raise StaleController(f"broker {self.broker_id} has seen a newer "
+                                  "controller epoch")
+        if response.error_code != NO_ERROR:
+            log.warning("broker %d answered %s with error %d", self.broker_id,
+                        request.API_NAME, response.error_code)
+        failed = sorted({(e.topic_name, e.partition_index, e.error_code)
+                         for e in getattr(response, "partition_errors", ())
+                         if e.error_code not in (NO_ERROR, StaleControllerEpochError.code)})
+        if failed:
+            log.warning("broker %d answered %s with partition errors %s",
+                        self.broker_id, request.API_NAME, failed)
+
+
+class ChannelManager:
+    """The senders of one term, one per live broker, run in ``nursery``; ``send`` turns an
+    event's batch into requests (``requests``) and queues them."""
+
+    def __init__(self, requests: RequestBuilder, nursery: trio.Nursery, *,
+                 security: ClientSecurity | None, timeout_s: float) -> None:
+        self.requests = requests
+        self.nursery = nursery
+        self.security = security
+        self.timeout_s = timeout_s
+        self.channels: dict[int, BrokerChannel] = {}
+
+    def open(self, broker: BrokerRegistration) -> None:
+        """Start sending to ``broker`` (a broker that joined)."""
+        channel = BrokerChannel(
+            broker.broker_id, inter_broker_address(broker, self.requests.listener),
+            controller_id=self.requests.controller_id, security=self.security,
+            timeout_s=self.timeout_s)
+        self.channels[broker.broker_id] = channel
+        self.nursery.start_soon(channel.run)
+
+    def close(self, broker_id: int) -> None:
+        """Stop sending to ``broker_id`` (it left): what it was not sent is dropped."""
+        channel = self.channels.pop(broker_id, None)
+        if channel is not None:
+            channel.close()
+
+    def send(self, batch: RequestBatch) -> None:
+        """Queue ``batch``'s requests, built from the view as it is now."""
+        requests = self.requests
+        for broker_id, tps in sorted(batch.leader_and_isr.items()):
+            channel = self.channels.get(broker_id)
+            if channel is not None:
+                channel.send(requests.leader_and_isr(tps), LEADER_AND_ISR_VERSION)
+        if batch.update_metadata:
+            request = requests.update_metadata()
+            for channel in self.channels.values():
+                channel.send(request, UPDATE_METADATA_VERSION)
+        for (broker_id, delete), stopped in sorted(batch.stop_replica.items()):
+            channel = self.channels.get(broker_id)
+            if channel is not None:
+                channel.send(requests.stop_replica(stopped, delete), STOP_REPLICA_VERSION)
