@@ -1,4 +1,4 @@
-"""The controller's work (``_control.Controller``) against a real ZooKeeper and fake brokers:
+"""The controller's work (``controller.Controller``) against a real ZooKeeper and fake brokers:
 small TCP servers that answer ApiVersions, record the LeaderAndIsr, UpdateMetadata and
 StopReplica requests they get (answering NONE), and are registered in ``/brokers/ids`` by
 ZooKeeper sessions of their own, so that closing a session is a broker's death."""

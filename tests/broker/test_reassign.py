@@ -1,7 +1,7 @@
-"""Partition reassignment by the controller (``_control.py``, Kafka's onPartitionReassignment)
-against a real ZooKeeper and fake brokers (``test_control``'s harness): the steps of a
-reassignment as ZooKeeper and the brokers see them, its resumption by a new controller, and
-the plans it drops."""
+"""Partition reassignment by the controller (``controller/_reassignment.py``, Kafka's
+onPartitionReassignment) against a real ZooKeeper and fake brokers (``test_control``'s
+harness): the steps of a reassignment as ZooKeeper and the brokers see them, its resumption
+by a new controller, and the plans it drops."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ async def test_a_partition_moves_to_new_replicas_and_its_leader_with_it(zookeepe
         await wait_until(lambda: any(
             s.partition_index == 0 and s.replicas == [2, 3] and s.leader == 2
             for s in h.brokers[4].last_metadata().ungrouped_partition_states))
-        await wait_until(lambda: not controller._term.reassigning)
+        await wait_until(lambda: not controller._term.reassignments.under_way)
         await node_gone(h)  # the node goes right after the in-memory plan
 
 
