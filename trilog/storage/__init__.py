@@ -32,13 +32,7 @@ from trilog.storage._epochs import (
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, write_atomically
 from trilog.storage._index import OffsetIndex, TimeIndex
-from trilog.storage._log import (
-    CHEAP_APPEND_BYTES,
-    INLINE_APPENDS,
-    Log,
-    LogAppendInfo,
-    TimestampOffset,
-)
+from trilog.storage._log import CHEAP_APPEND_BYTES, INLINE_APPENDS, Log, LogAppendInfo
 from trilog.storage._manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -53,6 +47,7 @@ from trilog.storage._retention import (
     segments_to_delete,
 )
 from trilog.storage._segment import LogSegment
+from trilog.storage._snapshot import TimestampOffset
 
 __all__ = [
     "CHEAP_APPEND_BYTES",

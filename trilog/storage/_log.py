@@ -6,7 +6,7 @@ under the log's lock assign offsets by patching only each batch's 8-byte base of
 (``writev`` of the patched offsets and the untouched rest, or one copy for many-batch
 buffers), roll if the active segment says so (``LogSegment.should_roll``), write with one
 system call, index, and publish the new end.  Readers take no lock: they work from an
-immutable ``_Snapshot`` (segments, log end offset, committed size of the active segment)
+immutable ``LogSnapshot`` (segments, log end offset, committed size of the active segment)
 that an append replaces in one assignment after its bytes are in the file.  Opening and
 recovery are ``_loader``'s.
 """
@@ -29,7 +29,7 @@ from trilog.errors import (
     RecordListTooLargeError,
     TrilogError,
 )
-from trilog.records import CRC32C_HARDWARE, BatchHeader, RecordBatch
+from trilog.records import CRC32C_HARDWARE, BatchHeader
 from trilog.storage._append import (
     OVERLAP_CRC_BYTES,
     Batches,
@@ -52,13 +52,9 @@ from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, remove_dir_durably
 from trilog.storage._loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
 from trilog.storage._producer_state import ProducerStateManager
-from trilog.storage._retention import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    offsets_before,
-    segments_to_delete,
-)
+from trilog.storage._retention import segments_to_delete
 from trilog.storage._segment import LogSegment, walk_batches
+from trilog.storage._snapshot import LogSnapshot, TimestampOffset
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -132,13 +128,6 @@ class LogAppendInfo(NamedTuple):
     duplicate: bool = False
 
 
-class TimestampOffset(NamedTuple):
-    """ListOffsets' answer: the record's timestamp (-1 for EARLIEST/LATEST) and offset."""
-
-    timestamp: int
-    offset: int
-
-
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
     """``"my-topic-3"`` -> ``("my-topic", 3)``; ``ValueError`` if it is not such a name."""
     topic, sep, partition = name.rpartition("-")
@@ -148,17 +137,6 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
 
 
 _new_tuple = tuple.__new__  # builds a named tuple without its Python-level __new__ (hot path)
-
-
-class _Snapshot(NamedTuple):
-    """What readers work from: replaced whole, in one assignment, never changed."""
-
-    segments: tuple[LogSegment, ...]
-    base_offsets: tuple[int, ...]
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    active_size: int  # the committed size of the active (last) segment
 
 
 class Log:
@@ -296,7 +274,7 @@ class Log:
             self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
         else:
             self._high_watermark = leo
-        self._snapshot = _Snapshot(
+        self._snapshot = LogSnapshot(
             segments,
             tuple(s.base_offset for s in segments),
             self._log_start_offset,
@@ -529,8 +507,8 @@ class Log:
         segments, bases, log_start, _leo, hw, _size = self._snapshot
         if not self._replicated:
             hw = self._high_watermark = last + 1
-        self._snapshot = _new_tuple(  # _Snapshot without its Python-level __new__ (hot path)
-            _Snapshot, (segments, bases, log_start, last + 1, hw, segment.size)
+        self._snapshot = _new_tuple(  # LogSnapshot without its Python-level __new__ (hot path)
+            LogSnapshot, (segments, bases, log_start, last + 1, hw, segment.size)
         )
         self._unflushed_messages += records
         if self._first_unflushed_ms is None:
@@ -580,12 +558,14 @@ class Log:
         the bound but not above the log end gives an empty slice.
 
         ``offset == log_end_offset`` gives an empty slice; an offset below the log start or
-        above the log end raises ``OffsetOutOfRangeError`` carrying both.
+        above the log end raises ``OffsetOutOfRangeError`` carrying both.  No lock: the
+        read works from the published snapshot, which finds the slice (``LogSnapshot.read``).
         """
         for _attempt in range(8):
             if self._closed:
                 raise TrilogError(f"read from closed log {self.directory}")
-            segments, bases, log_start, leo, hw, active_size = self._snapshot
+            snapshot = self._snapshot
+            _segments, _bases, log_start, leo, hw, _size = snapshot
             if offset == leo:
                 return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
                                         high_watermark=hw)
@@ -600,45 +580,9 @@ class Log:
             if offset >= bound:
                 return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
                                         high_watermark=hw)
-            last = len(segments) - 1
-            i = bisect_right(bases, offset) - 1
-            while i <= last:
-                segment = segments[i]
-                if segment.base_offset >= bound:
-                    i = last + 1  # nothing below the bound from here on
-                    continue
-                fd = segment.dup_fd()
-                if fd is None:
-                    break  # deleted under us: take a new snapshot
-                max_position = active_size if i == last else segment.size
-                try:
-                    if bound < leo and (i == last or bases[i + 1] > bound):
-                        # The bound lies in this segment: stop before its batch.
-                        cut = segment.translate_offset(fd, bound, max_position)
-                        if cut is not None:
-                            max_position = cut[0]
-                    found = segment.read(fd, offset, max_bytes, max_position)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                if found is None:
-                    os.close(fd)
-                    i += 1
-                    continue
-                position, length, first_offset = found
-                return FetchSlice(
-                    fd,
-                    position,
-                    length,
-                    first_offset=first_offset,
-                    segment_base_offset=segment.base_offset,
-                    high_watermark=hw,
-                    log_end_offset=leo,
-                    log_start_offset=log_start,
-                )
-            else:
-                return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
-                                        high_watermark=hw)
+            found = snapshot.read(offset, max_bytes, bound)
+            if found is not None:
+                return found
         raise OffsetOutOfRangeError(
             f"offset {offset} was deleted while being read",
             log_start_offset=self.log_start_offset,
@@ -650,26 +594,7 @@ class Log:
         batch boundary the offset index gives), oldest first, without reading records: what
         the broker rebuilds its idempotent producers' sequence numbers from after a restart.
         """
-        segments, active_size = self._snapshot.segments, self._snapshot.active_size
-        ranges = []  # (segment, start, end), newest first
-        remaining = tail_bytes
-        for segment in reversed(segments):
-            end = active_size if segment is segments[-1] else segment.size
-            start = 0 if end <= remaining else segment.offset_index.lookup_position(
-                end - remaining)
-            ranges.append((segment, start, end))
-            remaining -= end - start
-            if remaining <= 0:
-                break
-        for segment, start, end in reversed(ranges):
-            fd = segment.dup_fd()
-            if fd is None:
-                continue  # deleted by retention meanwhile
-            try:
-                for _position, _size, header in walk_batches(fd, start, end, chunk=1 << 20):
-                    yield header
-            finally:
-                os.close(fd)
+        yield from self._snapshot.batch_headers(tail_bytes)
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """ListOffsets v1+: the first record at or above the log start offset whose
@@ -681,44 +606,14 @@ class Log:
         max timestamp reaches ``timestamp`` are decoded (usually one).  ``None`` when no
         record is that recent.
         """
-        segments, _bases, log_start, leo, _hw, active_size = self._snapshot
-        if timestamp == EARLIEST_TIMESTAMP:
-            return TimestampOffset(-1, log_start)
-        if timestamp == LATEST_TIMESTAMP:
-            return TimestampOffset(-1, leo)
-        last = len(segments) - 1
-        for i, segment in enumerate(segments):
-            if segment.max_timestamp < timestamp:
-                continue
-            if i < last and segments[i + 1].base_offset <= log_start:
-                continue  # wholly below the log start offset
-            fd = segment.dup_fd()
-            if fd is None:
-                continue
-            try:
-                max_position = active_size if i == last else segment.size
-                found = _search_segment(segment, fd, timestamp, log_start, max_position)
-            finally:
-                os.close(fd)
-            if found is not None:
-                return found
-        return None
+        return self._snapshot.offset_for_timestamp(timestamp)
 
     def offsets_before(
         self, timestamp: int, max_offsets: int, now_ms: int | None = None
     ) -> list[int]:
         """ListOffsets v0 (Kafka 0.8): segment base offsets of segments last modified at or
         before ``timestamp`` (plus the log end offset for LATEST), newest first."""
-        segments, _bases, log_start, leo, _hw, active_size = self._snapshot
-        entries = [(max(s.base_offset, log_start), s.last_modified_ms) for s in segments]
-        return offsets_before(
-            entries,
-            leo,
-            active_size == 0,
-            now_ms if now_ms is not None else _time.now_ms(),
-            timestamp,
-            max_offsets,
-        )
+        return self._snapshot.offsets_before(timestamp, max_offsets, now_ms)
 
     # -- flushing ------------------------------------------------------------------------
 
@@ -1132,23 +1027,3 @@ class Log:
 def _no_step(_name: str) -> None:
     pass
 
-
-def _search_segment(
-    segment: LogSegment, fd: int, timestamp: int, min_offset: int, max_position: int
-) -> TimestampOffset | None:
-    """The first record of ``segment`` at or above ``min_offset`` whose timestamp is >=
-    ``timestamp`` (Kafka's ``LogSegment.findOffsetByTimestamp``), or None."""
-    found = segment.find_by_timestamp(fd, timestamp, max_position)
-    if found is None:
-        return None
-    for position, size, header in walk_batches(fd, found[0], max_position):
-        if header.max_timestamp < timestamp or header.last_offset < min_offset:
-            continue
-        batch = RecordBatch(os.pread(fd, size, position), 0)
-        try:
-            for record in batch:
-                if record.timestamp >= timestamp and record.offset >= min_offset:
-                    return TimestampOffset(record.timestamp, record.offset)
-        except CorruptMessageError:
-            return TimestampOffset(header.max_timestamp, max(header.base_offset, min_offset))
-    return None
