@@ -297,3 +297,43 @@ def read_checkpoint(path: str | os.PathLike[str]) -> list[EpochEntry] | None:
     except ValueError as exc:
         logger.warning("ignoring malformed %s (%s); rebuilding it from the log", path, exc)
         return None
+
+
+def load_leader_epochs(
+    directory: str,
+    log_start_offset: int,
+    log_end_offset: int,
+    batch_epochs: Iterable[tuple[int, int]],
+    *,
+    empty: bool,
+    discard: bool = False,
+) -> LeaderEpochCache:
+    """The leader-epoch cache of the log in ``directory`` when it opens: the checkpoint, cut
+    to the log's offsets (a crash may leave entries past the log end or before the log
+    start, as Kafka's loader expects), or, when the file is missing or unreadable, rebuilt
+    from ``batch_epochs`` (``(partition_leader_epoch, base_offset)`` of every batch, oldest
+    first: a walk of the segments, taken only then and once, as the result is written).
+    ``empty``: the log holds no batch; ``discard``: it restarted empty, its epochs go."""
+    path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE)
+    stored = read_checkpoint(path)
+    if discard:
+        stored, write = [], True
+    elif stored is None:
+        stored = [] if empty else epochs_from_batches(batch_epochs)
+        write = not empty
+        if write:
+            logger.info("%s: rebuilt the leader-epoch cache from the batch headers: %s",
+                        directory, [tuple(e) for e in stored])
+    else:
+        write = False
+    cut = LeaderEpochCache(None, stored)
+    cut.truncate_from_end(log_end_offset)
+    cut.truncate_from_start(log_start_offset)
+    cache = LeaderEpochCache(path, cut.entries)
+    if write or list(cut.entries) != stored:
+        try:
+            cache.write()
+        except OSError as exc:  # a full disk must not stop a start
+            logger.warning("%s: cannot write %s: %s", directory, LEADER_EPOCH_CHECKPOINT_FILE,
+                           exc)
+    return cache

@@ -45,8 +45,7 @@ from trilog.storage._config import NEVER, LogConfig
 from trilog.storage._epochs import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     LeaderEpochCache,
-    epochs_from_batches,
-    read_checkpoint,
+    load_leader_epochs,
 )
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, remove_dir_durably
@@ -226,38 +225,9 @@ class Log:
         # from the checkpointed one (or the log start offset) and _publish clamps it.
         self._high_watermark = self._log_start_offset if high_watermark is None else high_watermark
         self._publish()
-        self._epochs = self._load_epochs(discard=restarted)
-
-    def _load_epochs(self, discard: bool = False) -> LeaderEpochCache:
-        """The leader-epoch cache: the checkpoint, cut to the log's offsets (a crash may
-        leave entries past the log end or before the log start, as Kafka's loader
-        expects), or, when the file is missing or unreadable, rebuilt from the batch
-        headers (a walk of the segments, once: the result is written).  ``discard``: the
-        log restarted empty, its epochs go."""
-        path = os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT_FILE)
-        stored = read_checkpoint(path)
-        empty = self._log_end_offset == self._segments[0].base_offset
-        if discard:
-            stored, write = [], True
-        elif stored is None:
-            stored = [] if empty else epochs_from_batches(self._header_epochs())
-            write = not empty
-            if write:
-                logger.info("%s: rebuilt the leader-epoch cache from the batch headers: %s",
-                            self.directory, [tuple(e) for e in stored])
-        else:
-            write = False
-        cut = LeaderEpochCache(None, stored)
-        cut.truncate_from_end(self._log_end_offset)
-        cut.truncate_from_start(self._log_start_offset)
-        cache = LeaderEpochCache(path, cut.entries)
-        if write or list(cut.entries) != stored:
-            try:
-                cache.write()
-            except OSError as exc:  # a full disk must not stop a start
-                logger.warning("%s: cannot write %s: %s", self.directory,
-                               LEADER_EPOCH_CHECKPOINT_FILE, exc)
-        return cache
+        self._epochs = load_leader_epochs(
+            self.directory, self._log_start_offset, self._log_end_offset, self._header_epochs(),
+            empty=self._log_end_offset == self._segments[0].base_offset, discard=restarted)
 
     def _header_epochs(self) -> Iterator[tuple[int, int]]:
         """``(partition_leader_epoch, base_offset)`` of every batch, oldest first."""
