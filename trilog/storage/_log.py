@@ -17,7 +17,6 @@ import logging
 import os
 import threading
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -49,10 +48,11 @@ from trilog.storage._epochs import (
 )
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, remove_dir_durably
-from trilog.storage._loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
+from trilog.storage._loader import CLEANED_SUFFIX, SWAP_SUFFIX
+from trilog.storage._local_log import LocalLog
 from trilog.storage._producer_state import ProducerStateManager
 from trilog.storage._retention import segments_to_delete
-from trilog.storage._segment import LogSegment, walk_batches
+from trilog.storage._segment import LogSegment
 from trilog.storage._snapshot import LogSnapshot, TimestampOffset
 
 if TYPE_CHECKING:
@@ -200,25 +200,17 @@ class Log:
         os.makedirs(self.directory, exist_ok=True)
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
-        self._roll_flush_offset = 0  # a roll asks for a flush up to the new segment's base
         self._replicated = replicated
         self._epochs = LeaderEpochCache(None)  # until the segments are loaded
         self._producer_state = ProducerStateManager(self.batch_headers)
-        loaded = load_segments(self.directory, self.config, recovery_point, needs_recovery)
-        segments = loaded.segments
-        self._dir_dirty = loaded.created
-        self._segments: tuple[LogSegment, ...] = segments
-        self._active = segments[-1]
-        self._log_end_offset = self._active.next_offset
-        self._log_start_offset = max(log_start_offset, segments[0].base_offset)
-        self._recovery_point = max(
-            min(loaded.recovery_point, self._log_end_offset), segments[0].base_offset
-        )
-        restarted = self._log_start_offset > self._log_end_offset
+        self._local = local = LocalLog(self.directory, self.config, recovery_point,
+                                       needs_recovery)
+        self._log_start_offset = max(log_start_offset, local.base_offsets[0])
+        restarted = self._log_start_offset > local.log_end_offset
         if restarted:
             # Segments were lost below a checkpointed log start (Kafka deletes them all).
             logger.warning("%s: log end offset %d is below the log start offset %d; "
-                           "restarting the log there", self.directory, self._log_end_offset,
+                           "restarting the log there", self.directory, local.log_end_offset,
                            self._log_start_offset)
             self._restart_at(self._log_start_offset)
         # Standalone the high watermark follows the log end offset; replicated it starts
@@ -226,31 +218,25 @@ class Log:
         self._high_watermark = self._log_start_offset if high_watermark is None else high_watermark
         self._publish()
         self._epochs = load_leader_epochs(
-            self.directory, self._log_start_offset, self._log_end_offset, self._header_epochs(),
-            empty=self._log_end_offset == self._segments[0].base_offset, discard=restarted)
-
-    def _header_epochs(self) -> Iterator[tuple[int, int]]:
-        """``(partition_leader_epoch, base_offset)`` of every batch, oldest first."""
-        for segment in self._segments:
-            for _pos, _size, header in walk_batches(segment.fd, 0, segment.size, chunk=1 << 20):
-                yield header.partition_leader_epoch, header.base_offset
+            self.directory, self._log_start_offset, local.log_end_offset, local.batch_epochs(),
+            empty=local.log_end_offset == local.base_offsets[0], discard=restarted)
 
     def _publish(self) -> None:
         """Replace the readers' snapshot (one atomic attribute assignment), with the high
         watermark brought within [log start, log end] (standalone: the log end)."""
-        segments = self._segments
-        leo = self._log_end_offset
+        local = self._local
+        leo = local.log_end_offset
         if self._replicated:
             self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
         else:
             self._high_watermark = leo
         self._snapshot = LogSnapshot(
-            segments,
-            tuple(s.base_offset for s in segments),
+            local.segments,
+            local.base_offsets,
             self._log_start_offset,
             leo,
             self._high_watermark,
-            self._active.size,
+            local.active.size,
         )
 
     # -- properties ----------------------------------------------------------------------
@@ -293,7 +279,7 @@ class Log:
 
     @property
     def recovery_point(self) -> int:
-        return self._recovery_point
+        return self._local.recovery_point
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -419,7 +405,7 @@ class Log:
 
     def _duplicate(self, first_offset: int) -> LogAppendInfo:
         """The answer to a batch its producer resent: its first offset, nothing appended."""
-        leo = self._log_end_offset
+        leo = self._local.log_end_offset
         return LogAppendInfo(first_offset, first_offset, leo, -1, -1, 0, 0, 0,
                              self._log_start_offset, -1, True)
 
@@ -437,7 +423,8 @@ class Log:
         the log start offset, and whether ``flush_interval_messages`` asks for a flush now."""
         if self._closed:
             raise TrilogError(f"append to closed log {self.directory}")
-        leo = self._log_end_offset
+        local = self._local
+        leo = local.log_end_offset
         if stamp:
             plan = assign_offsets_stamped(mv, batches, leo, now, leader_epoch)
         elif assign:
@@ -457,7 +444,7 @@ class Log:
         else:
             epochs_changed = False
         try:
-            segment = self._active
+            segment = local.active
             if segment.should_roll(len(mv), last, now, self.config):
                 segment = self._roll(first)
                 if segment.would_overflow_index(last):  # (should_roll checked the old one)
@@ -473,7 +460,7 @@ class Log:
                     logger.warning("%s: cannot write %s: %s", self.directory,
                                    LEADER_EPOCH_CHECKPOINT_FILE, exc)
             raise
-        self._log_end_offset = last + 1
+        local.log_end_offset = last + 1
         segments, bases, log_start, _leo, hw, _size = self._snapshot
         if not self._replicated:
             hw = self._high_watermark = last + 1
@@ -490,26 +477,17 @@ class Log:
         """Start a new segment now (if the active one holds data); return its base offset."""
         with self._lock:
             self._check_open()
-            if self._active.size > 0:
-                self._roll(self._log_end_offset)
-            return self._active.base_offset
+            local = self._local
+            if local.active.size > 0:
+                self._roll(local.log_end_offset)
+            return local.active.base_offset
 
     def _roll(self, base_offset: int) -> LogSegment:
-        """Under the lock: make a new active segment starting at ``base_offset``."""
-        old = self._active
-        new = LogSegment.create(self.directory, base_offset, self.config)
-        try:
-            old.on_become_inactive()
-        except BaseException:  # e.g. a full disk: stay on the old segment
-            new.delete()
-            raise
-        self._segments = self._segments + (new,)
-        self._active = new
-        self._dir_dirty = True
-        self._roll_flush_offset = base_offset
+        """Under the lock: make a new active segment starting at ``base_offset``, and
+        publish it."""
+        segment = self._local.roll(base_offset)
         self._publish()
-        logger.debug("%s: rolled new segment at offset %d", self.directory, base_offset)
-        return new
+        return segment
 
     def _check_open(self) -> None:
         if self._closed:
@@ -595,26 +573,22 @@ class Log:
             with self._lock:
                 if self._closed:
                     return
-                leo = self._log_end_offset
+                local = self._local
+                leo = local.log_end_offset
                 target = leo if offset is None else min(offset, leo)
-                if target <= self._recovery_point and not self._dir_dirty:
+                if target <= local.recovery_point and not local.dir_dirty:
                     return
-                segments, bases = self._snapshot.segments, self._snapshot.base_offsets
-                rp = self._recovery_point
-                # Segment i covers [bases[i], bases[i+1]): flush those meeting [rp, target).
-                lo = max(0, bisect_right(bases, rp) - 1)
-                hi = max(lo + 1, bisect_right(bases, max(target - 1, rp)))
-                dirty = segments[lo:hi]
+                dirty = local.unflushed(target)
                 full = target == leo
                 messages = self._unflushed_messages if full else 0
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                dir_dirty, local.dir_dirty = local.dir_dirty, False
                 started = _time.now_ms()
             for segment in dirty:
                 segment.flush()
             if dir_dirty:
                 fsync_dir(self.directory)
             with self._lock:
-                self._recovery_point = max(self._recovery_point, target)
+                local.recovery_point = max(local.recovery_point, target)
                 if full:
                     self._unflushed_messages -= messages
                     self._first_unflushed_ms = started if self._unflushed_messages else None
@@ -622,7 +596,7 @@ class Log:
     def flush_due(self, now_ms: int | None = None) -> bool:
         """Whether ``maybe_flush`` has work: unflushed data older than
         ``flush_interval_ms``, or a rolled segment not yet fsynced."""
-        if self._roll_flush_offset > self._recovery_point:
+        if self._local.roll_flush_offset > self._local.recovery_point:
             return True
         interval = self.config.flush_interval_ms
         first = self._first_unflushed_ms
@@ -640,8 +614,9 @@ class Log:
         if interval is not None and first is not None and now - first >= interval:
             self.flush()
             return True
-        if self._roll_flush_offset > self._recovery_point:
-            self.flush(self._roll_flush_offset)
+        local = self._local
+        if local.roll_flush_offset > local.recovery_point:
+            self.flush(local.roll_flush_offset)
             return True
         return False
 
@@ -683,7 +658,7 @@ class Log:
         append); return whether the cache changed.  ``ValueError`` for a negative epoch."""
         with self._lock:
             self._check_open()
-            start = self._log_end_offset if start_offset is None else start_offset
+            start = self._local.log_end_offset if start_offset is None else start_offset
             return self._epochs.assign(epoch, start)
 
     def _epochs_follow_log_start(self) -> None:
@@ -714,16 +689,16 @@ class Log:
             with self._lock:
                 if self._closed:
                     return []
-                segments = self._segments
-                n = self._below_log_start(segments, self._log_start_offset)
+                local = self._local
+                n = local.count_below(self._log_start_offset)
                 if by_retention:
-                    inactive = [(s.size, s.largest_timestamp) for s in segments[:-1]]
+                    inactive = [(s.size, s.largest_timestamp) for s in local.segments[:-1]]
                     n = max(n, segments_to_delete(
-                        inactive, self._active.size, now, config.retention_ms,
+                        inactive, local.active.size, now, config.retention_ms,
                         config.retention_bytes,
                     ))
                     if self._replicated:
-                        n = min(n, self._below_log_start(segments, self._high_watermark))
+                        n = min(n, local.count_below(self._high_watermark))
                 dead = self._drop_oldest(n)
             for segment in dead:
                 segment.delete()
@@ -777,7 +752,7 @@ class Log:
                 if target <= self._log_start_offset:
                     return self._log_start_offset
                 self._log_start_offset = target
-                dead = self._drop_oldest(self._below_log_start(self._segments, target))
+                dead = self._drop_oldest(self._local.count_below(target))
                 self._publish()
             for segment in dead:
                 segment.delete()
@@ -786,27 +761,14 @@ class Log:
                     self.directory, target, len(dead))
         return target
 
-    @staticmethod
-    def _below_log_start(segments: tuple[LogSegment, ...], log_start: int) -> int:
-        """How many of the oldest segments hold only offsets below ``log_start`` (the next
-        segment starts at or below it; never the active one)."""
-        n = 0
-        while n < len(segments) - 1 and segments[n + 1].base_offset <= log_start:
-            n += 1
-        return n
-
     def _drop_oldest(self, n: int) -> tuple[LogSegment, ...]:
-        """Under the lock: take the ``n`` oldest segments out of the published list (the
-        caller deletes their files after releasing the lock, still holding the delete lock;
-        readers holding slices of them keep reading through their own descriptors)."""
-        if not n:
-            return ()
-        dead, self._segments = self._segments[:n], self._segments[n:]
-        first_base = self._segments[0].base_offset
-        self._recovery_point = max(self._recovery_point, first_base)
-        self._log_start_offset = max(self._log_start_offset, first_base)
-        self._dir_dirty = True
-        self._publish()
+        """Under the delete lock and the lock: take the ``n`` oldest segments out of the
+        published list (``LocalLog.drop_oldest``: the caller deletes their files after
+        releasing the lock), the log start offset at least the new first segment's base."""
+        dead = self._local.drop_oldest(n)
+        if dead:
+            self._log_start_offset = max(self._log_start_offset, self._local.base_offsets[0])
+            self._publish()
         return dead
 
     def truncate_to(self, offset: int) -> None:
@@ -819,19 +781,14 @@ class Log:
         end."""
         with self._delete_lock, self._flush_lock, self._lock:
             self._check_open()
-            if offset >= self._log_end_offset:
+            local = self._local
+            if offset >= local.log_end_offset:
                 return
-            if offset <= self._segments[0].base_offset:
+            if offset <= local.base_offsets[0]:
                 self._restart_at(offset)
             else:
-                segments = list(self._segments)
-                while segments[-1].base_offset >= offset:
-                    segments.pop().delete()
-                segments[-1].truncate_to(offset)
-                self._segments = tuple(segments)
-                self._active = segments[-1]
-                self._log_end_offset = self._active.next_offset
-                self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+                local.truncate_to(offset)
+                self._log_start_offset = min(self._log_start_offset, local.log_end_offset)
             self._after_truncation()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -847,29 +804,21 @@ class Log:
             self._after_truncation()
 
     def _after_truncation(self) -> None:
-        """Under every lock, after the segments were cut: the recovery point, the pending
-        roll flush, the epochs, and a new snapshot (which clamps the high watermark)."""
-        self._recovery_point = min(self._recovery_point, self._log_end_offset)
-        self._roll_flush_offset = min(self._roll_flush_offset, self._log_end_offset)
-        self._dir_dirty = True
+        """Under every lock, after the segments were cut (``LocalLog`` brought its recovery
+        point and pending roll flush down with them): a new snapshot (which clamps the high
+        watermark), the producers forgotten, the epochs cut."""
         self._publish()
         self._producer_state.clear()
         # After the segments (Kafka's order): a crash in between leaves entries past the
         # log end, which opening removes.
-        self._epochs.truncate_from_end(self._log_end_offset)
+        self._epochs.truncate_from_end(self._local.log_end_offset)
 
     def _restart_at(self, offset: int) -> None:
-        """Under the locks (or while opening): delete every segment and start an empty log
+        """Under every lock (or while opening): delete every segment and start an empty log
         at ``offset`` (log start and end offsets and high watermark all ``offset``; no
         leader epochs)."""
-        for segment in self._segments:
-            segment.delete()
-        self._segments = (LogSegment.create(self.directory, offset, self.config),)
-        self._active = self._segments[0]
-        self._log_end_offset = self._log_start_offset = offset
-        self._high_watermark = offset
-        self._recovery_point = min(self._recovery_point, offset)
-        self._dir_dirty = True
+        self._local.restart_at(offset)
+        self._log_start_offset = self._high_watermark = offset
         self._epochs.clear()
 
     # -- the log cleaner's swap -----------------------------------------------------------
@@ -902,7 +851,7 @@ class Log:
         step = on_step or _no_step
         with self._delete_lock:
             with self._lock:
-                replaceable = not self._closed and self._holds_inactive_run(old)
+                replaceable = not self._closed and self._local.holds_inactive_run(old)
             if not replaceable:
                 new.delete()
                 return False
@@ -920,8 +869,7 @@ class Log:
                 fsync_dir(self.directory)
                 step("publish")
                 with self._lock:
-                    i = self._segments.index(old[0])
-                    self._segments = self._segments[:i] + (new,) + self._segments[i + len(old):]
+                    self._local.replace(new, old)
                     self._publish()
             except BaseException:
                 if not committed:
@@ -937,14 +885,6 @@ class Log:
                 segment.close()
         return True
 
-    def _holds_inactive_run(self, run: tuple[LogSegment, ...]) -> bool:
-        """Under the lock: ``run`` is a non-empty run of consecutive inactive segments."""
-        segments = self._segments
-        if not run or run[0] not in segments:
-            return False
-        i = segments.index(run[0])
-        return segments[i : i + len(run)] == run and i + len(run) < len(segments)
-
     # -- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -955,9 +895,8 @@ class Log:
         with self._delete_lock, self._flush_lock, self._lock:
             if self._closed:
                 return
-            self._active.time_index.maybe_append(
-                self._active.max_timestamp, self._active.offset_of_max_timestamp
-            )
+            active = self._local.active
+            active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
         error: OSError | None = None
         try:
             self.flush()
@@ -967,13 +906,8 @@ class Log:
             if self._closed:
                 return
             self._closed = True
-            for segment in self._segments:
-                try:
-                    segment.offset_index.flush()
-                    segment.time_index.flush()
-                except OSError as exc:
-                    error = error or exc
-                segment.close()
+            closing_error = self._local.close()  # closes every file whatever happened
+            error = error or closing_error
         if error is not None:
             raise error
 
@@ -982,8 +916,7 @@ class Log:
         (for tests; the data already written stays in the files)."""
         with self._lock:
             self._closed = True
-            for segment in self._segments:
-                segment.close()
+            self._local.close_handles()
 
     def delete(self) -> None:
         """Close and remove the whole partition directory (renamed to ``*.deleted`` first,
