@@ -40,6 +40,7 @@ from trilog.storage._manager import (
     REPLICATION_OFFSET_CHECKPOINT_FILE,
     LogManager,
 )
+from trilog.storage._reads import TimestampOffset
 from trilog.storage._retention import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -47,7 +48,6 @@ from trilog.storage._retention import (
     segments_to_delete,
 )
 from trilog.storage._segment import LogSegment
-from trilog.storage._snapshot import TimestampOffset
 
 __all__ = [
     "CHEAP_APPEND_BYTES",

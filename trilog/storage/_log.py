@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from trilog import _time
@@ -28,7 +28,7 @@ from trilog.errors import (
     RecordListTooLargeError,
     TrilogError,
 )
-from trilog.records import CRC32C_HARDWARE, BatchHeader
+from trilog.records import CRC32C_HARDWARE
 from trilog.storage._append import (
     OVERLAP_CRC_BYTES,
     Batches,
@@ -46,14 +46,13 @@ from trilog.storage._epochs import (
     LeaderEpochCache,
     load_leader_epochs,
 )
-from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, remove_dir_durably
 from trilog.storage._loader import CLEANED_SUFFIX, SWAP_SUFFIX
 from trilog.storage._local_log import LocalLog
 from trilog.storage._producer_state import ProducerStateManager
 from trilog.storage._retention import segments_to_delete
 from trilog.storage._segment import LogSegment
-from trilog.storage._snapshot import LogSnapshot, TimestampOffset
+from trilog.storage._reads import LogReader, LogSnapshot
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -138,7 +137,7 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
 _new_tuple = tuple.__new__  # builds a named tuple without its Python-level __new__ (hot path)
 
 
-class Log:
+class Log(LogReader):
     """The log of one partition: ``<dir>/<20-digit base offset>.log|.index|.timeindex``.
 
     Invariants: segments are ordered by base offset and hold increasing offsets; only the
@@ -242,20 +241,6 @@ class Log:
     # -- properties ----------------------------------------------------------------------
 
     @property
-    def log_start_offset(self) -> int:
-        return self._snapshot.log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self._snapshot.log_end_offset
-
-    @property
-    def high_watermark(self) -> int:
-        """The offset below which every record is committed: set by the replica manager
-        when ``replicated``, else the log end offset (everything appended is committed)."""
-        return self._snapshot.high_watermark
-
-    @property
     def replicated(self) -> bool:
         """Whether the high watermark is set by its owner rather than following the LEO."""
         return self._replicated
@@ -280,19 +265,6 @@ class Log:
     @property
     def recovery_point(self) -> int:
         return self._local.recovery_point
-
-    @property
-    def segments(self) -> tuple[LogSegment, ...]:
-        return self._snapshot.segments
-
-    @property
-    def active_segment(self) -> LogSegment:
-        return self._snapshot.segments[-1]
-
-    @property
-    def size_in_bytes(self) -> int:
-        snapshot = self._snapshot
-        return sum(s.size for s in snapshot.segments[:-1]) + snapshot.active_size
 
     @property
     def unflushed_messages(self) -> int:
@@ -492,76 +464,6 @@ class Log:
     def _check_open(self) -> None:
         if self._closed:
             raise TrilogError(f"log {self.directory} is closed")
-
-    # -- reading -------------------------------------------------------------------------
-
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchSlice:
-        """Batches from the one holding ``offset``, up to ``max_bytes`` (the first batch is
-        whole even if larger), as a ``FetchSlice`` the caller must close.
-
-        ``max_offset`` bounds the read (Kafka's ``maxOffset``): only whole batches whose last
-        offset is below it are returned, even when the first batch is larger than
-        ``max_bytes``.  A consumer's fetch passes the ``high_watermark`` (Kafka's
-        ``FetchHighWatermark``), a follower's none (``FetchLogEnd``).  An offset at or above
-        the bound but not above the log end gives an empty slice.
-
-        ``offset == log_end_offset`` gives an empty slice; an offset below the log start or
-        above the log end raises ``OffsetOutOfRangeError`` carrying both.  No lock: the
-        read works from the published snapshot, which finds the slice (``LogSnapshot.read``).
-        """
-        for _attempt in range(8):
-            if self._closed:
-                raise TrilogError(f"read from closed log {self.directory}")
-            snapshot = self._snapshot
-            _segments, _bases, log_start, leo, hw, _size = snapshot
-            if offset == leo:
-                return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
-                                        high_watermark=hw)
-            if offset < log_start or offset > leo:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is outside {log_start}..{leo} of "
-                    f"{self.topic}-{self.partition}",
-                    log_start_offset=log_start,
-                    log_end_offset=leo,
-                )
-            bound = leo if max_offset is None or max_offset > leo else max_offset
-            if offset >= bound:
-                return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
-                                        high_watermark=hw)
-            found = snapshot.read(offset, max_bytes, bound)
-            if found is not None:
-                return found
-        raise OffsetOutOfRangeError(
-            f"offset {offset} was deleted while being read",
-            log_start_offset=self.log_start_offset,
-            log_end_offset=self.log_end_offset,
-        )
-
-    def batch_headers(self, tail_bytes: int = 64 << 20) -> Iterator[BatchHeader]:
-        """The headers of the batches in about the last ``tail_bytes`` of the log (from a
-        batch boundary the offset index gives), oldest first, without reading records: what
-        the broker rebuilds its idempotent producers' sequence numbers from after a restart.
-        """
-        yield from self._snapshot.batch_headers(tail_bytes)
-
-    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """ListOffsets v1+: the first record at or above the log start offset whose
-        timestamp is >= ``timestamp``.
-
-        ``EARLIEST_TIMESTAMP`` (-2) and ``LATEST_TIMESTAMP`` (-1) give the log start and end
-        offsets with timestamp -1.  The first candidate batch is found from headers (time
-        index binary search, offset index, header walk); only the records of batches whose
-        max timestamp reaches ``timestamp`` are decoded (usually one).  ``None`` when no
-        record is that recent.
-        """
-        return self._snapshot.offset_for_timestamp(timestamp)
-
-    def offsets_before(
-        self, timestamp: int, max_offsets: int, now_ms: int | None = None
-    ) -> list[int]:
-        """ListOffsets v0 (Kafka 0.8): segment base offsets of segments last modified at or
-        before ``timestamp`` (plus the log end offset for LATEST), newest first."""
-        return self._snapshot.offsets_before(timestamp, max_offsets, now_ms)
 
     # -- flushing ------------------------------------------------------------------------
 
