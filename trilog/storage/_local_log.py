@@ -80,7 +80,7 @@ class LocalLog:
         hi = max(lo + 1, bisect_right(bases, max(target - 1, rp)))
         return self.segments[lo:hi]
 
-    # -- changes under the append lock --------------------------------------------------
+    # -- changes under the append lock ---------------------------------------------------
 
     def roll(self, base_offset: int) -> LogSegment:
         """Under the append lock: make a new active segment starting at ``base_offset``.
