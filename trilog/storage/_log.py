@@ -137,6 +137,11 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
 _new_tuple = tuple.__new__  # builds a named tuple without its Python-level __new__ (hot path)
 
 
+def _refused_epoch(leader_epoch: int, assign_offsets: bool) -> ValueError:
+    return ValueError(f"leader_epoch={leader_epoch} with assign_offsets={assign_offsets}: a "
+                      "leader stamps an epoch >= 0, a follower keeps the batches' own")
+
+
 class Log(LogReader, SegmentRemovals):
     """The log of one partition: ``<dir>/<20-digit base offset>.log|.index|.timeindex``.
 
@@ -335,9 +340,7 @@ class Log(LogReader, SegmentRemovals):
         ``InvalidProducerEpochError``.  Every append, a follower's too, is remembered.
         """
         if leader_epoch is not None and (not assign_offsets or leader_epoch < 0):
-            raise ValueError(f"leader_epoch={leader_epoch} with assign_offsets="
-                             f"{assign_offsets}: a leader stamps an epoch >= 0, a follower "
-                             "keeps the batches' own")
+            raise _refused_epoch(leader_epoch, assign_offsets)
         mv = memoryview(buffer)
         if mv.itemsize != 1 or mv.ndim != 1:
             mv = mv.cast("B")
@@ -371,12 +374,11 @@ class Log(LogReader, SegmentRemovals):
         if flush_now:
             self.flush()
         _data, _infos, first, last, records, max_ts, offset_of_max_ts = plan
-        info: LogAppendInfo = _new_tuple(  # without LogAppendInfo's Python-level __new__
+        return _new_tuple(  # without LogAppendInfo's Python-level __new__
             LogAppendInfo,
             (first, last, last + 1, max_ts, offset_of_max_ts, records, len(batches), len(mv),
              log_start, now if stamp else -1, False),
         )
-        return info
 
     def _duplicate(self, first_offset: int) -> LogAppendInfo:
         """The answer to a batch its producer resent: its first offset, nothing appended."""
