@@ -2,8 +2,12 @@
 sparse offset and time indexes, appends that touch only batch headers, reads as file slices
 for ``sendfile``, flush policy, crash recovery, retention, and the ``LogManager``.
 
-Modules: ``_log`` (``Log``: append, read, flush, retention, truncation), ``_append`` (the
-append path's header and CRC checks and offset assignment), ``_loader`` (opening and
+Modules: ``_log`` (``Log``: opening, the append path, flush, the high watermark and leader
+epochs, closing), ``_local_log`` (``LocalLog``: the segment list and every change to it),
+``_reads`` (``LogReader``, a base of ``Log``: the lock-free reads from a ``LogSnapshot``),
+``_removals`` (``SegmentRemovals``, a base of ``Log``: retention, DeleteRecords, truncation,
+the cleaner's swap), ``_append`` (the append path's header and CRC checks and offset
+assignment), ``_producer_state`` (idempotent producers), ``_loader`` (opening and
 recovery), ``_segment`` (``LogSegment``, the roll decision, header walks), ``_index``,
 ``_files`` (atomic writes, directory fsyncs, removal), ``_manager``, ``_checkpoint``,
 ``_retention`` (pure decisions), ``_fetch`` (``FetchSlice``), ``_epochs`` (the leader-epoch
