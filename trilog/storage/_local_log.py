@@ -31,10 +31,12 @@ class LocalLog:
     roll started a segment: it asks for a flush up to there.
 
     Not thread-safe: ``Log`` calls it under its locks, as each method says: the append lock
-    for every change; the delete lock too, taken before it, for the changes that delete or
-    rename files.  Readers never use it: they work from ``Log``'s published snapshot and read
-    a segment through a descriptor of their own, so unlinking or closing a segment never
-    makes them read another file.
+    for every change; the delete lock too, taken before it, for those that take segments
+    out of the list.  ``Log`` reads ``recovery_point`` and ``roll_flush_offset`` without a
+    lock only where a value a moment old does no harm (the recovery-point checkpoint, the
+    flush timer).  Readers never use it: they work from ``Log``'s published snapshot and
+    read a segment through a descriptor of their own, so unlinking or closing a segment
+    never makes them read another file.
     """
 
     def __init__(
@@ -63,8 +65,8 @@ class LocalLog:
                 yield header.partition_leader_epoch, header.base_offset
 
     def count_below(self, offset: int) -> int:
-        """How many of the oldest segments hold only offsets below ``offset`` (the next
-        segment starts at or below it; never the active one)."""
+        """Under the append lock: how many of the oldest segments hold only offsets below
+        ``offset`` (the next segment starts at or below it; never the active one)."""
         segments = self.segments
         n = 0
         while n < len(segments) - 1 and segments[n + 1].base_offset <= offset:

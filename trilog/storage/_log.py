@@ -50,9 +50,9 @@ from trilog.storage._epochs import (
 from trilog.storage._files import fsync_dir, remove_dir_durably
 from trilog.storage._local_log import LocalLog
 from trilog.storage._producer_state import ProducerStateManager
-from trilog.storage._segment import LogSegment
 from trilog.storage._reads import LogReader, LogSnapshot
 from trilog.storage._removals import SegmentRemovals
+from trilog.storage._segment import LogSegment
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -503,7 +503,8 @@ class Log(LogReader, SegmentRemovals):
     def flush_due(self, now_ms: int | None = None) -> bool:
         """Whether ``maybe_flush`` has work: unflushed data older than
         ``flush_interval_ms``, or a rolled segment not yet fsynced."""
-        if self._local.roll_flush_offset > self._local.recovery_point:
+        local = self._local
+        if local.roll_flush_offset > local.recovery_point:
             return True
         interval = self.config.flush_interval_ms
         first = self._first_unflushed_ms
