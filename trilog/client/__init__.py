@@ -24,7 +24,7 @@ from trilog.client._brokers import BrokerAddress, parse_bootstrap
 from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_ranges
 from trilog.client._client import Client, open_client
 from trilog.net import BrokerConnection, open_connection
-from trilog.client._consumer import (
+from trilog.client._simple_consumer import (
     EARLIEST,
     LATEST,
     ConsumerRecord,

@@ -37,7 +37,7 @@ import trio
 from trilog._topic import PartitionKey
 from trilog.client._brokers import registered_brokers
 from trilog.client._client import Client, open_client
-from trilog.client._consumer import EARLIEST, LATEST
+from trilog.client._simple_consumer import EARLIEST, LATEST
 from trilog.client._coordinator import Coordinator
 from trilog.client._metadata import Node
 from trilog.client._offsets import (

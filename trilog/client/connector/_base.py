@@ -24,7 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import trio
 
 from trilog.client._client import Client
-from trilog.client._consumer import ConsumerRecord, FetchedRecords, FetchStatistics
+from trilog.client._simple_consumer import ConsumerRecord, FetchedRecords, FetchStatistics
 from trilog.client.connector._config import ConnectorSubscription, GroupConfig
 from trilog.client.connector._streams import Chunk, FilterStreams, MessageStream, TopicStreams
 from trilog.client.consumer import (

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from trilog.client._assignment import TopicFilter
-from trilog.client._consumer import EARLIEST, LATEST
+from trilog.client._simple_consumer import EARLIEST, LATEST
 from trilog.client.consumer import ConsumerRebalanceListener
 from trilog.net import ClientSecurity, SecurityOptions
 

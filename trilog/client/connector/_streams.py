@@ -15,7 +15,7 @@ from typing import Protocol
 import trio
 
 from trilog._concurrency import YieldPacer
-from trilog.client._consumer import ConsumerRecord, FetchedRecords
+from trilog.client._simple_consumer import ConsumerRecord, FetchedRecords
 
 #: what a fetcher queues for a stream: the assignment generation it fetched for, and records
 Chunk = tuple[int, FetchedRecords]

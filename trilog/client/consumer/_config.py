@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trilog.client._assignment import check_assignors
-from trilog.client._consumer import EARLIEST, LATEST, Deserializer
+from trilog.client._simple_consumer import EARLIEST, LATEST, Deserializer
 from trilog.client.consumer._structs import ConsumerRebalanceListener
 from trilog.net import ClientSecurity, SecurityOptions
 

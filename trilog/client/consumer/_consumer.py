@@ -39,7 +39,7 @@ import trio
 
 from trilog._concurrency import YieldPacer
 from trilog.client._client import Client
-from trilog.client._consumer import (
+from trilog.client._simple_consumer import (
     EARLIEST,
     LATEST,
     ConsumerRecord,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import trio
 
 from trilog.client._client import Client
-from trilog.client._consumer import (
+from trilog.client._simple_consumer import (
     Deserializer,
     FetchedRecords,
     FetchStatistics,

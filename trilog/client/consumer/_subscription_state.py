@@ -31,7 +31,7 @@ from trilog.client.consumer._structs import (
 )
 
 if TYPE_CHECKING:
-    from trilog.client._consumer import ConsumerRecord, FetchedRecords
+    from trilog.client._simple_consumer import ConsumerRecord, FetchedRecords
 
 #: picks the subscribed topics out of the cluster's topic names
 TopicSelector = Callable[[Iterable[str]], Iterable[str]]
