@@ -127,21 +127,24 @@ def _remember(producers: OrderedDict[int, _Producer], pid: int, epoch: int, base
 
 
 def _first_idempotent_batch(records) -> tuple[int, int, int, int] | None:
-    for pid, epoch, base_sequence, last_offset_delta in _batch_producers(records, 1):
-        if pid < 0 or base_sequence < 0:
-            return None
-        last_seq = (base_sequence + last_offset_delta) % _SEQ_MOD
-        return pid, epoch, base_sequence, last_seq
-    return None
+    """``(producer_id, epoch, base_sequence, last_sequence)`` of the first batch, if its
+    producer is idempotent (one header read: this runs for every append)."""
+    if len(records) < HEADER.size:
+        return None
+    (_base, _length, _leader_epoch, _magic, _crc, _attributes, delta, _first_ts, _max_ts,
+     pid, epoch, base_sequence, _count) = HEADER.unpack_from(records, 0)
+    if pid < 0 or base_sequence < 0:
+        return None
+    return pid, epoch, base_sequence, (base_sequence + delta) % _SEQ_MOD
 
 
-def _batch_producers(records, limit: int = -1) -> list[tuple[int, int, int, int]]:
-    """``(producer_id, producer_epoch, base_sequence, last_offset_delta)`` of each v2 batch
-    (the first ``limit``), read from the headers alone: the append checked them already."""
+def _batch_producers(records) -> list[tuple[int, int, int, int]]:
+    """``(producer_id, producer_epoch, base_sequence, last_offset_delta)`` of each v2 batch,
+    read from the headers alone: the append checked them already."""
     view = memoryview(records)
     out: list[tuple[int, int, int, int]] = []
     pos, end = 0, len(view)
-    while pos + HEADER.size <= end and limit != len(out):
+    while pos + HEADER.size <= end:
         (_base, length, _leader_epoch, _magic, _crc, _attributes, delta, _first_ts, _max_ts,
          pid, epoch, base_sequence, _count) = HEADER.unpack_from(view, pos)
         out.append((pid, epoch, base_sequence, delta))

@@ -62,10 +62,14 @@ from trilog.records import MAGIC_OFFSET, legacy_to_v2
 from trilog.storage import CHEAP_APPEND_BYTES, INLINE_APPENDS
 
 if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer as Buffer
-
     from trilog.broker.replication._purgatory import FetchPurgatory
     from trilog.storage import Log, LogAppendInfo, LogManager
+
+#: What a partition's records come as: a request's view of its frame, or bytes built here.
+Buffer = bytes | bytearray | memoryview
+
+#: Builds a named tuple without its Python-level ``__new__`` (the append path's results).
+_new_tuple = tuple.__new__
 
 log = logging.getLogger("trilog.broker.replicas")
 #: A full disk fails every append: one log line per partition and minute.
@@ -92,8 +96,10 @@ class AppendResult(NamedTuple):
 
     @classmethod
     def of(cls, info: LogAppendInfo) -> AppendResult:
-        return cls(NO_ERROR, info.first_offset, info.log_start_offset, info.log_append_time,
-                   info.log_end_offset, info.size_in_bytes, info.record_count)
+        result: AppendResult = _new_tuple(cls, (
+            NO_ERROR, info.first_offset, info.log_start_offset, info.log_append_time,
+            info.log_end_offset, info.size_in_bytes, info.record_count))
+        return result
 
 
 class ClusterView(Protocol):
@@ -135,8 +141,7 @@ def partition_error(exc: Exception, what: str, topic: str, partition: int) -> in
 
 def is_legacy(records: Buffer) -> bool:
     """Is ``records`` an old client's message set (magic 0 or 1), converted to v2 first?"""
-    view = memoryview(records)
-    return len(view) > MAGIC_OFFSET and view[MAGIC_OFFSET] < 2
+    return len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] < 2
 
 
 class _Write(NamedTuple):
@@ -252,7 +257,7 @@ class ReplicaManager:
                 results[tp] = AppendResult(exc.code)
                 continue
             assert records is not None
-            writes.append(_Write(tp, lg, records, part.stamped_epoch))
+            writes.append(_new_tuple(_Write, (tp, lg, records, part.stamped_epoch, False)))
         if writes:
             results.update(await self._write(writes))
         else:
@@ -264,7 +269,7 @@ class ReplicaManager:
         part = self.leader_partition(tp)
         if origin is AppendOrigin.CLIENT and tp[0] in INTERNAL_TOPICS:
             raise TopicAuthorizationFailedError(f"{tp[0]} is internal")
-        if records is None or len(memoryview(records)) == 0:
+        if records is None or len(records) == 0:
             raise CorruptMessageError("empty record set")
         if acks == -1:
             part.check_min_isr(self.cluster.min_insync_replicas(tp[0]))
@@ -289,12 +294,14 @@ class ReplicaManager:
         else:
             results = await trio.to_thread.run_sync(self._write_all, writes,
                                                     limiter=self.limiter)
-        for tp, result in results.items():
+        for w in writes:
+            result = results[w.tp]
             if result.error == NO_ERROR and result.size:
-                self.purgatory.data_appended(tp, result.size)
-                part = self.partitions.get(tp)
-                if part is not None and part.leader == self.broker_id:
-                    self.maybe_advance_high_watermark(part)
+                self.purgatory.data_appended(w.tp, result.size)
+                if w.log.replicated:  # (else the high watermark is the log end already)
+                    part = self.partitions.get(w.tp)
+                    if part is not None and part.leader == self.broker_id:
+                        self.maybe_advance_high_watermark(part)
         return results
 
     def appends_inline(self, appends: Iterable[tuple[PartitionKey, Buffer]], *,
@@ -314,7 +321,9 @@ class ReplicaManager:
         """May ``writes`` run on the event loop: a page-cache write of microseconds, or of a
         fraction of a millisecond for a MiB while writes are fast (``Log.cheap_append``)?
         Not an old client's large message set: converting it is Python work."""
-        total = sum(len(memoryview(w.records)) for w in writes)
+        total = 0
+        for w in writes:
+            total += len(w.records)
         for w in writes:
             if not w.log.cheap_append(total):
                 return False
@@ -330,7 +339,7 @@ class ReplicaManager:
                 records = w.records
                 if not w.follower and is_legacy(records):
                     # An old client's message set: the log keeps only v2.
-                    records = b"".join(legacy_to_v2(memoryview(records),
+                    records = b"".join(legacy_to_v2(records,
                                                     max_batch_bytes=self.message_max_bytes))
                 info = w.log.append(records, assign_offsets=not w.follower,
                                     leader_epoch=w.leader_epoch)
