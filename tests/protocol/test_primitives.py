@@ -10,6 +10,11 @@ from trilog.errors import LocalProtocolError, RemoteProtocolError
 from trilog.protocol import (
     BOOLEAN,
     BYTES,
+    COMPACT_BYTES,
+    COMPACT_NULLABLE_BYTES,
+    COMPACT_NULLABLE_STRING,
+    COMPACT_RECORDS,
+    COMPACT_STRING,
     INT8,
     INT16,
     INT32,
@@ -23,7 +28,9 @@ from trilog.protocol import (
     VARINT,
     VARLONG,
     Array,
+    CompactArray,
     Reader,
+    Writer,
 )
 
 INT_TYPES = [
@@ -268,3 +275,126 @@ def test_reader_positions():
     r.expect_end()
     with pytest.raises(RemoteProtocolError):
         r.int8()
+
+
+# -- Flexible versions' encodings (KIP-482) ----------------------------------------------------
+
+
+def test_compact_known_bytes():
+    # Length + 1 as an unsigned varint; 0 is null.
+    assert COMPACT_STRING.encode("") == b"\x01"
+    assert COMPACT_STRING.encode("abc") == b"\x04abc"
+    assert COMPACT_NULLABLE_STRING.encode(None) == b"\x00"
+    assert COMPACT_BYTES.encode(b"\x07") == b"\x02\x07"
+    assert COMPACT_NULLABLE_BYTES.encode(None) == b"\x00"
+    assert COMPACT_RECORDS.encode(None) == b"\x00"
+    assert CompactArray(INT32).encode([1]) == b"\x02\x00\x00\x00\x01"
+    assert CompactArray(INT32, nullable=True).encode(None) == b"\x00"
+    # 127 bytes: length + 1 = 128 takes two varint bytes.
+    assert COMPACT_STRING.encode("x" * 127) == b"\x80\x01" + b"x" * 127
+    # The compact variant of each type, as the schema layer asks for it.
+    assert STRING.compact() is COMPACT_STRING
+    assert NULLABLE_STRING.compact() is COMPACT_NULLABLE_STRING
+    assert BYTES.compact() is COMPACT_BYTES and RECORDS.compact() is COMPACT_RECORDS
+    assert INT32.compact() is INT32
+    assert isinstance(Array(STRING).compact(), CompactArray)
+    assert Array(STRING).compact().item is COMPACT_STRING
+
+
+@given(st.one_of(st.none(), st.text(max_size=300)))
+def test_compact_string_round_trip(s):
+    data = COMPACT_NULLABLE_STRING.encode(s)
+    assert COMPACT_NULLABLE_STRING.decode(data) == s
+    if s is not None:
+        assert COMPACT_STRING.decode(COMPACT_STRING.encode(s)) == s
+
+
+@given(st.one_of(st.none(), st.binary(max_size=300)))
+def test_compact_bytes_and_records_round_trip(b):
+    assert COMPACT_NULLABLE_BYTES.decode(COMPACT_NULLABLE_BYTES.encode(b)) == b
+    view = COMPACT_RECORDS.decode(COMPACT_RECORDS.encode(b))
+    assert (view is None) if b is None else bytes(view) == b
+
+
+@given(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.text(max_size=20)), max_size=20)))
+def test_compact_nullable_array_of_nullable_strings(xs):
+    t = CompactArray(COMPACT_NULLABLE_STRING, nullable=True)
+    assert t.decode(t.encode(xs)) == xs
+
+
+def test_compact_nulls_where_none_is_allowed():
+    for t in (COMPACT_STRING, COMPACT_BYTES, CompactArray(INT32)):
+        with pytest.raises(LocalProtocolError, match="null"):
+            t.encode(None)
+        with pytest.raises(RemoteProtocolError, match="length -1"):
+            t.decode(b"\x00")
+    with pytest.raises(LocalProtocolError, match="exceeds 32767"):
+        COMPACT_STRING.encode("x" * 32768)
+    with pytest.raises(RemoteProtocolError, match="not UTF-8"):
+        COMPACT_STRING.decode(b"\x03\xff\xfe")
+
+
+@pytest.mark.parametrize(
+    "t", [COMPACT_STRING, COMPACT_NULLABLE_STRING, COMPACT_BYTES, COMPACT_NULLABLE_BYTES,
+          COMPACT_RECORDS, CompactArray(INT8)], ids=lambda t: t.name)
+def test_compact_length_checks(t):
+    # Declared longer than what remains.
+    with pytest.raises(RemoteProtocolError, match="truncated"):
+        t.decode(b"\x0babc")
+    # Truncated inside the varint itself, and a varint past 5 bytes.
+    with pytest.raises(RemoteProtocolError, match="truncated"):
+        t.decode(b"\x80")
+    with pytest.raises(RemoteProtocolError, match="longer than 5"):
+        t.decode(b"\x80\x80\x80\x80\x80\x01")
+    # Over the cap, even when the bytes are there.
+    with pytest.raises(RemoteProtocolError, match="exceeds the cap"):
+        t.decode(b"\x09" + b"x" * 8, max_length=4)
+    # A huge announced length fails before anything is allocated.
+    with pytest.raises(RemoteProtocolError):
+        t.decode(b"\xff\xff\xff\xff\x0f")
+
+
+def test_compact_string_over_32767_on_the_wire_is_refused():
+    n = 32768
+    data = bytes(UNSIGNED_VARINT.encode(n + 1)) + b"x" * n
+    with pytest.raises(RemoteProtocolError, match="exceeds 32767"):
+        COMPACT_STRING.decode(data)
+
+
+def test_tagged_fields_section():
+    from trilog.protocol._primitives import write_tagged_fields
+
+    w = Writer()
+    write_tagged_fields(w, [(5, b"\x01\x02"), (0, b"")])
+    data = w.getvalue()
+    assert data == b"\x02" + b"\x00\x00" + b"\x05\x02\x01\x02"  # ascending tags
+    r = Reader(data + b"after")
+    assert [(tag, bytes(v)) for tag, v in r.tagged_fields()] == [(0, b""), (5, b"\x01\x02")]
+    assert r.raw(5) == b"after"
+    r = Reader(b"\x00")
+    r.skip_tagged_fields()
+    r.expect_end()
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b"", "truncated"),
+        (b"\x01", "truncated"),  # one field announced, none there
+        (b"\x01\x00", "truncated"),  # a tag without its size
+        (b"\x01\x00\x05abc", "truncated"),  # a size past the end
+        (b"\x80\x80\x80\x80\x10", "overflows|exceeds|truncated"),  # a count no input holds
+        (b"\x02\x00\x00", "truncated"),
+    ],
+)
+def test_malformed_tagged_fields(data, match):
+    with pytest.raises(RemoteProtocolError, match=match):
+        Reader(data).skip_tagged_fields()
+
+
+@given(st.binary(max_size=40))
+def test_any_tagged_section_reads_or_raises_the_protocol_error(data):
+    try:
+        Reader(data, max_length=1000).skip_tagged_fields()
+    except RemoteProtocolError:
+        pass

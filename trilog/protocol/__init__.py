@@ -171,6 +171,11 @@ from trilog.protocol._offsets_topic import (
 from trilog.protocol._primitives import (
     BOOLEAN,
     BYTES,
+    COMPACT_BYTES,
+    COMPACT_NULLABLE_BYTES,
+    COMPACT_NULLABLE_STRING,
+    COMPACT_RECORDS,
+    COMPACT_STRING,
     DEFAULT_MAX_LENGTH,
     INT8,
     INT16,
@@ -185,6 +190,7 @@ from trilog.protocol._primitives import (
     VARINT,
     VARLONG,
     Array,
+    CompactArray,
     Reader,
     Type,
     Writer,
@@ -363,4 +369,14 @@ __all__ += [
     "decode_offsets_key",
     "encode_offset_key",
     "encode_offset_value",
+]
+
+# Flexible versions (KIP-482): the compact encodings.
+__all__ += [
+    "COMPACT_BYTES",
+    "COMPACT_NULLABLE_BYTES",
+    "COMPACT_NULLABLE_STRING",
+    "COMPACT_RECORDS",
+    "COMPACT_STRING",
+    "CompactArray",
 ]

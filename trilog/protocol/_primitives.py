@@ -14,6 +14,15 @@ Byte layouts (all integers big-endian, two's complement; seed 003, "Protocol Pri
     array of T                      int32 N, then N encodings of T; N = -1 means null
     records                         nullable bytes; the records layer parses the contents
 
+    In flexible versions (KIP-482) lengths and counts become unsigned varints of N + 1,
+    where 0 means null:
+    compact string                  uvarint N+1, then N bytes of UTF-8      (N <= 32767)
+    compact bytes                   uvarint N+1, then N bytes
+    compact array of T              uvarint N+1, then N encodings of T
+    compact records                 compact nullable bytes
+    tagged fields                   uvarint count, then per field: uvarint tag, uvarint
+                                    size, size bytes (a struct's last part in those versions)
+
 Decoding happens on a :class:`Reader`: a position over a bytes-like object. Every length read
 from the wire is checked before anything is allocated: against the bytes that remain and
 against ``Reader.max_length`` (and an array count against the smallest possible encoding of
@@ -23,7 +32,8 @@ encoded (out of range, a string too long, a null where the version allows none) 
 :class:`~trilog.errors.LocalProtocolError`.
 
 Each wire type is a :class:`Type` object with ``write(writer, value)`` / ``read(reader)`` for
-codecs and ``encode(value) -> bytes`` / ``decode(data)`` for standalone use. The schema layer
+codecs and ``encode(value) -> bytes`` / ``decode(data)`` for standalone use; ``compact()`` is
+its encoding in flexible versions (itself for the types that have only one). The schema layer
 (``_schema.py``) composes the same objects.
 """
 
@@ -192,6 +202,58 @@ class Reader:
         n = self.check_length(self.int32(), "bytes", nullable=True)
         return None if n == -1 else bytes(self.raw(n))
 
+    # -- flexible versions (KIP-482) -----------------------------------------------------
+
+    def compact_length(self, what: str, *, nullable: bool, item_size: int = 1) -> int:
+        """A compact length or count (uvarint N + 1, 0 = null) checked as ``check_length``
+        does; ``-1`` only when ``nullable``."""
+        return self.check_length(self.unsigned_varint() - 1, what, nullable=nullable,
+                                 item_size=item_size)
+
+    def _compact_text(self, nullable: bool) -> str | None:
+        n = self.compact_length("compact string", nullable=nullable)
+        if n > 0x7FFF:  # Kafka's limit for every string, compact ones included
+            raise RemoteProtocolError(f"compact string length {n} at offset {self.pos} "
+                                      "exceeds 32767")
+        return None if n == -1 else self._text(n, "compact string")
+
+    def compact_string(self) -> str:
+        text = self._compact_text(False)
+        assert text is not None
+        return text
+
+    def compact_nullable_string(self) -> str | None:
+        return self._compact_text(True)
+
+    def compact_bytes(self) -> bytes:
+        return bytes(self.raw(self.compact_length("compact bytes", nullable=False)))
+
+    def compact_nullable_bytes(self) -> bytes | None:
+        n = self.compact_length("compact bytes", nullable=True)
+        return None if n == -1 else bytes(self.raw(n))
+
+    def tagged_fields(self) -> list[tuple[int, memoryview]]:
+        """A tagged-field section: ``(tag, bytes)`` in wire order, the bytes zero-copy.
+
+        Every size is checked against what remains; the order of tags is not (Kafka's
+        readers do not check it either)."""
+        view, pos = self._view, self.pos
+        if pos < self._end and view[pos] == 0:  # the usual section: empty
+            self.pos = pos + 1
+            return []
+        count = self.check_length(self.unsigned_varint(), "tagged fields", nullable=False,
+                                  item_size=2)
+        fields = []
+        for _ in range(count):
+            tag = self.unsigned_varint()
+            size = self.check_length(self.unsigned_varint(), "tagged field", nullable=False)
+            fields.append((tag, self.raw(size, "tagged field")))
+        return fields
+
+    def skip_tagged_fields(self) -> None:
+        """Read past a tagged-field section whose fields are all unknown to the reader."""
+        self.tagged_fields()
+
     def expect_end(self, what: str = "message") -> None:
         if self.pos != self._end:
             raise RemoteProtocolError(
@@ -287,6 +349,10 @@ class Type:
         """The nullable variant of this type (itself when it has none)."""
         return self
 
+    def compact(self) -> Type:
+        """This type in flexible versions (itself unless it has a compact encoding)."""
+        return self
+
     def _write_null(self, w: Writer, length: struct.Struct) -> None:
         """Null as Kafka writes it: length (or count) -1, if this type may be null."""
         if not self.nullable:
@@ -364,6 +430,27 @@ def _uvarint_bytes(raw: int) -> bytearray:
     return out
 
 
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
+def uvarint(value: int) -> bytes:
+    """The unsigned varint of ``value`` (0 <= value < 2**32): the compact lengths' prefix."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise LocalProtocolError(f"{value} is out of range for an unsigned varint")
+    return bytes(_uvarint_bytes(value))
+
+
+def write_tagged_fields(w: Writer, fields: list[tuple[int, bytes]]) -> None:
+    """A tagged-field section of ``(tag, encoded value)`` pairs, in ascending tag order."""
+    w.buf += uvarint(len(fields))
+    for tag, data in sorted(fields, key=lambda field: field[0]):
+        w.buf += uvarint(tag)
+        w.buf += uvarint(len(data))
+        w.buf += data
+
+
 class _VarInt(Type):
     def __init__(self, name: str, bits: int) -> None:
         self.name = name
@@ -431,6 +518,9 @@ class _String(Type):
     def as_nullable(self) -> Type:
         return NULLABLE_STRING
 
+    def compact(self) -> Type:
+        return COMPACT_NULLABLE_STRING if self.nullable else COMPACT_STRING
+
 
 class _Bytes(Type):
     min_size = 4
@@ -459,6 +549,9 @@ class _Bytes(Type):
 
     def as_nullable(self) -> Type:
         return NULLABLE_BYTES
+
+    def compact(self) -> Type:
+        return COMPACT_NULLABLE_BYTES if self.nullable else COMPACT_BYTES
 
 
 class _Records(Type):
@@ -489,6 +582,9 @@ class _Records(Type):
     def read(self, r: Reader) -> memoryview | None:
         n = r.check_length(r.int32(), "records", nullable=True)
         return None if n == -1 else r.raw(n, "records")
+
+    def compact(self) -> Type:
+        return COMPACT_RECORDS
 
 
 class ItemDeclaration(Protocol):
@@ -552,6 +648,148 @@ class Array(Type):
     def as_nullable(self) -> Type:
         return self if self.nullable else Array(self.item, nullable=True)
 
+    def compact(self) -> Type:
+        item = self.item
+        return CompactArray(item.compact() if isinstance(item, Type) else item,
+                            nullable=self.nullable)
+
+
+# -- Compact types (flexible versions) --------------------------------------------------------
+
+
+class _CompactString(Type):
+    min_size = 1
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+        self.name = "compact_nullable_string" if nullable else "compact_string"
+
+    def write(self, w: Writer, value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                raise LocalProtocolError(f"null is not allowed for a non-nullable {self.name}")
+            w.buf.append(0)
+            return
+        if not isinstance(value, str):
+            raise LocalProtocolError(f"string needs a str, got {type(value).__name__}")
+        data = value.encode("utf-8")
+        if len(data) > 0x7FFF:
+            raise LocalProtocolError(f"string of {len(data)} UTF-8 bytes exceeds 32767")
+        w.buf += uvarint(len(data) + 1)
+        w.buf += data
+
+    def read(self, r: Reader) -> str | None:
+        return r.compact_nullable_string() if self.nullable else r.compact_string()
+
+    def default(self) -> str | None:
+        return None if self.nullable else ""
+
+    def as_nullable(self) -> Type:
+        return COMPACT_NULLABLE_STRING
+
+
+class _CompactBytes(Type):
+    min_size = 1
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+        self.name = "compact_nullable_bytes" if nullable else "compact_bytes"
+
+    def write(self, w: Writer, value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                raise LocalProtocolError(f"null is not allowed for a non-nullable {self.name}")
+            w.buf.append(0)
+            return
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise LocalProtocolError(f"bytes needs a bytes-like value, got {type(value).__name__}")
+        n = _bytes_len(value)
+        if n >= 0xFFFFFFFF:
+            raise LocalProtocolError(f"bytes of length {n} exceed an unsigned varint")
+        w.buf += uvarint(n + 1)
+        w.buf += value
+
+    def read(self, r: Reader) -> bytes | None:
+        return r.compact_nullable_bytes() if self.nullable else r.compact_bytes()
+
+    def default(self) -> bytes | None:
+        return None if self.nullable else b""
+
+    def as_nullable(self) -> Type:
+        return COMPACT_NULLABLE_BYTES
+
+
+class _CompactRecords(_Records):
+    """``records`` in flexible versions: compact nullable bytes, kept opaque like
+    :class:`_Records` (a memoryview when decoded; a size-known reference may be spliced)."""
+
+    name = "compact_records"
+    min_size = 1
+
+    def write(self, w: Writer, value: Any) -> None:
+        if value is None:
+            w.buf.append(0)
+            return
+        n = records_size(value)
+        if n > _INT32_MAX:
+            raise LocalProtocolError(f"records of size {n} exceed int32")
+        w.buf += uvarint(n + 1)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            w.buf += value
+        else:
+            w.splice(value)
+
+    def read(self, r: Reader) -> memoryview | None:
+        n = r.compact_length("compact records", nullable=True)
+        return None if n == -1 else r.raw(n, "compact records")
+
+    def compact(self) -> Type:
+        return self
+
+
+class CompactArray(Array):
+    """``Array`` in flexible versions: uvarint count + 1 (0 is null), then the items."""
+
+    min_size = 1
+
+    def __init__(self, item: Type | ItemDeclaration, *, nullable: bool = False) -> None:
+        super().__init__(item, nullable=nullable)
+        self.name = "compact" + self.name
+
+    def write(self, w: Writer, value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                raise LocalProtocolError(f"null is not allowed for a non-nullable {self.name}")
+            w.buf.append(0)
+            return
+        try:
+            n = len(value)
+        except TypeError:
+            raise LocalProtocolError(
+                f"array needs a sequence, got {type(value).__name__}"
+            ) from None
+        w.buf += uvarint(n + 1)
+        item = self._item_type()
+        for i, v in enumerate(value):
+            try:
+                item.write(w, v)
+            except LocalProtocolError as exc:
+                raise LocalProtocolError(f"[{i}]: {exc}") from None
+
+    def read(self, r: Reader) -> list[Any] | None:
+        n = r.compact_length("compact array", nullable=self.nullable,
+                             item_size=self.item.min_size)
+        if n == -1:
+            return None
+        item = self._item_type()
+        return [item.read(r) for _ in range(n)]
+
+    def as_nullable(self) -> Type:
+        return self if self.nullable else CompactArray(self.item, nullable=True)
+
+    def compact(self) -> Type:
+        return self
+
 
 INT8: Type = _Fixed("int8", _INT8, -(1 << 7), (1 << 7) - 1, "int8")
 INT16: Type = _Fixed("int16", _INT16, -(1 << 15), (1 << 15) - 1, "int16")
@@ -567,3 +805,8 @@ NULLABLE_STRING: Type = _String(nullable=True)
 BYTES: Type = _Bytes(nullable=False)
 NULLABLE_BYTES: Type = _Bytes(nullable=True)
 RECORDS: Type = _Records()
+COMPACT_STRING: Type = _CompactString(nullable=False)
+COMPACT_NULLABLE_STRING: Type = _CompactString(nullable=True)
+COMPACT_BYTES: Type = _CompactBytes(nullable=False)
+COMPACT_NULLABLE_BYTES: Type = _CompactBytes(nullable=True)
+COMPACT_RECORDS: Type = _CompactRecords()
