@@ -17,9 +17,10 @@ nested structs hang off their parent class)::
     corr = p.read_correlation_id(payload)                 # client side: find the request
     _, resp = p.decode_response(payload, p.ApiKey.METADATA, 1)
 
-Modules: ``_primitives`` (wire types, Reader/Writer, length caps), ``_schema`` (the schema
-DSL and generated classes), ``_messages`` (every supported API as data), ``_framing``
-(frames, headers, whole messages, zero-copy fetch, ApiVersions fallback), ``_offsets_topic``
+Modules: ``_primitives`` (wire types, compact ones included, Reader/Writer, length caps),
+``_schema`` (the schema DSL, flexible versions, generated classes), ``_messages`` (every
+supported API as data), ``_framing`` (frames, headers and which version of them an API's
+version uses, whole messages, zero-copy fetch, ApiVersions fallback), ``_offsets_topic``
 (the key and value records of ``__consumer_offsets``), ``_sasl`` (the PLAIN and SCRAM
 mechanisms, both sides), ``_acl`` (the ACL vocabulary: resource types, operations,
 patterns, bindings and filters).
@@ -53,6 +54,8 @@ from trilog.protocol._framing import (
     frame,
     peek_request_header,
     read_correlation_id,
+    request_header_version,
+    response_header_version,
 )
 from trilog.protocol._acl import (
     CLUSTER_NAME,
@@ -371,7 +374,7 @@ __all__ += [
     "encode_offset_value",
 ]
 
-# Flexible versions (KIP-482): the compact encodings.
+# Flexible versions (KIP-482): the compact encodings and the header versions.
 __all__ += [
     "COMPACT_BYTES",
     "COMPACT_NULLABLE_BYTES",
@@ -379,4 +382,6 @@ __all__ += [
     "COMPACT_RECORDS",
     "COMPACT_STRING",
     "CompactArray",
+    "request_header_version",
+    "response_header_version",
 ]

@@ -6,8 +6,18 @@ Byte layouts::
     frame            = size:int32  payload:size bytes          (size excludes itself)
     request payload  = request header, then the request body
     request header   v0: api_key:int16 api_version:int16 correlation_id:int32
-                     v1: v0 + client_id:nullable string        (what every API here uses)
-    response payload = correlation_id:int32, then the response body
+                     v1: v0 + client_id:nullable string        (non-flexible versions)
+                     v2: v1 + tagged fields                    (flexible versions)
+    response payload = response header, then the response body
+    response header  v0: correlation_id:int32                  (non-flexible versions)
+                     v1: v0 + tagged fields                    (flexible versions)
+
+The header versions follow from (api_key, api_version) alone (``request_header_version``,
+``response_header_version``): v2 / v1 for a flexible version of the API, v1 / v0 otherwise;
+and ApiVersions' response header is v0 at every version (Kafka's rule: a client that does
+not know which versions the broker speaks must be able to read its answer). client_id stays
+a non-compact string in header v2. The headers' tagged fields are written empty and skipped
+when read (none is defined that trilog uses).
 
 A response does not say which API it answers: the caller decodes it with the api key and
 version of the request it sent (matched by correlation id). All of this is sans-I/O: the
@@ -45,6 +55,7 @@ from trilog.protocol._primitives import (
 )
 from trilog.protocol._schema import Message
 
+_API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
 #: Kafka's ``socket.request.max.bytes`` default; a larger frame closes the connection.
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
 
@@ -63,6 +74,22 @@ class RecordsRef(Protocol):
     size: int
 
 
+def request_header_version(api_key: int, api_version: int) -> int:
+    """The request header version of ``api_key`` at ``api_version``: 2 for a flexible
+    version, else 1 (also for an API trilog does not implement)."""
+    cls = REQUEST_CLASSES.get(api_key)
+    return 2 if cls is not None and api_version >= cls.FIRST_FLEXIBLE else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """The response header version of ``api_key`` at ``api_version``: 1 for a flexible
+    version, else 0; always 0 for ApiVersions."""
+    cls = RESPONSE_CLASSES.get(api_key)
+    if cls is None or api_key == _API_VERSIONS_KEY:
+        return 0
+    return 1 if api_version >= cls.FIRST_FLEXIBLE else 0
+
+
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
     """A request header; ``client_id`` is absent (None) in header v0."""
@@ -78,6 +105,8 @@ class RequestHeader:
         INT32.write(w, self.correlation_id)
         if header_version >= 1:
             NULLABLE_STRING.write(w, self.client_id)
+        if header_version >= 2:
+            w.buf.append(0)  # no tagged fields
 
     def encode(self, header_version: int = 1) -> bytes:
         w = Writer()
@@ -92,6 +121,8 @@ class RequestHeader:
         else:  # raises the truncation error
             api_key, api_version, correlation_id = r.int16(), r.int16(), r.int32()
         client_id = r.nullable_string() if header_version >= 1 else None
+        if header_version >= 2:
+            r.skip_tagged_fields()
         return cls(api_key, api_version, correlation_id, client_id)
 
     @property
@@ -104,12 +135,20 @@ class RequestHeader:
 
 @dataclass(frozen=True, slots=True)
 class ResponseHeader:
-    """A response header (v0): just the correlation id."""
+    """A response header: the correlation id (v0), then tagged fields (v1)."""
 
     correlation_id: int
 
-    def encode(self) -> bytes:
-        return _SIZE.pack(self.correlation_id)
+    def encode(self, header_version: int = 0) -> bytes:
+        data = _SIZE.pack(self.correlation_id)
+        return data + b"\0" if header_version >= 1 else data
+
+    @classmethod
+    def read(cls, r: Reader, header_version: int = 0) -> ResponseHeader:
+        correlation_id = r.int32()
+        if header_version >= 1:
+            r.skip_tagged_fields()
+        return cls(correlation_id)
 
 
 # -- Frames -----------------------------------------------------------------------------------
@@ -319,13 +358,18 @@ def encode_request(
     correlation_id: int,
     client_id: str | None = "trilog",
     *,
-    header_version: int = 1,
+    header_version: int | None = None,
     framed: bool = True,
 ) -> bytes:
-    """Header + body of ``request`` at ``api_version``, size-prefixed unless ``framed=False``."""
+    """Header + body of ``request`` at ``api_version``, size-prefixed unless ``framed=False``.
+
+    The header's version is the one of ``api_version`` (2 if it is flexible, else 1)
+    unless ``header_version`` says otherwise."""
     w = Writer()
     if framed:
         w.buf += b"\0\0\0\0"
+    if header_version is None:
+        header_version = 2 if api_version >= request.FIRST_FLEXIBLE else 1
     RequestHeader(request.API_KEY, api_version, correlation_id, client_id).write(w, header_version)
     request.write_to(w, api_version)
     return _framed(w) if framed else w.getvalue()
@@ -340,7 +384,8 @@ def decode_request(
     implement (the broker answers ApiVersions with :func:`encode_api_versions_fallback` and
     closes the connection otherwise), and :class:`RemoteProtocolError` for an unknown API key
     or bytes that do not decode. :func:`peek_request_header` still works on such payloads.
-    The body's ``records`` are memoryviews into ``payload``.
+    The body's ``records`` are memoryviews into ``payload``. The header's version follows
+    from its api key and version (``request_header_version``).
     """
     r = Reader(payload, max_length=max_length)
     header = RequestHeader.read(r)
@@ -352,6 +397,8 @@ def decode_request(
             f"{cls.API_NAME} v{header.api_version} is not supported "
             f"(supported: {cls.MIN_VERSION}..{cls.MAX_VERSION})"
         )
+    if header.api_version >= cls.FIRST_FLEXIBLE:  # header v2: tagged fields after client_id
+        r.skip_tagged_fields()
     body = cls.decode(r, header.api_version)
     r.expect_end(f"{cls.__name__} v{header.api_version}")
     return header, body
@@ -386,13 +433,20 @@ def peek_request_header(payload: bytes | bytearray | memoryview) -> RequestHeade
 def encode_response(
     response: Message, api_version: int, correlation_id: int, *, framed: bool = True
 ) -> bytes:
-    """Correlation id + body of ``response`` at ``api_version``, size-prefixed by default."""
+    """Header + body of ``response`` at ``api_version``, size-prefixed by default."""
     w = Writer()
     if framed:
         w.buf += b"\0\0\0\0"
-    INT32.write(w, correlation_id)
+    _write_response_header(w, response, api_version, correlation_id)
     response.write_to(w, api_version)
     return _framed(w) if framed else w.getvalue()
+
+
+def _write_response_header(w: Writer, response: Message, api_version: int,
+                           correlation_id: int) -> None:
+    INT32.write(w, correlation_id)
+    if api_version >= response.FIRST_FLEXIBLE and response.API_KEY != _API_VERSIONS_KEY:
+        w.buf.append(0)  # header v1: no tagged fields
 
 
 def encode_response_parts(
@@ -405,7 +459,7 @@ def encode_response_parts(
     """
     w = Writer()
     w.buf += b"\0\0\0\0"
-    INT32.write(w, correlation_id)
+    _write_response_header(w, response, api_version, correlation_id)
     response.write_to(w, api_version)
     size = w.size() - 4
     parts = w.parts()
@@ -453,7 +507,7 @@ def decode_response(
     if cls is None:
         raise RemoteProtocolError(f"unknown or unsupported api key {api_key}")
     r = Reader(payload, max_length=max_length)
-    header = ResponseHeader(r.int32())
+    header = ResponseHeader.read(r, response_header_version(api_key, api_version))
     start = r.pos
     try:
         body = cls.decode(r, api_version)

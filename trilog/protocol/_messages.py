@@ -1,6 +1,10 @@
 """The messages trilog speaks: every supported API's request and response, as data.
 
-All versions here are Kafka's non-flexible ones (no tagged fields, no compact encodings).
+All versions implemented here are Kafka's non-flexible ones (no tagged fields, no compact
+encodings). Every message declares Kafka's ``flexibleVersions`` (``flexible="N+"``) all the
+same, though they lie past the versions implemented: the header version of any (api key,
+version) then follows from the declarations (``_framing``), even for a version trilog does
+not speak, and implementing a flexible version is declaring what it adds.
 Field and struct names are Kafka's JSON message specs
 (``clients/src/main/resources/common/message/*.json``) with field names in snake_case, so
 ``TopicData`` is ``topic_data``, ``PartitionIndex`` is ``partition_index`` and
@@ -12,9 +16,9 @@ Supported (``API_VERSIONS``)::
 
     Produce(0) 0-7      Fetch(1) 0-10        ListOffsets(2) 0-4    Metadata(3) 0-7
     LeaderAndIsr(4) 0-3 StopReplica(5) 0-1   UpdateMetadata(6) 0-5 ControlledShutdown(7) 1-2
-    OffsetCommit(8) 0-6 OffsetFetch(9) 0-5   FindCoordinator(10) 0-2
-    JoinGroup(11) 0-3   Heartbeat(12) 0-2    LeaveGroup(13) 0-2    SyncGroup(14) 0-2
-    DescribeGroups(15) 0-2                   ListGroups(16) 0-2
+    OffsetCommit(8) 0-7 OffsetFetch(9) 0-5   FindCoordinator(10) 0-2
+    JoinGroup(11) 0-5   Heartbeat(12) 0-3    LeaveGroup(13) 0-3    SyncGroup(14) 0-3
+    DescribeGroups(15) 0-4                   ListGroups(16) 0-2
     SaslHandshake(17) 0-1                    SaslAuthenticate(36) 0-1
     DescribeAcls(29) 0-1 CreateAcls(30) 0-1  DeleteAcls(31) 0-1
     ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3    DeleteRecords(21) 0-1
@@ -24,9 +28,9 @@ Supported (``API_VERSIONS``)::
     DeleteGroups(42) 0-1                     ElectLeaders(43) 0-1
     IncrementalAlterConfigs(44) 0            OffsetDelete(47) 0
 
-Not encoded: DescribeCluster(60), whose every version is flexible (tagged fields), which this
-layer does not encode; the flexible versions of the APIs above; ControlledShutdown v0, whose
-request header (Kafka 0.8's) lacks the client_id that every other request header carries.
+Not encoded: the flexible versions of the APIs above; DescribeCluster(60), whose every
+version is flexible; ControlledShutdown v0, whose request header (Kafka 0.8's) lacks the
+client_id that every other request header carries.
 What a broker *advertises* in ApiVersions is its own choice among these (the APIs it has
 handlers for): the inter-broker APIs (4-7) are here so that brokers can speak them.
 
@@ -173,7 +177,7 @@ ProduceRequest = message(K.PRODUCE, "ProduceRequest", (0, 7), [
             F("records", RECORDS),
         ]))),
     ]))),
-])
+], flexible="9+")
 
 ProduceResponse = message(K.PRODUCE, "ProduceResponse", (0, 7), [
     F("responses", Array(Struct("TopicProduceResponse", [
@@ -187,7 +191,7 @@ ProduceResponse = message(K.PRODUCE, "ProduceResponse", (0, 7), [
         ]))),
     ]))),
     F("throttle_time_ms", INT32, "1+"),
-])
+], flexible="9+")
 
 # -- Fetch (1) ----------------------------------------------------------------------------
 # v1: throttle; v3: max_bytes; v4: isolation_level, last_stable_offset, aborted_transactions;
@@ -215,7 +219,7 @@ FetchRequest = message(K.FETCH, "FetchRequest", (0, 10), [
         F("topic", STRING),
         F("partitions", Array(INT32)),
     ])), "7+"),
-])
+], flexible="12+")
 
 FetchResponse = message(K.FETCH, "FetchResponse", (0, 10), [
     F("throttle_time_ms", INT32, "1+"),
@@ -236,7 +240,7 @@ FetchResponse = message(K.FETCH, "FetchResponse", (0, 10), [
             F("records", RECORDS),
         ]))),
     ]))),
-])
+], flexible="12+")
 
 # -- ListOffsets (2) ----------------------------------------------------------------------
 # v0 returns several offsets per partition; v1 one offset with its timestamp; v2: isolation
@@ -254,7 +258,7 @@ ListOffsetsRequest = message(K.LIST_OFFSETS, "ListOffsetsRequest", (0, 4), [
             F("max_num_offsets", INT32, "0", default=1),
         ]))),
     ]))),
-])
+], flexible="6+")
 
 ListOffsetsResponse = message(K.LIST_OFFSETS, "ListOffsetsResponse", (0, 4), [
     F("throttle_time_ms", INT32, "2+"),
@@ -269,7 +273,7 @@ ListOffsetsResponse = message(K.LIST_OFFSETS, "ListOffsetsResponse", (0, 4), [
             F("leader_epoch", INT32, "4+", default=-1),
         ]))),
     ]))),
-])
+], flexible="6+")
 
 # -- Metadata (3) -------------------------------------------------------------------------
 # v0: an empty topic list means all topics; v1+: null means all, empty means none.
@@ -279,7 +283,7 @@ MetadataRequest = message(K.METADATA, "MetadataRequest", (0, 7), [
         F("name", STRING),
     ])), nullable="1+"),
     F("allow_auto_topic_creation", BOOLEAN, "4+", default=True),
-])
+], flexible="9+")
 
 MetadataResponse = message(K.METADATA, "MetadataResponse", (0, 7), [
     F("throttle_time_ms", INT32, "3+"),
@@ -305,7 +309,7 @@ MetadataResponse = message(K.METADATA, "MetadataResponse", (0, 7), [
             F("offline_replicas", Array(INT32), "5+"),
         ]))),
     ]))),
-])
+], flexible="9+")
 
 # -- LeaderAndIsr (4) ---------------------------------------------------------------------
 # Controller -> broker. v1: is_new; v2: broker_epoch, and the partition states move from one
@@ -343,7 +347,7 @@ LeaderAndIsrRequest = message(K.LEADER_AND_ISR, "LeaderAndIsrRequest", (0, 3), [
         F("host_name", STRING),
         F("port", INT32),
     ]))),
-])
+], flexible="4+")
 
 LeaderAndIsrResponse = message(K.LEADER_AND_ISR, "LeaderAndIsrResponse", (0, 3), [
     F("error_code", INT16),
@@ -352,7 +356,7 @@ LeaderAndIsrResponse = message(K.LEADER_AND_ISR, "LeaderAndIsrResponse", (0, 3),
         F("partition_index", INT32),
         F("error_code", INT16),
     ]))),
-])
+], flexible="4+")
 
 # -- StopReplica (5) ----------------------------------------------------------------------
 # Controller -> broker. v1: broker_epoch, and the partitions grouped by topic (topics)
@@ -371,7 +375,7 @@ StopReplicaRequest = message(K.STOP_REPLICA, "StopReplicaRequest", (0, 1), [
         F("name", STRING),
         F("partition_indexes", Array(INT32)),
     ])), "1-2"),
-])
+], flexible="2+")
 
 StopReplicaResponse = message(K.STOP_REPLICA, "StopReplicaResponse", (0, 1), [
     F("error_code", INT16),
@@ -380,7 +384,7 @@ StopReplicaResponse = message(K.STOP_REPLICA, "StopReplicaResponse", (0, 1), [
         F("partition_index", INT32),
         F("error_code", INT16),
     ]))),
-])
+], flexible="2+")
 
 # -- UpdateMetadata (6) -------------------------------------------------------------------
 # Controller -> broker. v0: one host and port per broker (v0_host, v0_port); v1: endpoints
@@ -421,11 +425,11 @@ UpdateMetadataRequest = message(K.UPDATE_METADATA, "UpdateMetadataRequest", (0, 
         ])), "1+"),
         F("rack", STRING, "2+", nullable="0+", default=None),
     ]))),
-])
+], flexible="6+")
 
 UpdateMetadataResponse = message(K.UPDATE_METADATA, "UpdateMetadataResponse", (0, 5), [
     F("error_code", INT16),
-])
+], flexible="6+")
 
 # -- ControlledShutdown (7) ---------------------------------------------------------------
 # Broker -> controller. v0 is left out: its request header has no client_id (header v0),
@@ -435,7 +439,7 @@ UpdateMetadataResponse = message(K.UPDATE_METADATA, "UpdateMetadataResponse", (0
 ControlledShutdownRequest = message(K.CONTROLLED_SHUTDOWN, "ControlledShutdownRequest", (1, 2), [
     F("broker_id", INT32),
     F("broker_epoch", INT64, "2+", default=-1),
-])
+], flexible="3+")
 
 ControlledShutdownResponse = message(
     K.CONTROLLED_SHUTDOWN, "ControlledShutdownResponse", (1, 2), [
@@ -444,7 +448,7 @@ ControlledShutdownResponse = message(
         F("topic_name", STRING),
         F("partition_index", INT32),
     ]))),
-])
+], flexible="3+")
 
 # -- OffsetCommit (8) ---------------------------------------------------------------------
 # v1: generation/member and a per-partition commit_timestamp (v1 only); v2-4: retention;
@@ -466,7 +470,7 @@ OffsetCommitRequest = message(K.OFFSET_COMMIT, "OffsetCommitRequest", (0, 7), [
             F("committed_metadata", STRING, nullable="0+"),
         ]))),
     ]))),
-])
+], flexible="8+")
 
 OffsetCommitResponse = message(K.OFFSET_COMMIT, "OffsetCommitResponse", (0, 7), [
     F("throttle_time_ms", INT32, "3+"),
@@ -477,7 +481,7 @@ OffsetCommitResponse = message(K.OFFSET_COMMIT, "OffsetCommitResponse", (0, 7), 
             F("error_code", INT16),
         ]))),
     ]))),
-])
+], flexible="8+")
 
 # -- OffsetFetch (9) ----------------------------------------------------------------------
 # v2: null topics means all, top-level error_code; v3: throttle; v5: committed_leader_epoch.
@@ -488,7 +492,7 @@ OffsetFetchRequest = message(K.OFFSET_FETCH, "OffsetFetchRequest", (0, 5), [
         F("name", STRING),
         F("partition_indexes", Array(INT32)),
     ])), nullable="2+"),
-])
+], flexible="6+")
 
 OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 5), [
     F("throttle_time_ms", INT32, "3+"),
@@ -503,7 +507,7 @@ OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 5), [
         ]))),
     ]))),
     F("error_code", INT16, "2+"),
-])
+], flexible="6+")
 
 # -- FindCoordinator (10) -----------------------------------------------------------------
 # v1: key_type (0 = group, 1 = transaction), throttle, error_message.
@@ -511,7 +515,7 @@ OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 5), [
 FindCoordinatorRequest = message(K.FIND_COORDINATOR, "FindCoordinatorRequest", (0, 2), [
     F("key", STRING),
     F("key_type", INT8, "1+"),
-])
+], flexible="3+")
 
 FindCoordinatorResponse = message(K.FIND_COORDINATOR, "FindCoordinatorResponse", (0, 2), [
     F("throttle_time_ms", INT32, "1+"),
@@ -520,7 +524,7 @@ FindCoordinatorResponse = message(K.FIND_COORDINATOR, "FindCoordinatorResponse",
     F("node_id", INT32),
     F("host", STRING),
     F("port", INT32),
-])
+], flexible="3+")
 
 # -- Group membership (11-14) -------------------------------------------------------------
 
@@ -535,7 +539,7 @@ JoinGroupRequest = message(K.JOIN_GROUP, "JoinGroupRequest", (0, 5), [
         F("name", STRING),
         F("metadata", BYTES),
     ]))),
-])
+], flexible="6+")
 
 JoinGroupResponse = message(K.JOIN_GROUP, "JoinGroupResponse", (0, 5), [
     F("throttle_time_ms", INT32, "2+"),
@@ -549,19 +553,19 @@ JoinGroupResponse = message(K.JOIN_GROUP, "JoinGroupResponse", (0, 5), [
         F("group_instance_id", STRING, "5+", nullable="5+", default=None),
         F("metadata", BYTES),
     ]))),
-])
+], flexible="6+")
 
 HeartbeatRequest = message(K.HEARTBEAT, "HeartbeatRequest", (0, 3), [
     F("group_id", STRING),
     F("generation_id", INT32),
     F("member_id", STRING),
     F("group_instance_id", STRING, "3+", nullable="3+", default=None),
-])
+], flexible="4+")
 
 HeartbeatResponse = message(K.HEARTBEAT, "HeartbeatResponse", (0, 3), [
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
-])
+], flexible="4+")
 
 LeaveGroupRequest = message(K.LEAVE_GROUP, "LeaveGroupRequest", (0, 3), [
     F("group_id", STRING),
@@ -570,7 +574,7 @@ LeaveGroupRequest = message(K.LEAVE_GROUP, "LeaveGroupRequest", (0, 3), [
         F("member_id", STRING),
         F("group_instance_id", STRING, nullable="0+", default=None),
     ])), "3+", default=[]),
-])
+], flexible="4+")
 
 LeaveGroupResponse = message(K.LEAVE_GROUP, "LeaveGroupResponse", (0, 3), [
     F("throttle_time_ms", INT32, "1+"),
@@ -580,7 +584,7 @@ LeaveGroupResponse = message(K.LEAVE_GROUP, "LeaveGroupResponse", (0, 3), [
         F("group_instance_id", STRING, nullable="0+", default=None),
         F("error_code", INT16),
     ])), "3+", default=[]),
-])
+], flexible="4+")
 
 SyncGroupRequest = message(K.SYNC_GROUP, "SyncGroupRequest", (0, 3), [
     F("group_id", STRING),
@@ -591,13 +595,13 @@ SyncGroupRequest = message(K.SYNC_GROUP, "SyncGroupRequest", (0, 3), [
         F("member_id", STRING),
         F("assignment", BYTES),
     ]))),
-])
+], flexible="4+")
 
 SyncGroupResponse = message(K.SYNC_GROUP, "SyncGroupResponse", (0, 3), [
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
     F("assignment", BYTES),
-])
+], flexible="4+")
 
 # -- DescribeGroups (15) / ListGroups (16) ------------------------------------------------
 # v1: throttle_time_ms; v2 changes only semantics (throttling after the response).
@@ -605,7 +609,7 @@ SyncGroupResponse = message(K.SYNC_GROUP, "SyncGroupResponse", (0, 3), [
 DescribeGroupsRequest = message(K.DESCRIBE_GROUPS, "DescribeGroupsRequest", (0, 4), [
     F("groups", Array(STRING)),
     F("include_authorized_operations", BOOLEAN, "3+", default=False),
-])
+], flexible="5+")
 
 #: ``authorized_operations`` when the request did not ask for them (Kafka's INT32_MIN)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -629,9 +633,9 @@ DescribeGroupsResponse = message(K.DESCRIBE_GROUPS, "DescribeGroupsResponse", (0
         # a bit field: 1 << AclOperation code for each operation allowed on the group
         F("authorized_operations", INT32, "3+", default=AUTHORIZED_OPERATIONS_OMITTED),
     ]))),
-])
+], flexible="5+")
 
-ListGroupsRequest = message(K.LIST_GROUPS, "ListGroupsRequest", (0, 2), [])
+ListGroupsRequest = message(K.LIST_GROUPS, "ListGroupsRequest", (0, 2), [], flexible="3+")
 
 ListGroupsResponse = message(K.LIST_GROUPS, "ListGroupsResponse", (0, 2), [
     F("throttle_time_ms", INT32, "1+"),
@@ -640,13 +644,13 @@ ListGroupsResponse = message(K.LIST_GROUPS, "ListGroupsResponse", (0, 2), [
         F("group_id", STRING),
         F("protocol_type", STRING),
     ]))),
-])
+], flexible="3+")
 
 # -- ApiVersions (18) ---------------------------------------------------------------------
 # The request is empty before v3. The response puts throttle_time_ms *after* the array, so a
 # v0 response is a prefix of v1/v2: that is what makes the UNSUPPORTED_VERSION fallback work.
 
-ApiVersionsRequest = message(K.API_VERSIONS, "ApiVersionsRequest", (0, 2), [])
+ApiVersionsRequest = message(K.API_VERSIONS, "ApiVersionsRequest", (0, 2), [], flexible="3+")
 
 ApiVersionsResponse = message(K.API_VERSIONS, "ApiVersionsResponse", (0, 2), [
     F("error_code", INT16),
@@ -656,7 +660,7 @@ ApiVersionsResponse = message(K.API_VERSIONS, "ApiVersionsResponse", (0, 2), [
         F("max_version", INT16),
     ]))),
     F("throttle_time_ms", INT32, "1+"),
-])
+], flexible="3+")
 
 # -- SaslHandshake (17) / SaslAuthenticate (36) ---------------------------------------------
 # After a SaslHandshake v1 the mechanism's tokens travel in SaslAuthenticate requests; after
@@ -674,14 +678,14 @@ SaslHandshakeResponse = message(K.SASL_HANDSHAKE, "SaslHandshakeResponse", (0, 1
 
 SaslAuthenticateRequest = message(K.SASL_AUTHENTICATE, "SaslAuthenticateRequest", (0, 1), [
     F("auth_bytes", BYTES),
-])
+], flexible="2+")
 
 SaslAuthenticateResponse = message(K.SASL_AUTHENTICATE, "SaslAuthenticateResponse", (0, 1), [
     F("error_code", INT16),
     F("error_message", STRING, nullable="0+", default=None),
     F("auth_bytes", BYTES),
     F("session_lifetime_ms", INT64, "1+"),
-])
+], flexible="2+")
 
 # -- DescribeAcls (29) / CreateAcls (30) / DeleteAcls (31) ---------------------------------
 # Codes: resource type (1 ANY, 2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID), pattern type
@@ -696,7 +700,7 @@ DescribeAclsRequest = message(K.DESCRIBE_ACLS, "DescribeAclsRequest", (0, 1), [
     F("host_filter", STRING, nullable="0+", default=None),
     F("operation", INT8),
     F("permission_type", INT8),
-])
+], flexible="2+")
 
 DescribeAclsResponse = message(K.DESCRIBE_ACLS, "DescribeAclsResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -713,7 +717,7 @@ DescribeAclsResponse = message(K.DESCRIBE_ACLS, "DescribeAclsResponse", (0, 1), 
             F("permission_type", INT8),
         ]))),
     ]))),
-])
+], flexible="2+")
 
 CreateAclsRequest = message(K.CREATE_ACLS, "CreateAclsRequest", (0, 1), [
     F("creations", Array(Struct("AclCreation", [
@@ -725,7 +729,7 @@ CreateAclsRequest = message(K.CREATE_ACLS, "CreateAclsRequest", (0, 1), [
         F("operation", INT8),
         F("permission_type", INT8),
     ]))),
-])
+], flexible="2+")
 
 CreateAclsResponse = message(K.CREATE_ACLS, "CreateAclsResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -733,7 +737,7 @@ CreateAclsResponse = message(K.CREATE_ACLS, "CreateAclsResponse", (0, 1), [
         F("error_code", INT16),
         F("error_message", STRING, nullable="0+", default=None),
     ]))),
-])
+], flexible="2+")
 
 DeleteAclsRequest = message(K.DELETE_ACLS, "DeleteAclsRequest", (0, 1), [
     F("filters", Array(Struct("DeleteAclsFilter", [
@@ -745,7 +749,7 @@ DeleteAclsRequest = message(K.DELETE_ACLS, "DeleteAclsRequest", (0, 1), [
         F("operation", INT8),
         F("permission_type", INT8),
     ]))),
-])
+], flexible="2+")
 
 DeleteAclsResponse = message(K.DELETE_ACLS, "DeleteAclsResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -764,7 +768,7 @@ DeleteAclsResponse = message(K.DELETE_ACLS, "DeleteAclsResponse", (0, 1), [
             F("permission_type", INT8),
         ]))),
     ]))),
-])
+], flexible="2+")
 
 # -- CreateTopics (19) / DeleteTopics (20) ------------------------------------------------
 
@@ -784,7 +788,7 @@ CreateTopicsRequest = message(K.CREATE_TOPICS, "CreateTopicsRequest", (0, 3), [
     ]))),
     F("timeout_ms", INT32, default=60000),
     F("validate_only", BOOLEAN, "1+"),
-])
+], flexible="5+")
 
 CreateTopicsResponse = message(K.CREATE_TOPICS, "CreateTopicsResponse", (0, 3), [
     F("throttle_time_ms", INT32, "2+"),
@@ -793,12 +797,12 @@ CreateTopicsResponse = message(K.CREATE_TOPICS, "CreateTopicsResponse", (0, 3), 
         F("error_code", INT16),
         F("error_message", STRING, "1+", nullable="0+", default=None),
     ]))),
-])
+], flexible="5+")
 
 DeleteTopicsRequest = message(K.DELETE_TOPICS, "DeleteTopicsRequest", (0, 3), [
     F("topic_names", Array(STRING)),
     F("timeout_ms", INT32),
-])
+], flexible="4+")
 
 DeleteTopicsResponse = message(K.DELETE_TOPICS, "DeleteTopicsResponse", (0, 3), [
     F("throttle_time_ms", INT32, "1+"),
@@ -806,7 +810,7 @@ DeleteTopicsResponse = message(K.DELETE_TOPICS, "DeleteTopicsResponse", (0, 3), 
         F("name", STRING),
         F("error_code", INT16),
     ]))),
-])
+], flexible="4+")
 
 # -- InitProducerId (22) -------------------------------------------------------------------
 # v1 changes only semantics (bumps the epoch on retries); v2+ are flexible.
@@ -814,14 +818,14 @@ DeleteTopicsResponse = message(K.DELETE_TOPICS, "DeleteTopicsResponse", (0, 3), 
 InitProducerIdRequest = message(K.INIT_PRODUCER_ID, "InitProducerIdRequest", (0, 1), [
     F("transactional_id", STRING, nullable="0+"),
     F("transaction_timeout_ms", INT32),
-])
+], flexible="2+")
 
 InitProducerIdResponse = message(K.INIT_PRODUCER_ID, "InitProducerIdResponse", (0, 1), [
     F("throttle_time_ms", INT32),
     F("error_code", INT16),
     F("producer_id", INT64, default=-1),
     F("producer_epoch", INT16, default=-1),
-])
+], flexible="2+")
 
 # -- DeleteRecords (21) --------------------------------------------------------------------
 # v1 changes only semantics (throttling after the response); v2+ are flexible. An offset of
@@ -836,7 +840,7 @@ DeleteRecordsRequest = message(K.DELETE_RECORDS, "DeleteRecordsRequest", (0, 1),
         ]))),
     ]))),
     F("timeout_ms", INT32, default=60000),
-])
+], flexible="2+")
 
 DeleteRecordsResponse = message(K.DELETE_RECORDS, "DeleteRecordsResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -848,7 +852,7 @@ DeleteRecordsResponse = message(K.DELETE_RECORDS, "DeleteRecordsResponse", (0, 1
             F("error_code", INT16),
         ]))),
     ]))),
-])
+], flexible="2+")
 
 # -- OffsetForLeaderEpoch (23) -------------------------------------------------------------
 # A follower (or a consumer) asks where a leader epoch ends. v1: leader_epoch in the answer;
@@ -867,7 +871,7 @@ OffsetForLeaderEpochRequest = message(
             F("leader_epoch", INT32),
         ]))),
     ]))),
-])
+], flexible="4+")
 
 OffsetForLeaderEpochResponse = message(
     K.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpochResponse", (0, 3), [
@@ -881,7 +885,7 @@ OffsetForLeaderEpochResponse = message(
             F("end_offset", INT64, default=-1),
         ]))),
     ]))),
-])
+], flexible="4+")
 
 # -- DescribeConfigs (32) ------------------------------------------------------------------
 # v1: include_synonyms, config_source replaces is_default, synonyms; v2 changes only
@@ -896,7 +900,7 @@ DescribeConfigsRequest = message(K.DESCRIBE_CONFIGS, "DescribeConfigsRequest", (
     ]))),
     F("include_synonyms", BOOLEAN, "1+"),
     F("include_documentation", BOOLEAN, "3+"),
-])
+], flexible="4+")
 
 DescribeConfigsResponse = message(K.DESCRIBE_CONFIGS, "DescribeConfigsResponse", (0, 3), [
     F("throttle_time_ms", INT32),
@@ -921,7 +925,7 @@ DescribeConfigsResponse = message(K.DESCRIBE_CONFIGS, "DescribeConfigsResponse",
             F("documentation", STRING, "3+", nullable="0+", default=None),
         ]))),
     ]))),
-])
+], flexible="4+")
 
 # -- AlterConfigs (33) / IncrementalAlterConfigs (44) ---------------------------------------
 # AlterConfigs v1 changes only semantics, v2+ are flexible; IncrementalAlterConfigs v1+ are
@@ -937,7 +941,7 @@ AlterConfigsRequest = message(K.ALTER_CONFIGS, "AlterConfigsRequest", (0, 1), [
         ]))),
     ]))),
     F("validate_only", BOOLEAN),
-])
+], flexible="2+")
 
 AlterConfigsResponse = message(K.ALTER_CONFIGS, "AlterConfigsResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -947,7 +951,7 @@ AlterConfigsResponse = message(K.ALTER_CONFIGS, "AlterConfigsResponse", (0, 1), 
         F("resource_type", INT8),
         F("resource_name", STRING),
     ]))),
-])
+], flexible="2+")
 
 IncrementalAlterConfigsRequest = message(
     K.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigsRequest", (0, 0), [
@@ -961,7 +965,7 @@ IncrementalAlterConfigsRequest = message(
         ]))),
     ]))),
     F("validate_only", BOOLEAN),
-])
+], flexible="1+")
 
 IncrementalAlterConfigsResponse = message(
     K.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigsResponse", (0, 0), [
@@ -972,7 +976,7 @@ IncrementalAlterConfigsResponse = message(
         F("resource_type", INT8),
         F("resource_name", STRING),
     ]))),
-])
+], flexible="1+")
 
 # -- DescribeLogDirs (35) -------------------------------------------------------------------
 # v1 changes only semantics (throttling after the response); v2+ are flexible. Null topics
@@ -983,7 +987,7 @@ DescribeLogDirsRequest = message(K.DESCRIBE_LOG_DIRS, "DescribeLogDirsRequest", 
         F("topic", STRING),
         F("partitions", Array(INT32)),
     ])), nullable="0+", default=None),
-])
+], flexible="2+")
 
 DescribeLogDirsResponse = message(K.DESCRIBE_LOG_DIRS, "DescribeLogDirsResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -1000,7 +1004,7 @@ DescribeLogDirsResponse = message(K.DESCRIBE_LOG_DIRS, "DescribeLogDirsResponse"
             ]))),
         ]))),
     ]))),
-])
+], flexible="2+")
 
 # -- CreatePartitions (37) ------------------------------------------------------------------
 # v1 changes only semantics (throttling after the response); v2+ are flexible. Null
@@ -1016,7 +1020,7 @@ CreatePartitionsRequest = message(K.CREATE_PARTITIONS, "CreatePartitionsRequest"
     ]))),
     F("timeout_ms", INT32, default=60000),
     F("validate_only", BOOLEAN),
-])
+], flexible="2+")
 
 CreatePartitionsResponse = message(K.CREATE_PARTITIONS, "CreatePartitionsResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -1025,14 +1029,14 @@ CreatePartitionsResponse = message(K.CREATE_PARTITIONS, "CreatePartitionsRespons
         F("error_code", INT16),
         F("error_message", STRING, nullable="0+", default=None),
     ]))),
-])
+], flexible="2+")
 
 # -- DeleteGroups (42) / OffsetDelete (47) --------------------------------------------------
 # DeleteGroups v1 changes only semantics, v2+ are flexible; OffsetDelete has only v0.
 
 DeleteGroupsRequest = message(K.DELETE_GROUPS, "DeleteGroupsRequest", (0, 1), [
     F("groups_names", Array(STRING)),
-])
+], flexible="2+")
 
 DeleteGroupsResponse = message(K.DELETE_GROUPS, "DeleteGroupsResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -1040,7 +1044,7 @@ DeleteGroupsResponse = message(K.DELETE_GROUPS, "DeleteGroupsResponse", (0, 1), 
         F("group_id", STRING),
         F("error_code", INT16),
     ]))),
-])
+], flexible="2+")
 
 OffsetDeleteRequest = message(K.OFFSET_DELETE, "OffsetDeleteRequest", (0, 0), [
     F("group_id", STRING),
@@ -1076,7 +1080,7 @@ ElectLeadersRequest = message(K.ELECT_LEADERS, "ElectLeadersRequest", (0, 1), [
         F("partitions", Array(INT32)),
     ])), nullable="0+"),
     F("timeout_ms", INT32, default=60000),
-])
+], flexible="2+")
 
 ElectLeadersResponse = message(K.ELECT_LEADERS, "ElectLeadersResponse", (0, 1), [
     F("throttle_time_ms", INT32),
@@ -1089,7 +1093,7 @@ ElectLeadersResponse = message(K.ELECT_LEADERS, "ElectLeadersResponse", (0, 1), 
             F("error_message", STRING, nullable="0+", default=None),
         ]))),
     ]))),
-])
+], flexible="2+")
 
 del F, K, _LeaderAndIsrPartitionState, _UpdateMetadataPartitionState
 # fmt: on

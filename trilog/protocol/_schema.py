@@ -23,12 +23,22 @@ add fields is written once::
 range too, because Kafka made some fields nullable only from a given version (a null where
 the version has none is a :class:`~trilog.errors.LocalProtocolError`).
 
+Flexible versions (KIP-482) are declared once per message, ``message(..., flexible="3+")``
+(or ``Struct(..., flexible=...)`` for a record that is not an API): from that version on,
+the message and every struct in it use the compact encodings (strings, bytes, arrays and
+records with uvarint lengths, see ``_primitives``) and end with a tagged-field section. A
+field declared with ``tag=N`` is a tagged field in the flexible versions among its
+``versions`` (and absent from the others): written only when it differs from its default,
+read wherever it comes in the section. Unknown tags are skipped. Kafka's JSON spells this
+``flexibleVersions``, ``tag`` and ``taggedVersions``.
+
 Each ``Struct`` generates a Python class (named as in Kafka's JSON, e.g.
 ``ProduceRequest.TopicProduceData``) with one attribute per field of *any* version; a
 field absent from the version being encoded is skipped, and a decoded object has it set to
 its default (``default=`` if given, as Kafka's JSON ``default``; else what Kafka's generated
 code uses: 0, False, "", b"", [], and None for records). Objects compare by value and have
-``to_dict(version=None)``. Codecs are compiled once per (struct, version) and cached.
+``to_dict(version=None)``. Codecs are compiled once per (struct, version) and cached;
+a non-flexible version compiles to the same code as before flexible versions existed.
 """
 
 from __future__ import annotations
@@ -43,12 +53,17 @@ from trilog.protocol._primitives import (
     _INT32 as _INT32_STRUCT,
     DEFAULT_MAX_LENGTH,
     Array,
+    CompactArray,
     Reader,
     Type,
     Writer,
+    _CompactRecords,
+    _CompactString,
     _Fixed,
     _Records,
     _String,
+    uvarint,
+    write_tagged_fields,
 )
 
 _MAX_VERSION = 0x7FFF
@@ -68,9 +83,10 @@ def parse_versions(spec: str | None) -> tuple[int, int] | None:
 
 
 class Field:
-    """One field: name, type, the versions it exists in, and those where it may be null."""
+    """One field: name, type, the versions it exists in, and those where it may be null;
+    ``tag`` makes it a tagged field of the flexible versions among them."""
 
-    __slots__ = ("_default", "name", "nullable_versions", "type", "versions")
+    __slots__ = ("_default", "name", "nullable_versions", "tag", "type", "versions")
 
     def __init__(
         self,
@@ -80,15 +96,19 @@ class Field:
         *,
         nullable: str | None = None,
         default: Any = _MISSING,
+        tag: int | None = None,
     ) -> None:
         in_versions = parse_versions(versions)
         if in_versions is None:
             raise ValueError(f"field {name} is in no version")
+        if tag is not None and not 0 <= tag <= 0xFFFFFFFF:
+            raise ValueError(f"field {name}: tag {tag} is not an unsigned varint")
         self.name = name
         self.type = type
         self.versions = in_versions
         self.nullable_versions = parse_versions(nullable)
         self._default = default
+        self.tag = tag
 
     def in_version(self, version: int) -> bool:
         lo, hi = self.versions
@@ -106,13 +126,18 @@ class Field:
             return self.type.default()
         return list(d) if isinstance(d, list) else d
 
-    def type_at(self, version: int) -> Type:
-        """The concrete codec of this field at ``version``."""
+    def type_at(self, version: int, flexible: bool = False) -> Type:
+        """The concrete codec of this field at ``version`` (of a flexible version when
+        ``flexible``: compact encodings, structs ending with tagged fields)."""
         t = self.type
         if isinstance(t, Struct):
-            t = t.codec(version)
+            t = t.codec_for(version, flexible)
         elif isinstance(t, Array) and isinstance(t.item, Struct):
-            t = Array(t.item.codec(version), nullable=t.nullable)
+            item = t.item.codec_for(version, flexible)
+            t = CompactArray(item, nullable=t.nullable) if flexible else Array(
+                item, nullable=t.nullable)
+        elif flexible:
+            t = t.compact()
         if self.nullable_in(version):
             t = t.as_nullable()
         return t
@@ -194,14 +219,22 @@ class Struct:
     min_size = 0
     nullable = False
 
-    def __init__(self, name: str, fields: list[Field], doc: str | None = None) -> None:
+    def __init__(self, name: str, fields: list[Field], doc: str | None = None, *,
+                 flexible: str | None = None) -> None:
         names = [f.name for f in fields]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate field names in {name}: {names}")
+        tags = [f.tag for f in fields if f.tag is not None]
+        if len(set(tags)) != len(tags):
+            raise ValueError(f"duplicate tags in {name}: {tags}")
         self.name = name
         self.fields = tuple(fields)
         self.field_names = tuple(names)
+        #: The versions in which this struct is flexible on its own (a message's, or a
+        #: record's); a struct nested in a message follows the message (``codec_for``).
+        self.flexible_versions = parse_versions(flexible)
         self._codecs: dict[int, _StructCodec] = {}
+        self._nested_codecs: dict[tuple[int, bool], _StructCodec] = {}
         self.cls = self._make_class(doc)
 
     def _make_class(self, doc: str | None) -> type[StructValue]:
@@ -245,10 +278,24 @@ class Struct:
             lines.append("    pass")
         return _define("__init__", lines, env, f"{self.name}.__init__")
 
+    def is_flexible(self, version: int) -> bool:
+        fv = self.flexible_versions
+        return fv is not None and fv[0] <= version <= fv[1]
+
     def codec(self, version: int) -> _StructCodec:
+        """The codec of ``version``, flexible if this struct's own flexible versions say so."""
         codec = self._codecs.get(version)
         if codec is None:
-            codec = self._codecs[version] = _StructCodec(self, version)
+            codec = self._codecs[version] = _StructCodec(self, version, self.is_flexible(version))
+        return codec
+
+    def codec_for(self, version: int, flexible: bool) -> _StructCodec:
+        """The codec of ``version`` inside a message that is (or is not) ``flexible`` there."""
+        if flexible == self.is_flexible(version):
+            return self.codec(version)
+        codec = self._nested_codecs.get((version, flexible))
+        if codec is None:
+            codec = self._nested_codecs[version, flexible] = _StructCodec(self, version, flexible)
         return codec
 
     def __repr__(self) -> str:
@@ -256,25 +303,37 @@ class Struct:
 
 
 class _StructCodec(Type):
-    """A struct's fields at one version, encoded back to back (no length prefix).
+    """A struct's fields at one version, encoded back to back (no length prefix), then, in
+    a flexible version, its tagged-field section.
 
     ``read`` and ``write`` are compiled from the fields into one Python function each
     (``_compile_read``, ``_compile_write``): runs of fixed-width fields become one
     ``struct`` call, arrays of structs a loop over the item's compiled function.  They are
-    what every request and response goes through, so this is the protocol's hot path.
+    what every request and response goes through, so this is the protocol's hot path; a
+    non-flexible codec's functions have no line about flexible versions.
     When the compiled function meets anything wrong it hands over to the field-by-field
     interpreter (``read_fields``, ``write_fields``), which raises the error with its path
     (``MetadataRequest.topics: null ...``).
     """
 
-    def __init__(self, struct: Struct, version: int) -> None:
+    def __init__(self, struct: Struct, version: int, flexible: bool) -> None:
         self.name = struct.name
         self.cls = struct.cls
+        self.flexible = flexible
+        present = [f for f in struct.fields if f.in_version(version)]
         self.steps = tuple(
-            (f.name, f.type_at(version)) for f in struct.fields if f.in_version(version)
+            (f.name, f.type_at(version, flexible)) for f in present if f.tag is None
         )
-        self.absent = tuple(f for f in struct.fields if not f.in_version(version))
-        self.min_size = sum(t.min_size for _, t in self.steps)
+        #: tag -> (name, type, default factory) of the tagged fields of this version
+        self.tagged: dict[int, tuple[str, Type, Callable[[], Any]]] = {
+            f.tag: (f.name, f.type_at(version, True), f.make_default)
+            for f in sorted(present, key=lambda f: f.tag or 0)
+            if flexible and f.tag is not None
+        }
+        # Every field that is not a step: set to its default (a tagged one, then, if read).
+        stepped = {name for name, _ in self.steps}
+        self.absent = tuple(f for f in struct.fields if f.name not in stepped)
+        self.min_size = sum(t.min_size for _, t in self.steps) + (1 if flexible else 0)
         self.read = self._compile_read()  # type: ignore[method-assign,assignment]
         self.write = self._compile_write()  # type: ignore[method-assign,assignment]
 
@@ -290,6 +349,8 @@ class _StructCodec(Type):
                 t.write(w, v)
             except LocalProtocolError as exc:
                 raise LocalProtocolError(f"{self.name}.{name}: {exc}") from None
+        if self.flexible:
+            self.write_tags(w, value)
 
     def read_fields(self, r: Reader) -> Any:
         obj = self.cls.__new__(self.cls)
@@ -300,14 +361,53 @@ class _StructCodec(Type):
                 raise RemoteProtocolError(f"{self.name}.{name}: {exc}") from None
         for f in self.absent:
             setattr(obj, f.name, f.make_default())
+        if self.flexible:
+            self.read_tags(r, obj)
         return obj
+
+    def write_tags(self, w: Writer, value: Any) -> None:
+        """The tagged-field section: the tagged fields whose value is not their default
+        (Kafka's rule), in ascending tag order."""
+        fields = []
+        for tag, (name, t, default) in self.tagged.items():
+            v = getattr(value, name)
+            if v == default():
+                continue
+            sub = Writer()
+            try:
+                t.write(sub, v)
+            except LocalProtocolError as exc:
+                raise LocalProtocolError(f"{self.name}.{name}: {exc}") from None
+            fields.append((tag, sub.getvalue()))
+        write_tagged_fields(w, fields)
+
+    def read_tags(self, r: Reader, obj: Any) -> None:
+        """Read a tagged-field section into ``obj``: known tags decode (each from exactly its
+        bytes), unknown ones are skipped."""
+        try:
+            fields = r.tagged_fields()
+        except RemoteProtocolError as exc:
+            raise RemoteProtocolError(f"{self.name}: {exc}") from None
+        for tag, data in fields:
+            known = self.tagged.get(tag)
+            if known is None:
+                continue
+            name, t, _ = known
+            sub = Reader(data, max_length=r.max_length)
+            try:
+                value = t.read(sub)
+                sub.expect_end(f"tagged field {tag}")
+            except RemoteProtocolError as exc:
+                raise RemoteProtocolError(f"{self.name}.{name} (tag {tag}): {exc}") from None
+            setattr(obj, name, value)
 
     # -- compilation ---------------------------------------------------------------------------
 
     def _plan(self) -> list[tuple[str, Any]]:
         """The steps grouped: ``("fixed", [(name, Struct), ...])`` for each run of fixed-width
-        integer fields, ``("array", (name, item codec, nullable))`` for an array of structs,
-        ``("string"|"records", (name, nullable, type))``, and ``("other", (name, type))``."""
+        integer fields, ``("array"|"carray", (name, item codec, nullable))`` for an array
+        (compact array) of structs, ``("string"|"records"|"cstring", (name, nullable, type))``,
+        and ``("other", (name, type))``."""
         plan: list[tuple[str, Any]] = []
         for name, t in self.steps:
             if isinstance(t, _Fixed):
@@ -316,10 +416,13 @@ class _StructCodec(Type):
                 else:
                     plan.append(("fixed", [(name, t._st)]))
             elif isinstance(t, Array) and isinstance(t.item, _StructCodec):
-                plan.append(("array", (name, t.item, t.nullable)))
+                kind = "carray" if isinstance(t, CompactArray) else "array"
+                plan.append((kind, (name, t.item, t.nullable)))
             elif isinstance(t, _String):
                 plan.append(("string", (name, t.nullable, t)))
-            elif isinstance(t, _Records):
+            elif isinstance(t, _CompactString):
+                plan.append(("cstring", (name, t.nullable, t)))
+            elif isinstance(t, _Records) and not isinstance(t, _CompactRecords):
                 plan.append(("records", (name, True, t)))
             else:
                 plan.append(("other", (name, t)))
@@ -329,98 +432,229 @@ class _StructCodec(Type):
         # Lengths are checked as Reader.check_length does; anything out of line (a short
         # buffer makes unpack_from raise) goes to read_fields for the error.
         env: dict[str, Any] = {"cls": self.cls, "slow": self.read_fields,
-                               "I16": _INT16_STRUCT, "I32": _INT32_STRUCT}
+                               "I16": _INT16_STRUCT, "I32": _INT32_STRUCT, "UV": _uvarint_at,
+                               "TAGS": self.read_tags}
         lines = ["def read(r):", "    start = pos = r.pos", "    try:",
                  "        view = r._view", "        end = r._end", "        cap = r.max_length",
                  "        obj = cls.__new__(cls)"]
         for i, (kind, arg) in enumerate(self._plan()):
-            if kind == "fixed":
-                st = _fused(arg)
-                env[f"S{i}"] = st
-                targets = "".join(f"obj.{name}, " for name, _ in arg)
-                lines += [f"        {targets}= S{i}.unpack_from(view, pos)",
-                          f"        pos += {st.size}"]
-            elif kind in ("string", "records"):
-                name, nullable, _t = arg
-                size, lstruct = (2, "I16") if kind == "string" else (4, "I32")
-                value = ("str(view[pos:pos + n], 'utf-8')" if kind == "string"
-                         else "view[pos:pos + n]")
-                lines += [f"        n = {lstruct}.unpack_from(view, pos)[0]",
-                          f"        pos += {size}",
-                          "        if n < 0:",
-                          f"            if n != -1 or not {nullable}:",
-                          "                raise ValueError",
-                          f"            obj.{name} = None",
-                          "        else:",
-                          "            if n > cap or pos + n > end:",
-                          "                raise ValueError",
-                          f"            obj.{name} = {value}",
-                          "            pos += n"]
-            elif kind == "array":
-                name, item, nullable = arg
-                env[f"R{i}"] = item.read
-                lines += ["        n = I32.unpack_from(view, pos)[0]",
-                          "        pos += 4",
-                          "        if n < 0:",
-                          f"            if n != -1 or not {nullable}:",
-                          "                raise ValueError",
-                          f"            obj.{name} = None",
-                          "        else:",
-                          f"            if n > cap or pos + n * {item.min_size} > end:",
-                          "                raise ValueError",
-                          "            r.pos = pos",
-                          f"            obj.{name} = [R{i}(r) for _ in range(n)]",
-                          "            pos = r.pos"]
-            else:
-                name, t = arg
-                env[f"T{i}"] = t.read
-                lines += ["        r.pos = pos", f"        obj.{name} = T{i}(r)", "        pos = r.pos"]
+            lines += _READ_STEPS[kind](i, arg, env)
         for j, f in enumerate(self.absent):
             env[f"D{j}"] = f.make_default
             lines.append(f"        obj.{f.name} = D{j}()")
+        if self.flexible:  # the tagged-field section, most often empty: one zero byte
+            lines += ["        if view[pos] == 0:", "            pos += 1", "        else:",
+                      "            r.pos = pos", "            TAGS(r, obj)",
+                      "            pos = r.pos"]
         lines += ["        if pos > end:", "            raise ValueError",
                   "        r.pos = pos", "        return obj", "    except Exception:",
                   "        r.pos = start", "        return slow(r)"]
         return _define("read", lines, env, f"{self.name}.read")
 
     def _compile_write(self) -> Callable[[Writer, Any], None]:
-        env: dict[str, Any] = {"slow": self.write_fields, "Writer": Writer,
-                               "I16": _INT16_STRUCT, "I32": _INT32_STRUCT}
+        env: dict[str, Any] = {"slow": self.write_fields, "Writer": Writer, "UVB": uvarint,
+                               "I16": _INT16_STRUCT, "I32": _INT32_STRUCT,
+                               "TAGW": self.write_tags}
         lines = ["def write(w, value):", "    try:", "        pass"]
         for i, (kind, arg) in enumerate(self._plan()):
-            if kind == "fixed":
-                env[f"S{i}"] = _fused(arg)
-                values = ", ".join(f"value.{name}" for name, _ in arg)
-                lines.append(f"        w.buf += S{i}.pack({values})")
-            elif kind == "array":
-                name, item, nullable = arg
-                env[f"W{i}"] = item.write
-                lines += [f"        items = value.{name}",
-                          "        if items is None:",
-                          "            w.buf += I32.pack(-1)" if nullable else
-                          "            raise TypeError('null')",
-                          "        else:",
-                          "            w.buf += I32.pack(len(items))",
-                          "            for item in items:",
-                          f"                W{i}(w, item)"]
-            elif kind == "string":
-                name, nullable, _t = arg
-                lines += [f"        v = value.{name}",
-                          "        if v is None:",
-                          "            w.buf += I16.pack(-1)" if nullable else
-                          "            raise TypeError('null')",
-                          "        else:",
-                          "            data = v.encode()",
-                          "            w.buf += I16.pack(len(data))",
-                          "            w.buf += data"]
-            else:
-                name = arg[0]
-                env[f"T{i}"] = arg[-1].write
-                lines.append(f"        T{i}(w, value.{name})")
+            lines += _WRITE_STEPS[kind](i, arg, env)
+        if self.flexible:
+            lines.append("        TAGW(w, value)" if self.tagged else "        w.buf.append(0)")
         lines += ["    except Exception:",
                   "        slow(Writer(), value)  # raises the error with its path",
                   "        raise"]
         return _define("write", lines, env, f"{self.name}.write")
+
+
+# -- The compiled functions' lines, step by step ------------------------------------------------
+# Each takes the step's index (to name what it puts in the environment), its argument from
+# ``_StructCodec._plan`` and the environment; it returns lines at the ``try:`` body's indent.
+# A read step advances the local ``pos`` over ``view`` (``r.pos`` is synchronised around
+# calls that read from ``r``); anything out of line raises, and the codec starts over on the
+# interpreter, which says what was wrong.
+
+
+def _uvarint_at(view: memoryview, pos: int) -> tuple[int, int]:
+    """The unsigned varint at ``pos`` and the position after it (IndexError past the end,
+    ValueError if it is longer than 5 bytes or overflows 32 bits)."""
+    byte = view[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    result, shift = byte & 0x7F, 7
+    for i in range(1, 5):
+        byte = view[pos + i]
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if result > 0xFFFFFFFF:
+                raise ValueError("unsigned varint overflows 32 bits")
+            return result, pos + i + 1
+        shift += 7
+    raise ValueError("unsigned varint longer than 5 bytes")
+
+
+def _read_fixed(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    st = _fused(arg)
+    env[f"S{i}"] = st
+    targets = "".join(f"obj.{name}, " for name, _ in arg)
+    return [f"        {targets}= S{i}.unpack_from(view, pos)", f"        pos += {st.size}"]
+
+
+def _read_sized(i: int, arg: Any, env: dict[str, Any], kind: str) -> list[str]:
+    name, nullable, _t = arg
+    size, lstruct = (2, "I16") if kind == "string" else (4, "I32")
+    value = ("str(view[pos:pos + n], 'utf-8')" if kind == "string" else "view[pos:pos + n]")
+    return [f"        n = {lstruct}.unpack_from(view, pos)[0]",
+            f"        pos += {size}",
+            "        if n < 0:",
+            f"            if n != -1 or not {nullable}:",
+            "                raise ValueError",
+            f"            obj.{name} = None",
+            "        else:",
+            "            if n > cap or pos + n > end:",
+            "                raise ValueError",
+            f"            obj.{name} = {value}",
+            "            pos += n"]
+
+
+def _read_compact_string(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, nullable, _t = arg
+    return ["        n, pos = UV(view, pos)",
+            "        if n == 0:",
+            f"            if not {nullable}:",
+            "                raise ValueError",
+            f"            obj.{name} = None",
+            "        else:",
+            "            n -= 1",
+            "            if n > cap or n > 32767 or pos + n > end:",
+            "                raise ValueError",
+            f"            obj.{name} = str(view[pos:pos + n], 'utf-8')",
+            "            pos += n"]
+
+
+def _read_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, item, nullable = arg
+    env[f"R{i}"] = item.read
+    return ["        n = I32.unpack_from(view, pos)[0]",
+            "        pos += 4",
+            "        if n < 0:",
+            f"            if n != -1 or not {nullable}:",
+            "                raise ValueError",
+            f"            obj.{name} = None",
+            "        else:",
+            f"            if n > cap or pos + n * {item.min_size} > end:",
+            "                raise ValueError",
+            "            r.pos = pos",
+            f"            obj.{name} = [R{i}(r) for _ in range(n)]",
+            "            pos = r.pos"]
+
+
+def _read_compact_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, item, nullable = arg
+    env[f"R{i}"] = item.read
+    return ["        n, pos = UV(view, pos)",
+            "        if n == 0:",
+            f"            if not {nullable}:",
+            "                raise ValueError",
+            f"            obj.{name} = None",
+            "        else:",
+            "            n -= 1",
+            f"            if n > cap or pos + n * {item.min_size} > end:",
+            "                raise ValueError",
+            "            r.pos = pos",
+            f"            obj.{name} = [R{i}(r) for _ in range(n)]",
+            "            pos = r.pos"]
+
+
+def _read_other(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, t = arg
+    env[f"T{i}"] = t.read
+    return ["        r.pos = pos", f"        obj.{name} = T{i}(r)", "        pos = r.pos"]
+
+
+_READ_STEPS: dict[str, Callable[[int, Any, dict[str, Any]], list[str]]] = {
+    "fixed": _read_fixed,
+    "string": lambda i, arg, env: _read_sized(i, arg, env, "string"),
+    "records": lambda i, arg, env: _read_sized(i, arg, env, "records"),
+    "cstring": _read_compact_string,
+    "array": _read_array,
+    "carray": _read_compact_array,
+    "other": _read_other,
+}
+
+
+def _write_null(nullable: bool, null: str) -> str:
+    return f"            w.buf += {null}" if nullable else "            raise TypeError('null')"
+
+
+def _write_fixed(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    env[f"S{i}"] = _fused(arg)
+    values = ", ".join(f"value.{name}" for name, _ in arg)
+    return [f"        w.buf += S{i}.pack({values})"]
+
+
+def _write_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, item, nullable = arg
+    env[f"W{i}"] = item.write
+    return [f"        items = value.{name}",
+            "        if items is None:",
+            _write_null(nullable, "I32.pack(-1)"),
+            "        else:",
+            "            w.buf += I32.pack(len(items))",
+            "            for item in items:",
+            f"                W{i}(w, item)"]
+
+
+def _write_compact_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, item, nullable = arg
+    env[f"W{i}"] = item.write
+    return [f"        items = value.{name}",
+            "        if items is None:",
+            _write_null(nullable, "b'\\0'"),
+            "        else:",
+            "            w.buf += UVB(len(items) + 1)",
+            "            for item in items:",
+            f"                W{i}(w, item)"]
+
+
+def _write_string(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, nullable, _t = arg
+    return [f"        v = value.{name}",
+            "        if v is None:",
+            _write_null(nullable, "I16.pack(-1)"),
+            "        else:",
+            "            data = v.encode()",
+            "            w.buf += I16.pack(len(data))",
+            "            w.buf += data"]
+
+
+def _write_compact_string(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, nullable, _t = arg
+    return [f"        v = value.{name}",
+            "        if v is None:",
+            _write_null(nullable, "b'\\0'"),
+            "        else:",
+            "            data = v.encode()",
+            "            if len(data) > 32767:",
+            "                raise ValueError",
+            "            w.buf += UVB(len(data) + 1)",
+            "            w.buf += data"]
+
+
+def _write_other(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name = arg[0]
+    env[f"T{i}"] = arg[-1].write
+    return [f"        T{i}(w, value.{name})"]
+
+
+_WRITE_STEPS: dict[str, Callable[[int, Any, dict[str, Any]], list[str]]] = {
+    "fixed": _write_fixed,
+    "string": _write_string,
+    "cstring": _write_compact_string,
+    "records": _write_other,
+    "array": _write_array,
+    "carray": _write_compact_array,
+    "other": _write_other,
+}
 
 
 def _fused(run: list[tuple[str, struct.Struct]]) -> struct.Struct:
@@ -439,7 +673,8 @@ class Message(StructValue):
     """Base of generated request/response classes.
 
     Class attributes: ``API_KEY``, ``API_NAME`` (e.g. "Produce"), ``IS_REQUEST``,
-    ``MIN_VERSION``/``MAX_VERSION`` (the versions trilog implements).
+    ``MIN_VERSION``/``MAX_VERSION`` (the versions trilog implements), ``FIRST_FLEXIBLE``
+    (the first flexible version, 32768 when none is).
     """
 
     __slots__ = ()
@@ -448,6 +683,12 @@ class Message(StructValue):
     IS_REQUEST: ClassVar[bool]
     MIN_VERSION: ClassVar[int]
     MAX_VERSION: ClassVar[int]
+    FIRST_FLEXIBLE: ClassVar[int]
+
+    @classmethod
+    def is_flexible(cls, version: int) -> bool:
+        """Whether ``version`` is flexible (compact encodings, tagged fields; KIP-482)."""
+        return version >= cls.FIRST_FLEXIBLE
 
     @classmethod
     def check_version(cls, version: int, error: type[Exception] = LocalProtocolError) -> None:
@@ -499,12 +740,20 @@ def message(
     versions: tuple[int, int],
     fields: list[Field],
     doc: str | None = None,
+    *,
+    flexible: str | None = None,
 ) -> type[Message]:
-    """Declare a request or response; returns its generated class."""
-    cls = _MessageStruct(name, fields, doc).cls
+    """Declare a request or response; returns its generated class.
+
+    ``flexible`` is ``"N+"``: the versions from N on are flexible (Kafka's
+    ``flexibleVersions``; the header versions follow from it, see ``_framing``)."""
+    if flexible is not None and not flexible.endswith("+"):
+        raise ValueError(f"{name}: flexible versions are 'N+', not {flexible!r}")
+    cls = _MessageStruct(name, fields, doc, flexible=flexible).cls
     assert issubclass(cls, Message)
     cls.API_KEY = api_key
     cls.IS_REQUEST = name.endswith("Request")
     cls.API_NAME = name[: -len("Request")] if cls.IS_REQUEST else name[: -len("Response")]
     cls.MIN_VERSION, cls.MAX_VERSION = versions
+    cls.FIRST_FLEXIBLE = _MAX_VERSION + 1 if flexible is None else int(flexible[:-1])
     return cls
