@@ -1,5 +1,6 @@
-"""Flexible versions (KIP-482): compact encodings and tagged fields in the schema layer, and
-the request/response header versions.
+"""Flexible versions (KIP-482): compact encodings and tagged fields in the schema layer, the
+request/response header versions, hand-derived frames of the transaction APIs, and
+truncated or garbage flexible input.
 
 The frames are written out from Kafka's JSON specs field by field: a compact string is
 uvarint(len + 1) and its bytes (0: null), a compact array uvarint(count + 1) and its items
@@ -10,8 +11,11 @@ uvarint tag, uvarint size and the bytes.
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from protocol_samples import CASES, sample
 
-from trilog.errors import LocalProtocolError, RemoteProtocolError
+from trilog.errors import LocalProtocolError, RemoteProtocolError, UnsupportedVersionError
 from trilog.protocol import (
     BOOLEAN,
     INT8,
@@ -20,13 +24,20 @@ from trilog.protocol import (
     ApiKey,
     ApiVersionsResponse,
     Array,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    EndTxnResponse,
     Field,
+    ListTransactionsRequest,
     ProduceRequest,
     Reader,
     RequestHeader,
     ResponseHeader,
     Struct,
+    TxnOffsetCommitRequest,
+    decode_request,
     decode_response,
+    encode_request,
     encode_response,
     request_header_version,
     response_header_version,
@@ -44,6 +55,10 @@ def kstr(s):
 
 
 NO_TAGS = b"\x00"
+
+FLEXIBLE_CASES = [(cls, v) for cls, v in CASES if cls.is_flexible(v)]
+FLEXIBLE_IDS = [f"{cls.__name__}-v{v}" for cls, v in FLEXIBLE_CASES]
+
 
 # -- The schema layer, on a struct declared here ----------------------------------------------
 
@@ -173,8 +188,10 @@ def test_declarations_are_checked():
     [
         (ApiKey.PRODUCE, 7, 1, 0),
         (ApiKey.PRODUCE, 9, 2, 1),  # past what trilog speaks: Kafka's rule all the same
-        (ApiKey.HEARTBEAT, 3, 1, 0),
-        (ApiKey.HEARTBEAT, 4, 2, 1),
+        (ApiKey.END_TXN, 2, 1, 0),
+        (ApiKey.END_TXN, 3, 2, 1),
+        (ApiKey.INIT_PRODUCER_ID, 2, 2, 1),
+        (ApiKey.DESCRIBE_TRANSACTIONS, 0, 2, 1),
         (ApiKey.SASL_HANDSHAKE, 1, 1, 0),  # never flexible
         (ApiKey.API_VERSIONS, 2, 1, 0),
         (ApiKey.API_VERSIONS, 3, 2, 0),  # ApiVersions' response header is always v0
@@ -211,6 +228,130 @@ def test_api_versions_response_header_stays_v0():
         data = encode_response(resp, version, 5)
         assert data[4:8] == i32(5) and data[8:10] == i16(0)  # the body right after
         assert decode_response(data[4:], ApiKey.API_VERSIONS, version)[1] == resp
+
+
+# -- Hand-derived frames ---------------------------------------------------------------------
+
+
+def test_end_txn_v3_request_frame_with_tagged_fields_to_skip():
+    payload = (
+        i16(26) + i16(3) + i32(7) + kstr("cli")
+        + b"\x01" + b"\x03\x02ab"  # header: one tagged field (tag 3, 2 bytes), unknown
+        + cstr("tx") + i64(42) + i16(5) + b"\x01"
+        + b"\x02" + b"\x00\x01\x7f" + b"\xc8\x01\x00"  # body: tags 0 and 200, unknown
+    )
+    header, body = decode_request(payload)
+    assert header == RequestHeader(26, 3, 7, "cli")
+    expected = EndTxnRequest(transactional_id="tx", producer_id=42, producer_epoch=5,
+                             committed=True)
+    assert body == expected
+    # Written back, both sections are empty.
+    ours = (i16(26) + i16(3) + i32(7) + kstr("cli") + NO_TAGS
+            + cstr("tx") + i64(42) + i16(5) + b"\x01" + NO_TAGS)
+    assert encode_request(expected, 3, 7, client_id="cli") == i32(len(ours)) + ours
+    # v2 of the same request: header v1, non-compact body, no sections.
+    v2 = i16(26) + i16(2) + i32(7) + kstr("cli") + kstr("tx") + i64(42) + i16(5) + b"\x01"
+    assert encode_request(expected, 2, 7, client_id="cli")[4:] == v2
+
+
+def test_end_txn_v3_response_frame():
+    resp = EndTxnResponse(throttle_time_ms=3, error_code=47)
+    body = i32(3) + i16(47) + NO_TAGS
+    assert encode_response(resp, 3, 9) == i32(4 + 1 + len(body)) + i32(9) + NO_TAGS + body
+    header, back = decode_response(i32(9) + b"\x01\x00\x01x" + body, ApiKey.END_TXN, 3)
+    assert header.correlation_id == 9 and back == resp
+
+
+def test_txn_offset_commit_v3_with_null_compact_strings():
+    T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    P = T.TxnOffsetCommitRequestPartition
+    req = TxnOffsetCommitRequest(
+        transactional_id="t", group_id="g", producer_id=1, producer_epoch=0,
+        generation_id=4, member_id="m", group_instance_id=None,
+        topics=[T(name="x", partitions=[P(partition_index=0, committed_offset=9,
+                                          committed_metadata=None)])])
+    body = (cstr("t") + cstr("g") + i64(1) + i16(0) + i32(4) + cstr("m")
+            + b"\x00"  # group_instance_id: null
+            + b"\x02" + cstr("x") + b"\x02"
+            + i32(0) + i64(9) + i32(-1)  # committed_leader_epoch: its default
+            + b"\x00"  # committed_metadata: null
+            + NO_TAGS + NO_TAGS + NO_TAGS)  # partition, topic, request
+    assert req.encode(3) == body
+    assert TxnOffsetCommitRequest.decode(body, 3) == req
+    # v2 has neither the member fields nor compact encodings; metadata null is int16 -1.
+    v2 = (kstr("t") + kstr("g") + i64(1) + i16(0) + i32(1) + kstr("x") + i32(1)
+          + i32(0) + i64(9) + i32(-1) + i16(-1))
+    assert req.encode(2) == v2
+
+
+def test_list_transactions_v1_and_a_null_where_no_array_may_be():
+    req = ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[],
+                                  duration_filter=1000)
+    body = b"\x02" + cstr("Ongoing") + b"\x01" + i64(1000) + NO_TAGS
+    assert req.encode(1) == body
+    assert ListTransactionsRequest.decode(body, 1) == req
+    assert req.encode(0) == b"\x02" + cstr("Ongoing") + b"\x01" + NO_TAGS
+    assert ListTransactionsRequest.decode(b"\x01\x01\x00", 0).duration_filter == -1
+    # DescribeTransactions' transactional_ids is not nullable: a null count is refused.
+    with pytest.raises(RemoteProtocolError, match="transactional_ids"):
+        DescribeTransactionsRequest.decode(b"\x00" + NO_TAGS, 0)
+    with pytest.raises(LocalProtocolError, match="transactional_ids"):
+        DescribeTransactionsRequest(transactional_ids=None).encode(0)
+
+
+# -- Truncated and garbage input --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("cls", "version"), FLEXIBLE_CASES, ids=FLEXIBLE_IDS)
+def test_truncated_flexible_frames_raise_the_protocol_error(cls, version):
+    msg = sample(cls, version)
+    if cls.IS_REQUEST:
+        payload = encode_request(msg, version, 1, client_id="c")[4:]
+
+        def decode(data):
+            return decode_request(data)
+    else:
+        payload = encode_response(msg, version, 1)[4:]
+
+        def decode(data):
+            return decode_response(data, cls.API_KEY, version)
+    assert decode(payload)[1] == msg
+    for cut in range(len(payload)):
+        with pytest.raises(RemoteProtocolError):
+            decode(payload[:cut])
+    with pytest.raises(RemoteProtocolError, match="trailing"):
+        decode(payload + b"\0")
+
+
+_FLEXIBLE_FRAMES = [
+    encode_request(sample(cls, v, seed=s), v, s, client_id="c")[4:]
+    for cls, v in FLEXIBLE_CASES if cls.IS_REQUEST for s in range(2)
+]
+
+
+@given(st.sampled_from(_FLEXIBLE_FRAMES), st.data())
+def test_damaged_flexible_requests_decode_or_raise_the_protocol_error(payload, data):
+    """Any byte of a flexible request changed, or bytes inserted: a clean error or a value,
+    never IndexError, struct.error, ValueError or MemoryError."""
+    damaged = bytearray(payload)
+    pos = data.draw(st.integers(0, len(damaged) - 1))
+    if data.draw(st.booleans()):
+        damaged[pos] = data.draw(st.integers(0, 255))
+    else:
+        damaged[pos:pos] = data.draw(st.binary(min_size=1, max_size=6))
+    try:
+        decode_request(bytes(damaged), max_length=1 << 16)
+    except (RemoteProtocolError, UnsupportedVersionError):
+        pass
+
+
+@given(st.sampled_from([(cls, v) for cls, v in FLEXIBLE_CASES]), st.binary(max_size=64))
+def test_garbage_flexible_bodies_raise_the_protocol_error(case, data):
+    cls, version = case
+    try:
+        cls.decode(data, version, max_length=1 << 16)
+    except RemoteProtocolError:
+        pass
 
 
 def test_non_flexible_hot_paths_are_compiled_without_flexible_code():

@@ -102,14 +102,16 @@ def test_truncated_bodies_raise_remote_protocol_error(cls, version):
 
 def test_registries_cover_the_brief():
     expected = {
-        0: (0, 7), 1: (0, 10), 2: (0, 4), 3: (0, 7), 8: (0, 7), 9: (0, 5), 10: (0, 2),
+        0: (0, 7), 1: (0, 10), 2: (0, 4), 3: (0, 7), 8: (0, 7), 9: (0, 5), 10: (0, 3),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 2), 18: (0, 2),
-        19: (0, 3), 20: (0, 3), 21: (0, 1), 22: (0, 1), 32: (0, 3), 33: (0, 1), 35: (0, 1),
+        19: (0, 3), 20: (0, 3), 21: (0, 1), 22: (0, 4), 32: (0, 3), 33: (0, 1), 35: (0, 1),
         37: (0, 1), 42: (0, 1), 44: (0, 0), 47: (0, 0),
         # Replication (issue 13): ControlledShutdown v0's header has no client_id.
         4: (0, 3), 5: (0, 1), 6: (0, 5), 7: (1, 2), 23: (0, 3), 43: (0, 1),
         # Security (issue 15)
         17: (0, 1), 36: (0, 1), 29: (0, 1), 30: (0, 1), 31: (0, 1),
+        # Transactions (issue 24)
+        24: (0, 3), 25: (0, 3), 26: (0, 3), 27: (0, 1), 28: (0, 3), 65: (0, 0), 66: (0, 1),
     }  # fmt: skip
     assert dict(API_VERSIONS) == expected
     assert set(REQUEST_CLASSES) == set(RESPONSE_CLASSES) == set(expected)
@@ -161,6 +163,33 @@ def _kp_plain(value):
     return value
 
 
+#: Fields that kafka-python names as Kafka's current spec does and we as its spec before
+#: KIP-890 (see AddPartitionsToTxn in _messages): ours -> (theirs, the same for the items).
+_KP_RENAMES = {
+    (24, True): {"transactional_id": ("v3_and_below_transactional_id", {}),
+                 "producer_id": ("v3_and_below_producer_id", {}),
+                 "producer_epoch": ("v3_and_below_producer_epoch", {}),
+                 "topics": ("v3_and_below_topics", {})},
+    (24, False): {"results": ("results_by_topic_v3_and_below", {
+        "results": ("results_by_partition", {})})},
+}
+
+
+def _renamed(value, renames, *, back=False):
+    """``value`` (nested dicts and lists) with its keys renamed ours -> theirs, or back."""
+    if isinstance(value, list):
+        return [_renamed(v, renames, back=back) for v in value]
+    if not isinstance(value, dict) or not renames:
+        return value
+    if back:
+        renames = {theirs: (ours, inner) for ours, (theirs, inner) in renames.items()}
+    out = {}
+    for key, v in value.items():
+        name, inner = renames.get(key, (key, {}))
+        out[name] = _renamed(v, inner, back=back)
+    return out
+
+
 @pytest.mark.parametrize(("cls", "version"), CASES, ids=CASE_IDS)
 @pytest.mark.parametrize("nulls", [False, True], ids=["values", "nulls"])
 def test_kafka_python_json_classes(cls, version, nulls):
@@ -172,13 +201,14 @@ def test_kafka_python_json_classes(cls, version, nulls):
         # kafka-python reads any ApiVersions response with an error as v0 (see test_framing).
         msg.error_code = 0
     expected = msg.to_dict(version)
+    renames = _KP_RENAMES.get((cls.API_KEY, cls.IS_REQUEST), {})
 
     # We encode, kafka-python decodes.
     theirs = kp_cls.decode(msg.encode(version), version=version)
-    assert _kp_plain(theirs.to_dict(json=False)) == expected
+    assert _renamed(_kp_plain(theirs.to_dict(json=False)), renames, back=True) == expected
 
     # kafka-python encodes, we decode.
-    kp_msg = _to_kp(kp_cls, expected, version)
+    kp_msg = _to_kp(kp_cls, _renamed(expected, renames), version)
     data = bytes(kp_msg.encode(version=version))
     assert data == msg.encode(version)
     assert cls.decode(data, version) == msg
@@ -199,6 +229,39 @@ def test_kafka_python_framed_request_header_interop():
     assert body.topics is None
     ours = encode_request(body, 1, 42, client_id="kafka-python")
     assert ours == data
+
+
+_FLEXIBLE = [(cls, v) for cls, v in CASES if cls.is_flexible(v)]
+
+
+@pytest.mark.parametrize(("cls", "version"), _FLEXIBLE,
+                         ids=[f"{cls.__name__}-v{v}" for cls, v in _FLEXIBLE])
+def test_kafka_python_flexible_frames(cls, version):
+    """Whole frames, headers included (request header v2, response header v1): kafka-python
+    encodes and we decode, we encode and kafka-python decodes."""
+    kp_cls = KP_NEW[(cls.API_KEY, cls.IS_REQUEST)]
+    msg = sample(cls, version)
+    renames = _KP_RENAMES.get((cls.API_KEY, cls.IS_REQUEST), {})
+    kp_msg = _to_kp(kp_cls, _renamed(msg.to_dict(version), renames), version)
+    if cls.IS_REQUEST:
+        kp_msg.with_header(correlation_id=42, client_id="kafka-python")
+        theirs = bytes(kp_msg.encode(header=True, framed=True))
+        header, body = decode_request(theirs[4:])
+        assert (header.api_key, header.api_version, header.correlation_id,
+                header.client_id) == (cls.API_KEY, version, 42, "kafka-python")
+        assert body == msg
+        ours = encode_request(msg, version, 42, client_id="kafka-python")
+    else:
+        kp_msg.with_header(correlation_id=42)
+        theirs = bytes(kp_msg.encode(header=True, framed=True))
+        header, body = decode_response(theirs[4:], cls.API_KEY, version)
+        assert header.correlation_id == 42 and body == msg
+        ours = encode_response(msg, version, 42)
+    assert ours == theirs
+    back = kp_cls.decode(ours, version=version, header=True, framed=True)
+    assert back.header.correlation_id == 42
+    assert _renamed(_kp_plain(back.to_dict(json=False)), renames, back=True) == msg.to_dict(
+        version)
 
 
 # -- kafka-python, hand-written 2.x classes (compared in wire order) -------------------------

@@ -162,6 +162,22 @@ from trilog.protocol._messages import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
+from trilog.protocol._messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 from trilog.protocol._offsets_topic import (
     OffsetAndMetadata,
     OffsetKey,
@@ -384,4 +400,22 @@ __all__ += [
     "CompactArray",
     "request_header_version",
     "response_header_version",
+]
+
+# The transaction APIs of issue 24 (KIP-98, KIP-447, KIP-664).
+__all__ += [
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
+    "AddPartitionsToTxnRequest",
+    "AddPartitionsToTxnResponse",
+    "DescribeTransactionsRequest",
+    "DescribeTransactionsResponse",
+    "EndTxnRequest",
+    "EndTxnResponse",
+    "ListTransactionsRequest",
+    "ListTransactionsResponse",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResponse",
+    "WriteTxnMarkersRequest",
+    "WriteTxnMarkersResponse",
 ]

@@ -1,36 +1,52 @@
 """The messages trilog speaks: every supported API's request and response, as data.
 
-All versions implemented here are Kafka's non-flexible ones (no tagged fields, no compact
-encodings). Every message declares Kafka's ``flexibleVersions`` (``flexible="N+"``) all the
-same, though they lie past the versions implemented: the header version of any (api key,
-version) then follows from the declarations (``_framing``), even for a version trilog does
-not speak, and implementing a flexible version is declaring what it adds.
+Versions are Kafka's. Most APIs here stop at their last non-flexible version; the flexible
+versions implemented (KIP-482: compact strings, bytes and arrays, a tagged-field section
+ending every struct, request header v2 and response header v1, see ``_schema`` and
+``_framing``) are, all told::
+
+    FindCoordinator 3   InitProducerId 2-4   AddPartitionsToTxn 3   AddOffsetsToTxn 3
+    EndTxn 3            WriteTxnMarkers 1    TxnOffsetCommit 3
+    DescribeTransactions 0                   ListTransactions 0-1
+
+Every message declares Kafka's ``flexibleVersions`` (``flexible="N+"``), also where they
+all lie past the versions implemented here: the header version of any (api key, version)
+then follows from the declarations, even for a version trilog does not speak.
+
 Field and struct names are Kafka's JSON message specs
 (``clients/src/main/resources/common/message/*.json``) with field names in snake_case, so
 ``TopicData`` is ``topic_data``, ``PartitionIndex`` is ``partition_index`` and
 ``ThrottleTimeMs`` is ``throttle_time_ms``; struct classes keep Kafka's names and hang off
 their parent (``ProduceRequest.TopicProduceData.PartitionProduceData``). Where Kafka renamed
-a field its current name is used (OffsetCommit's ``generation_id_or_member_epoch``).
+a field its current name is used (OffsetCommit's ``generation_id_or_member_epoch``), except
+AddPartitionsToTxn v0-3, whose fields keep the names they had before Kafka added the
+batched v4 (see its declaration).
 
 Supported (``API_VERSIONS``)::
 
     Produce(0) 0-7      Fetch(1) 0-10        ListOffsets(2) 0-4    Metadata(3) 0-7
     LeaderAndIsr(4) 0-3 StopReplica(5) 0-1   UpdateMetadata(6) 0-5 ControlledShutdown(7) 1-2
-    OffsetCommit(8) 0-7 OffsetFetch(9) 0-5   FindCoordinator(10) 0-2
+    OffsetCommit(8) 0-7 OffsetFetch(9) 0-5   FindCoordinator(10) 0-3
     JoinGroup(11) 0-5   Heartbeat(12) 0-3    LeaveGroup(13) 0-3    SyncGroup(14) 0-3
     DescribeGroups(15) 0-4                   ListGroups(16) 0-2
     SaslHandshake(17) 0-1                    SaslAuthenticate(36) 0-1
     DescribeAcls(29) 0-1 CreateAcls(30) 0-1  DeleteAcls(31) 0-1
     ApiVersions(18) 0-2 CreateTopics(19) 0-3 DeleteTopics(20) 0-3    DeleteRecords(21) 0-1
-    InitProducerId(22) 0-1                   OffsetForLeaderEpoch(23) 0-3
+    InitProducerId(22) 0-4                   OffsetForLeaderEpoch(23) 0-3
+    AddPartitionsToTxn(24) 0-3               AddOffsetsToTxn(25) 0-3
+    EndTxn(26) 0-3                           WriteTxnMarkers(27) 0-1
+    TxnOffsetCommit(28) 0-3
     DescribeConfigs(32) 0-3                  AlterConfigs(33) 0-1
     DescribeLogDirs(35) 0-1                  CreatePartitions(37) 0-1
     DeleteGroups(42) 0-1                     ElectLeaders(43) 0-1
     IncrementalAlterConfigs(44) 0            OffsetDelete(47) 0
+    DescribeTransactions(65) 0               ListTransactions(66) 0-1
 
-Not encoded: the flexible versions of the APIs above; DescribeCluster(60), whose every
-version is flexible; ControlledShutdown v0, whose request header (Kafka 0.8's) lacks the
-client_id that every other request header carries.
+Not encoded: the flexible versions of the other APIs above (declaring one is adding its
+``flexible=`` and the fields it adds); DescribeCluster(60), whose every version is
+flexible; AddPartitionsToTxn v4+ (KIP-890's batched form, which brokers send each other);
+ControlledShutdown v0, whose request header (Kafka 0.8's) lacks the client_id that every
+other request header carries.
 What a broker *advertises* in ApiVersions is its own choice among these (the APIs it has
 handlers for): the inter-broker APIs (4-7) are here so that brokers can speak them.
 
@@ -510,14 +526,15 @@ OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 5), [
 ], flexible="6+")
 
 # -- FindCoordinator (10) -----------------------------------------------------------------
-# v1: key_type (0 = group, 1 = transaction), throttle, error_message.
+# v1: key_type (0 = group, 1 = transaction), throttle, error_message; v2 changes only
+# semantics; v3 is flexible; v4+ (not here) batch the keys (KIP-699).
 
-FindCoordinatorRequest = message(K.FIND_COORDINATOR, "FindCoordinatorRequest", (0, 2), [
+FindCoordinatorRequest = message(K.FIND_COORDINATOR, "FindCoordinatorRequest", (0, 3), [
     F("key", STRING),
     F("key_type", INT8, "1+"),
 ], flexible="3+")
 
-FindCoordinatorResponse = message(K.FIND_COORDINATOR, "FindCoordinatorResponse", (0, 2), [
+FindCoordinatorResponse = message(K.FIND_COORDINATOR, "FindCoordinatorResponse", (0, 3), [
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
     F("error_message", STRING, "1+", nullable="1+", default=None),
@@ -813,14 +830,19 @@ DeleteTopicsResponse = message(K.DELETE_TOPICS, "DeleteTopicsResponse", (0, 3), 
 ], flexible="4+")
 
 # -- InitProducerId (22) -------------------------------------------------------------------
-# v1 changes only semantics (bumps the epoch on retries); v2+ are flexible.
+# v1 changes only semantics (throttling after the response); v2 is flexible; v3: the
+# producer's current producer_id and producer_epoch, so that it can ask for its epoch to be
+# bumped instead of a new id (KIP-360; -1 when it has none); v4 adds only the error
+# PRODUCER_FENCED (KIP-588). v5+ (KIP-890, KIP-939) are not here.
 
-InitProducerIdRequest = message(K.INIT_PRODUCER_ID, "InitProducerIdRequest", (0, 1), [
+InitProducerIdRequest = message(K.INIT_PRODUCER_ID, "InitProducerIdRequest", (0, 4), [
     F("transactional_id", STRING, nullable="0+"),
     F("transaction_timeout_ms", INT32),
+    F("producer_id", INT64, "3+", default=-1),
+    F("producer_epoch", INT16, "3+", default=-1),
 ], flexible="2+")
 
-InitProducerIdResponse = message(K.INIT_PRODUCER_ID, "InitProducerIdResponse", (0, 1), [
+InitProducerIdResponse = message(K.INIT_PRODUCER_ID, "InitProducerIdResponse", (0, 4), [
     F("throttle_time_ms", INT32),
     F("error_code", INT16),
     F("producer_id", INT64, default=-1),
@@ -886,6 +908,175 @@ OffsetForLeaderEpochResponse = message(
         ]))),
     ]))),
 ], flexible="4+")
+
+# -- Transactions (24-28) -------------------------------------------------------------------
+# Producer -> transaction coordinator: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn (KIP-98);
+# producer -> group coordinator: TxnOffsetCommit; transaction coordinator -> partition
+# leaders: WriteTxnMarkers. In each, the version before the flexible one adds only the error
+# PRODUCER_FENCED (KIP-588), and earlier versions change only semantics, except where noted.
+
+# AddPartitionsToTxn v0-3 keeps the field names of Kafka's spec before KIP-890: v4+ (not
+# encoded here; brokers send them to verify a partition is in a transaction) batch several
+# transactions, and Kafka renamed the v0-3 fields (v3_and_below_transactional_id,
+# v3_and_below_topics; results_by_topic_v3_and_below, results_by_partition) to tell them
+# apart. The bytes are the same.
+
+AddPartitionsToTxnRequest = message(K.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxnRequest", (0, 3), [
+    F("transactional_id", STRING),
+    F("producer_id", INT64),
+    F("producer_epoch", INT16),
+    F("topics", Array(Struct("AddPartitionsToTxnTopic", [
+        F("name", STRING),
+        F("partitions", Array(INT32)),
+    ]))),
+], flexible="3+")
+
+AddPartitionsToTxnResponse = message(
+    K.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxnResponse", (0, 3), [
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct("AddPartitionsToTxnTopicResult", [
+        F("name", STRING),
+        F("results", Array(Struct("AddPartitionsToTxnPartitionResult", [
+            F("partition_index", INT32),
+            F("partition_error_code", INT16),
+        ]))),
+    ]))),
+], flexible="3+")
+
+AddOffsetsToTxnRequest = message(K.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxnRequest", (0, 3), [
+    F("transactional_id", STRING),
+    F("producer_id", INT64),
+    F("producer_epoch", INT16),
+    F("group_id", STRING),
+], flexible="3+")
+
+AddOffsetsToTxnResponse = message(K.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxnResponse", (0, 3), [
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+], flexible="3+")
+
+# committed: True to commit the transaction, False to abort it.
+
+EndTxnRequest = message(K.END_TXN, "EndTxnRequest", (0, 3), [
+    F("transactional_id", STRING),
+    F("producer_id", INT64),
+    F("producer_epoch", INT16),
+    F("committed", BOOLEAN),
+], flexible="3+")
+
+EndTxnResponse = message(K.END_TXN, "EndTxnResponse", (0, 3), [
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+], flexible="3+")
+
+# WriteTxnMarkers: v1 is v0 made flexible (Kafka 4 dropped v0). transaction_result: True
+# for a COMMIT marker, False for ABORT.
+
+WriteTxnMarkersRequest = message(K.WRITE_TXN_MARKERS, "WriteTxnMarkersRequest", (0, 1), [
+    F("markers", Array(Struct("WritableTxnMarker", [
+        F("producer_id", INT64),
+        F("producer_epoch", INT16),
+        F("transaction_result", BOOLEAN),
+        F("topics", Array(Struct("WritableTxnMarkerTopic", [
+            F("name", STRING),
+            F("partition_indexes", Array(INT32)),
+        ]))),
+        F("coordinator_epoch", INT32),
+    ]))),
+], flexible="1+")
+
+WriteTxnMarkersResponse = message(K.WRITE_TXN_MARKERS, "WriteTxnMarkersResponse", (0, 1), [
+    F("markers", Array(Struct("WritableTxnMarkerResult", [
+        F("producer_id", INT64),
+        F("topics", Array(Struct("WritableTxnMarkerTopicResult", [
+            F("name", STRING),
+            F("partitions", Array(Struct("WritableTxnMarkerPartitionResult", [
+                F("partition_index", INT32),
+                F("error_code", INT16),
+            ]))),
+        ]))),
+    ]))),
+], flexible="1+")
+
+# TxnOffsetCommit: v2: committed_leader_epoch; v3 is flexible and adds the member's
+# generation_id, member_id and group_instance_id, which the group coordinator checks as an
+# OffsetCommit's (KIP-447).
+
+TxnOffsetCommitRequest = message(K.TXN_OFFSET_COMMIT, "TxnOffsetCommitRequest", (0, 3), [
+    F("transactional_id", STRING),
+    F("group_id", STRING),
+    F("producer_id", INT64),
+    F("producer_epoch", INT16),
+    F("generation_id", INT32, "3+", default=-1),
+    F("member_id", STRING, "3+", default=""),
+    F("group_instance_id", STRING, "3+", nullable="3+", default=None),
+    F("topics", Array(Struct("TxnOffsetCommitRequestTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("TxnOffsetCommitRequestPartition", [
+            F("partition_index", INT32),
+            F("committed_offset", INT64),
+            F("committed_leader_epoch", INT32, "2+", default=-1),
+            F("committed_metadata", STRING, nullable="0+"),
+        ]))),
+    ]))),
+], flexible="3+")
+
+TxnOffsetCommitResponse = message(K.TXN_OFFSET_COMMIT, "TxnOffsetCommitResponse", (0, 3), [
+    F("throttle_time_ms", INT32),
+    F("topics", Array(Struct("TxnOffsetCommitResponseTopic", [
+        F("name", STRING),
+        F("partitions", Array(Struct("TxnOffsetCommitResponsePartition", [
+            F("partition_index", INT32),
+            F("error_code", INT16),
+        ]))),
+    ]))),
+], flexible="3+")
+
+# -- DescribeTransactions (65) / ListTransactions (66) --------------------------------------
+# Admin -> transaction coordinator (KIP-664); every version is flexible. transaction_state
+# is the state's name as Kafka's admin tools print it ("Ongoing", "PrepareCommit", ...).
+# ListTransactions v1: duration_filter (only transactions running longer than that many
+# ms; -1: all; KIP-994). Empty filters match everything.
+
+DescribeTransactionsRequest = message(
+    K.DESCRIBE_TRANSACTIONS, "DescribeTransactionsRequest", (0, 0), [
+    F("transactional_ids", Array(STRING)),
+], flexible="0+")
+
+DescribeTransactionsResponse = message(
+    K.DESCRIBE_TRANSACTIONS, "DescribeTransactionsResponse", (0, 0), [
+    F("throttle_time_ms", INT32),
+    F("transaction_states", Array(Struct("TransactionState", [
+        F("error_code", INT16),
+        F("transactional_id", STRING),
+        F("transaction_state", STRING),
+        F("transaction_timeout_ms", INT32),
+        F("transaction_start_time_ms", INT64),
+        F("producer_id", INT64),
+        F("producer_epoch", INT16),
+        F("topics", Array(Struct("TopicData", [
+            F("topic", STRING),
+            F("partitions", Array(INT32)),
+        ]))),
+    ]))),
+], flexible="0+")
+
+ListTransactionsRequest = message(K.LIST_TRANSACTIONS, "ListTransactionsRequest", (0, 1), [
+    F("state_filters", Array(STRING)),
+    F("producer_id_filters", Array(INT64)),
+    F("duration_filter", INT64, "1+", default=-1),
+], flexible="0+")
+
+ListTransactionsResponse = message(K.LIST_TRANSACTIONS, "ListTransactionsResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("unknown_state_filters", Array(STRING)),
+    F("transaction_states", Array(Struct("TransactionState", [
+        F("transactional_id", STRING),
+        F("producer_id", INT64),
+        F("transaction_state", STRING),
+    ]))),
+], flexible="0+")
 
 # -- DescribeConfigs (32) ------------------------------------------------------------------
 # v1: include_synonyms, config_source replaces is_default, synonyms; v2 changes only
