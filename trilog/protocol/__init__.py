@@ -21,9 +21,9 @@ Modules: ``_primitives`` (wire types, compact ones included, Reader/Writer, leng
 ``_schema`` (the schema DSL, flexible versions, generated classes), ``_messages`` (every
 supported API as data), ``_framing`` (frames, headers and which version of them an API's
 version uses, whole messages, zero-copy fetch, ApiVersions fallback), ``_offsets_topic``
-(the key and value records of ``__consumer_offsets``), ``_sasl`` (the PLAIN and SCRAM
-mechanisms, both sides), ``_acl`` (the ACL vocabulary: resource types, operations,
-patterns, bindings and filters).
+(the key and value records of ``__consumer_offsets``), ``_transaction_log`` (those of
+``__transaction_state``), ``_sasl`` (the PLAIN and SCRAM mechanisms, both sides), ``_acl``
+(the ACL vocabulary: resource types, operations, patterns, bindings and filters).
 """
 
 from trilog.protocol._consumer_protocol import (
@@ -186,6 +186,15 @@ from trilog.protocol._offsets_topic import (
     decode_offsets_key,
     encode_offset_key,
     encode_offset_value,
+)
+from trilog.protocol._transaction_log import (
+    TransactionLogRecordError,
+    TxnLogValue,
+    TxnStatus,
+    decode_txn_key,
+    decode_txn_value,
+    encode_txn_key,
+    encode_txn_value,
 )
 from trilog.protocol._primitives import (
     BOOLEAN,
@@ -418,4 +427,16 @@ __all__ += [
     "TxnOffsetCommitResponse",
     "WriteTxnMarkersRequest",
     "WriteTxnMarkersResponse",
+]
+
+# The records of ``__transaction_state`` (``_transaction_log``): transactional ids' states as
+# Kafka's transaction coordinator writes them.
+__all__ += [
+    "TransactionLogRecordError",
+    "TxnLogValue",
+    "TxnStatus",
+    "decode_txn_key",
+    "decode_txn_value",
+    "encode_txn_key",
+    "encode_txn_value",
 ]
