@@ -56,6 +56,7 @@ from trilog.protocol._primitives import (
 from trilog.protocol._schema import Message
 
 _API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
+
 #: Kafka's ``socket.request.max.bytes`` default; a larger frame closes the connection.
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
 
@@ -437,16 +438,11 @@ def encode_response(
     w = Writer()
     if framed:
         w.buf += b"\0\0\0\0"
-    _write_response_header(w, response, api_version, correlation_id)
-    response.write_to(w, api_version)
-    return _framed(w) if framed else w.getvalue()
-
-
-def _write_response_header(w: Writer, response: Message, api_version: int,
-                           correlation_id: int) -> None:
     INT32.write(w, correlation_id)
     if api_version >= response.FIRST_FLEXIBLE and response.API_KEY != _API_VERSIONS_KEY:
         w.buf.append(0)  # header v1: no tagged fields
+    response.write_to(w, api_version)
+    return _framed(w) if framed else w.getvalue()
 
 
 def encode_response_parts(
@@ -459,7 +455,9 @@ def encode_response_parts(
     """
     w = Writer()
     w.buf += b"\0\0\0\0"
-    _write_response_header(w, response, api_version, correlation_id)
+    INT32.write(w, correlation_id)
+    if api_version >= response.FIRST_FLEXIBLE and response.API_KEY != _API_VERSIONS_KEY:
+        w.buf.append(0)  # header v1 (see encode_response)
     response.write_to(w, api_version)
     size = w.size() - 4
     parts = w.parts()
@@ -507,7 +505,9 @@ def decode_response(
     if cls is None:
         raise RemoteProtocolError(f"unknown or unsupported api key {api_key}")
     r = Reader(payload, max_length=max_length)
-    header = ResponseHeader.read(r, response_header_version(api_key, api_version))
+    header = ResponseHeader(r.int32())
+    if api_version >= cls.FIRST_FLEXIBLE and api_key != _API_VERSIONS_KEY:
+        r.skip_tagged_fields()  # header v1 (response_header_version)
     start = r.pos
     try:
         body = cls.decode(r, api_version)
