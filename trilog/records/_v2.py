@@ -41,6 +41,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from trilog._time import now_ms
 from trilog.errors import LocalProtocolError, RemoteProtocolError
 from trilog.records import _codecs
+from trilog.records._control import (
+    ControlRecordType,
+    EndTxnMarker,
+    encode_end_txn_marker_record,
+    find_control_key,
+    find_control_value,
+    parse_control_type,
+    parse_end_txn_marker,
+)
 from trilog.records._crc import crc32c
 from trilog.records._errors import CheckedBatch, CorruptRecordsError
 from trilog.records._native import speedups
@@ -315,6 +324,11 @@ class RecordBatch(CheckedBatch):
     @property
     def is_control_batch(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    def end_txn_marker(self) -> EndTxnMarker | None:
+        """The transaction marker of this control batch (``read_end_txn_marker``): None when
+        the log cleaner emptied it; ``CorruptRecordsError`` for a malformed one."""
+        return read_end_txn_marker(self.buffer, self.position)
 
     def __repr__(self) -> str:
         return (
@@ -853,6 +867,72 @@ def _empty_batch(batch: RecordBatch) -> bytes:
     )
     _CRC_FIELD.pack_into(buf, CRC_OFFSET, batch_crc(buf, 0, len(buf)))
     return bytes(buf)
+
+
+#: A transaction marker's batch, as Kafka's ``MemoryRecords.withEndTransactionMarker``
+#: writes it: transactional and control, no codec, CreateTime, base sequence -1.
+END_TXN_MARKER_ATTRIBUTES = TRANSACTIONAL_MASK | CONTROL_MASK
+
+
+def build_end_txn_marker(*, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                         commit: bool, timestamp_ms: int) -> bytes:
+    """One control batch holding a transaction's COMMIT or ABORT marker (78 bytes), byte for
+    byte Kafka's: base offset 0 (the log assigns it), no partition leader epoch (-1: the
+    leader stamps its own), attributes transactional|control, both timestamps
+    ``timestamp_ms``, base sequence -1, one record (``_control``'s layout)."""
+    control_type = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    record = encode_end_txn_marker_record(control_type, coordinator_epoch)
+    buf = bytearray(HEADER_SIZE + len(record))
+    HEADER.pack_into(
+        buf, 0, 0, HEADER_SIZE - LOG_OVERHEAD + len(record), -1, MAGIC, 0,
+        END_TXN_MARKER_ATTRIBUTES, 0, timestamp_ms, timestamp_ms, producer_id, producer_epoch,
+        -1, 1,
+    )
+    buf[HEADER_SIZE:] = record
+    _CRC_FIELD.pack_into(buf, CRC_OFFSET, batch_crc(buf, 0, len(buf)))
+    return bytes(buf)
+
+
+def _control_key(buffer: Any, position: int) -> tuple[int, int, int] | None:
+    """Where the key of the record of the control batch at ``buffer[position:]`` lies
+    (``find_control_key``), or None for a batch the log cleaner emptied.  Only the header
+    and the record's leading bytes are read, so ``buffer`` may end after them (a reader of
+    headers reads a short prefix of the batch)."""
+    (_b, length, _e, magic, _c, attributes, _d, _f, _m, _p, _pe, _s, count) = (
+        check_batch_header_fields(buffer, position))
+    if not attributes & CONTROL_MASK:
+        raise ValueError(f"the batch at {position} is not a control batch")
+    if count == 0:
+        return None
+    if attributes & COMPRESSION_MASK:
+        raise CorruptRecordsError("a control batch is never compressed")
+    return find_control_key(buffer, position + HEADER_SIZE, position + length + LOG_OVERHEAD)
+
+
+def control_record_type(buffer: Any, position: int = 0) -> int | None:
+    """The type id of the control batch at ``buffer[position:]`` (``ControlRecordType``'s
+    values, or another id a newer writer used), read at its record's key without decoding
+    the record; None when the batch was emptied by the log cleaner.  ``ValueError`` if the
+    batch is not a control batch; ``CorruptRecordsError`` for a malformed one.  ``buffer``
+    may end after the key."""
+    found = _control_key(buffer, position)
+    return None if found is None else parse_control_type(buffer, found[0])
+
+
+def read_end_txn_marker(buffer: Any, position: int = 0) -> EndTxnMarker | None:
+    """The transaction marker of the control batch at ``buffer[position:]`` (its type and
+    coordinator epoch), or None when the batch was emptied by the log cleaner (Kafka: the
+    whole transaction is gone).  ``ValueError`` if the batch is not a control batch;
+    ``CorruptRecordsError`` for a malformed marker or another control type.  Like
+    ``control_record_type`` it reads only the header and the record's first bytes:
+    ``buffer`` may end after the value."""
+    found = _control_key(buffer, position)
+    if found is None:
+        return None
+    key_position, next_position, limit = found
+    type_id = parse_control_type(buffer, key_position)
+    value_position, value_length = find_control_value(buffer, next_position, limit)
+    return parse_end_txn_marker(buffer, type_id, value_position, value_length)
 
 
 def build_batch(
