@@ -36,6 +36,7 @@ def manager_factory(tmp_path):
 def test_public_names():
     assert sorted(trilog.storage.__all__) == sorted(
         [
+            "AbortedTxn",
             "BatchHeader",
             "CHEAP_APPEND_BYTES",
             "CLEAN_SHUTDOWN_FILE",
@@ -64,6 +65,8 @@ def test_public_names():
             "RECOVERY_POINT_CHECKPOINT_FILE",
             "TimeIndex",
             "TimestampOffset",
+            "TransactionIndex",
+            "TxnIndexEntry",
             "fsync_dir",
             "offsets_before",
             "parse_cleanup_policy",

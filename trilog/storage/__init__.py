@@ -11,7 +11,8 @@ assignment), ``_producer_state`` (idempotent producers), ``_loader`` (opening an
 recovery), ``_segment`` (``LogSegment``, the roll decision, header walks), ``_index``,
 ``_files`` (atomic writes, directory fsyncs, removal), ``_manager``, ``_checkpoint``,
 ``_retention`` (pure decisions), ``_fetch`` (``FetchSlice``), ``_epochs`` (the leader-epoch
-cache a replicated log keeps).
+cache a replicated log keeps), ``_txn_index`` (a segment's ``.txnindex`` of aborted
+transactions).
 
 Blocking code (no trio): the broker calls it from worker threads.
 """
@@ -52,6 +53,7 @@ from trilog.storage._retention import (
     segments_to_delete,
 )
 from trilog.storage._segment import LogSegment
+from trilog.storage._txn_index import AbortedTxn, TransactionIndex, TxnIndexEntry
 
 __all__ = [
     "CHEAP_APPEND_BYTES",
@@ -68,6 +70,7 @@ __all__ = [
     "REPLICATION_OFFSET_CHECKPOINT_FILE",
     "UNDEFINED_EPOCH",
     "UNDEFINED_EPOCH_OFFSET",
+    "AbortedTxn",
     "BatchHeader",
     "EpochEntry",
     "FetchSlice",
@@ -82,6 +85,8 @@ __all__ = [
     "OffsetIndex",
     "TimeIndex",
     "TimestampOffset",
+    "TransactionIndex",
+    "TxnIndexEntry",
     "fsync_dir",
     "offsets_before",
     "parse_cleanup_policy",

@@ -1,11 +1,14 @@
 """Opening a partition's log at start: its segment files, their indexes, and recovery.
 
 ``load_segments`` first finishes or undoes what the log cleaner was doing (see below), lists
-``<20-digit base offset>.log|.index|.timeindex`` in the directory (removing what an
-interrupted delete or write left), trusts the segments below the recovery point (loading
+``<20-digit base offset>.log|.index|.timeindex|.txnindex`` in the directory (removing what
+an interrupted delete or write left), trusts the segments below the recovery point (loading
 their indexes, or rebuilding them when missing or corrupt), and re-validates every batch
 from the segment holding the recovery point on (``LogSegment.recover``).  The log is its
-longest valid prefix: after the first invalid batch nothing is kept.
+longest valid prefix: after the first invalid batch nothing is kept.  It says from which
+segment on it recovered (``LoadedLog.first_recovered``): the aborted-transaction indexes of
+those segments are rebuilt with the producer state (``_producer_load``), which needs the
+state of the producers at their start.
 
 The cleaner's swap (Kafka's protocol): a cleaned segment is written as
 ``<base>.log.cleaned`` (with ``.index.cleaned``, ``.timeindex.cleaned``) and fsynced, then
@@ -31,7 +34,7 @@ from trilog.storage._segment import LogSegment, segment_file_name, walk_batches
 
 logger = logging.getLogger("trilog.storage")
 
-_SUFFIXES = (".log", ".index", ".timeindex")
+_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 #: Left by an interrupted delete, write, or log cleaning (``.swap`` files that remain once
 #: ``_finish_swaps`` ran are index files of a swap that never reached its commit point).
 _LEFTOVERS = (".deleted", ".cleaned", ".swap", ".tmp")
@@ -43,6 +46,9 @@ class LoadedLog(NamedTuple):
     segments: tuple[LogSegment, ...]  # at least one; all but the last made inactive
     recovery_point: int
     created: bool  # the directory was empty: a first segment was created in it
+    #: the base offset of the first segment recovery re-validated (it and every later one),
+    #: or None when every segment was trusted
+    first_recovered: int | None
 
 
 def load_segments(
@@ -64,9 +70,10 @@ def load_segments(
         if needs_recovery and segments:
             # The segment holding the recovery point and all later ones are re-validated.
             first_unverified = max(0, bisect_right(bases, recovery_point) - 1)
-        indexes_written = _load_or_recover(directory, segments, first_unverified)
+        indexes_written, recovered = _load_or_recover(directory, segments, first_unverified)
         if needs_recovery and segments and indexes_written:
             recovery_point = segments[-1].next_offset
+        first_recovered = segments[recovered].base_offset if recovered < len(segments) else None
         created = not segments
         if created:
             segments.append(LogSegment.create(directory, 0, config))
@@ -76,7 +83,7 @@ def load_segments(
         raise
     for segment in segments[:-1]:
         segment.on_become_inactive()
-    return LoadedLog(tuple(segments), recovery_point, created)
+    return LoadedLog(tuple(segments), recovery_point, created, first_recovered)
 
 
 def _finish_swaps(directory: str) -> None:
@@ -96,7 +103,7 @@ def _finish_swaps(directory: str) -> None:
             if old == base or base <= old < end:
                 for suffix in _SUFFIXES:
                     remove(os.path.join(directory, segment_file_name(old, suffix)))
-        for suffix in (".index", ".timeindex"):
+        for suffix in (".index", ".timeindex", ".txnindex"):
             swapped = os.path.join(directory, segment_file_name(base, suffix + SWAP_SUFFIX))
             if os.path.exists(swapped):
                 os.replace(swapped, os.path.join(directory, segment_file_name(base, suffix)))
@@ -142,10 +149,12 @@ def _segment_base_offsets(directory: str) -> list[int]:
     return sorted(bases)
 
 
-def _load_or_recover(directory: str, segments: list[LogSegment], first_unverified: int) -> bool:
+def _load_or_recover(directory: str, segments: list[LogSegment], first_unverified: int
+                     ) -> tuple[bool, int]:
     """Trust the segments before ``first_unverified`` (until one's files disagree), recover
     the rest, and drop everything after the first invalid stretch (in place).  Return
-    whether every rebuilt index reached the disk."""
+    whether every rebuilt index reached the disk, and the index of the first segment
+    recovered (``len(segments)`` if none was)."""
     indexes_written = True
     i = 0
     while i < len(segments):
@@ -171,7 +180,7 @@ def _load_or_recover(directory: str, segments: list[LogSegment], first_unverifie
                 dead.delete()
             del segments[i + 1 :]
         i += 1
-    return indexes_written
+    return indexes_written, min(first_unverified, len(segments))
 
 
 def _recover_segment(directory: str, segment: LogSegment, min_offset: int) -> tuple[int, bool]:

@@ -51,6 +51,9 @@ class LocalLog:
                                   self.base_offsets[0])
         self.dir_dirty = loaded.created
         self.roll_flush_offset = 0
+        #: The base offset of the first segment the opening recovered, or None: the
+        #: ``.txnindex`` files from there on are rebuilt with the producer state.
+        self.first_recovered = loaded.first_recovered
 
     def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
         self.segments = segments

@@ -1,4 +1,5 @@
-"""``LogSegment``: one ``<base offset>.log`` file with its ``.index`` and ``.timeindex``.
+"""``LogSegment``: one ``<base offset>.log`` file with its ``.index``, ``.timeindex`` and (once a
+transaction aborts in it) ``.txnindex``.
 
 The log file is a plain concatenation of RecordBatch v2 batches exactly as produced, with
 only their base offsets assigned.  The batch layout and the rule a header must pass come
@@ -24,6 +25,7 @@ from trilog.records import (
 from trilog.storage._config import LogConfig
 from trilog.storage._files import remove
 from trilog.storage._index import IndexCorruptError, OffsetIndex, TimeIndex
+from trilog.storage._txn_index import TransactionIndex
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -96,7 +98,7 @@ class LogSegment:
 
     def __init__(
         self, directory: str, base_offset: int, fd: int, size: int, config: LogConfig,
-        suffix: str = "",
+        suffix: str = "", *, load_txn_index: bool = True,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
@@ -110,6 +112,11 @@ class LogSegment:
             os.path.join(directory, segment_file_name(base_offset, ".timeindex" + suffix)),
             base_offset,
             config.max_index_size,
+        )
+        #: The transactions aborted by markers in this segment (its file made on the first).
+        self.txn_index = TransactionIndex(
+            os.path.join(directory, segment_file_name(base_offset, ".txnindex" + suffix)),
+            load=load_txn_index,
         )
         self.index_interval_bytes = config.index_interval_bytes
         self.fd = fd
@@ -142,8 +149,9 @@ class LogSegment:
         its files are named ``<base>.log<suffix>`` etc. (the log cleaner's ``.cleaned``)."""
         path = os.path.join(directory, segment_file_name(base_offset, ".log" + suffix))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        segment = cls(directory, base_offset, fd, 0, config, suffix)
+        segment = cls(directory, base_offset, fd, 0, config, suffix, load_txn_index=False)
         try:
+            segment.txn_index.reset()  # (a stale file of that name)
             segment.offset_index.reset()
             segment.time_index.reset()
             segment.offset_index.flush(fsync=False)
@@ -436,6 +444,7 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to_offset(found[2])
+        self.txn_index.truncate_to(found[2])
         self._update_index_full()
         self._load_tail()
         if self.size == 0:
@@ -464,6 +473,7 @@ class LogSegment:
                 os.close(fd)
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
 
     def close(self) -> None:
         """Close the log file's descriptor (readers' dups stay valid)."""
@@ -473,7 +483,7 @@ class LogSegment:
             os.close(fd)
 
     def delete(self) -> None:
-        """Close and unlink all three files (only close, if ``unlink_files`` already ran:
+        """Close and unlink its files (only close, if ``unlink_files`` already ran:
         their names may belong to another segment by now)."""
         with self._io_lock:
             deleted, self._deleted = self._deleted, True
@@ -483,7 +493,7 @@ class LogSegment:
                     remove(path)
 
     def unlink_files(self) -> None:
-        """Unlink all three files but keep the descriptor open, for the log cleaner's swap:
+        """Unlink its files but keep the descriptor open, for the log cleaner's swap:
         readers of the published segment list keep reading until the swap publishes the new
         list; ``close`` comes after.  A flush of this segment does nothing from now on."""
         with self._io_lock:
@@ -492,11 +502,12 @@ class LogSegment:
                 remove(path)
 
     def change_suffix(self, old: str, new: str) -> None:
-        """Rename the three files from ``<name><old>`` to ``<name><new>`` (Kafka's
+        """Rename its files from ``<name><old>`` to ``<name><new>`` (Kafka's
         ``changeFileSuffixes``): the indexes first, the log file last, so that the log's
         name says how far a rename got."""
         for index in (self.offset_index, self.time_index):
             index.path = _renamed(index.path, old, new)
+        self.txn_index.rename(_with_suffix(self.txn_index.path, old, new))
         self.log_path = _renamed(self.log_path, old, new)
 
     def set_last_modified(self, ms: int) -> None:
@@ -504,13 +515,17 @@ class LogSegment:
         last one: it decides the cleaner's tombstone horizon and time-based retention)."""
         os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
 
-    def _paths(self) -> tuple[str, str, str]:
-        return self.log_path, self.offset_index.path, self.time_index.path
+    def _paths(self) -> tuple[str, str, str, str]:
+        return self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path
+
+
+def _with_suffix(path: str, old: str, new: str) -> str:
+    if not path.endswith(old):
+        raise ValueError(f"{path} does not end with {old!r}")
+    return path[: len(path) - len(old)] + new
 
 
 def _renamed(path: str, old: str, new: str) -> str:
-    if not path.endswith(old):
-        raise ValueError(f"{path} does not end with {old!r}")
-    target = path[: len(path) - len(old)] + new
+    target = _with_suffix(path, old, new)
     os.rename(path, target)
     return target
