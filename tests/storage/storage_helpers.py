@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
-from trilog.records import batch_crc, build_batch, iter_batches, read_batch_header
+from trilog.records import (
+    RecordBatchBuilder,
+    batch_crc,
+    build_batch,
+    build_end_txn_marker,
+    iter_batches,
+    read_batch_header,
+)
 from trilog.storage import Log
 
 
@@ -84,3 +92,38 @@ def check_indexes(log: Log) -> None:
         if batches:
             assert segment.next_offset == max(b.last_offset for b in batches.values()) + 1
             assert segment.max_timestamp == max(b.max_timestamp for b in batches.values())
+
+
+
+# -- transactions --------------------------------------------------------------------------
+
+
+def now_ms() -> int:
+    """A realistic clock for producer batches: a producer idle past
+    producer_id_expiration_ms (a day) is forgotten when a snapshot is loaded."""
+    return int(time.time() * 1000)
+
+
+def producer_batch(pid: int, seq: int, count: int = 2, *, epoch: int = 0,
+                   transactional: bool = False, key: bytes = b"k",
+                   timestamp: int | None = None, tag: int = 0) -> bytes:
+    """A batch of producer ``pid`` from sequence ``seq``, transactional or not; record ``i``
+    has key ``key + i`` and value ``pid:tag:i``."""
+    builder = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                                 is_transactional=transactional)
+    ts = now_ms() if timestamp is None else timestamp
+    for i in range(count):
+        builder.append(ts + i, key + b"%d" % i, b"%d:%d:%d" % (pid, tag, i))
+    return builder.build()
+
+
+def txn_batch(pid: int, seq: int, count: int = 2, **kwargs) -> bytes:
+    return producer_batch(pid, seq, count, transactional=True, **kwargs)
+
+
+def marker(pid: int, commit: bool, *, epoch: int = 0, coordinator_epoch: int = 0,
+           timestamp: int | None = None) -> bytes:
+    """A transaction marker (the coordinator's batch)."""
+    return build_end_txn_marker(producer_id=pid, producer_epoch=epoch,
+                                coordinator_epoch=coordinator_epoch, commit=commit,
+                                timestamp_ms=now_ms() if timestamp is None else timestamp)

@@ -37,6 +37,7 @@ def test_public_names():
     assert sorted(trilog.storage.__all__) == sorted(
         [
             "AbortedTxn",
+            "AppendOrigin",
             "BatchHeader",
             "CHEAP_APPEND_BYTES",
             "CLEAN_SHUTDOWN_FILE",
@@ -62,6 +63,7 @@ def test_public_names():
             "LogSegment",
             "OffsetCheckpoint",
             "OffsetIndex",
+            "ProducerInfo",
             "RECOVERY_POINT_CHECKPOINT_FILE",
             "TimeIndex",
             "TimestampOffset",

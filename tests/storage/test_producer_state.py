@@ -4,8 +4,9 @@ out), and the log that checks and records it on every append."""
 import pytest
 
 from trilog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
-from trilog.records import RecordBatchBuilder
-from trilog.storage import Log, LogConfig
+from trilog.records import RecordBatchBuilder, build_end_txn_marker
+from trilog.storage import AppendOrigin, Log, LogConfig
+from trilog.storage._append import check_batches, producer_batches
 from trilog.storage._producer_state import ProducerStateManager
 
 
@@ -137,3 +138,73 @@ def test_truncation_forgets_what_was_cut(tmp_path):
     assert not log.append(batch(seq=3)).duplicate  # so it is appended again
     assert log.log_end_offset == 6
     log.close()
+
+
+# -- transactions, as a pure object -------------------------------------------------------------
+
+
+def txn(pid=7, epoch=0, seq=0, n=2):
+    b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                           is_transactional=True)
+    for i in range(n):
+        b.append(1000 + i, None, b"v%d" % i)
+    return b.build()
+
+
+def end(pid=7, commit=True, epoch=0, coordinator_epoch=0):
+    return build_end_txn_marker(producer_id=pid, producer_epoch=epoch,
+                                coordinator_epoch=coordinator_epoch, commit=commit,
+                                timestamp_ms=2000)
+
+
+def test_batches_of_one_append_are_checked_in_order():
+    """Several batches of one producer in one append: each follows the one before it."""
+    table = built()
+    assert table.check(batch(seq=0) + batch(seq=3) + batch(seq=6)) is None
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        table.check(batch(seq=0) + batch(seq=4))
+    table.record(batch(seq=0) + batch(seq=3), 0)
+    assert table.entry(7).last_sequence == 5
+    # A new epoch then its continuation, in one append.
+    assert table.check(batch(epoch=1, seq=0) + batch(epoch=1, seq=3)) is None
+
+
+def replicated(data: bytes):
+    """The producer batches of an append that keeps its offsets (all 0 here)."""
+    mv = memoryview(data)
+    return producer_batches(mv, check_batches(mv, 1 << 20, False, True), False,
+                            AppendOrigin.REPLICATION)
+
+
+def test_a_transaction_opens_closes_and_is_indexed_when_aborted():
+    table = built()
+    table.record(txn(pid=1), 10)
+    table.record(txn(pid=2), 12)
+    assert table.first_unstable_offset == 10
+    assert table.ongoing_transactions() == [(10, 1), (12, 2)]
+    # Producer 1 aborts at 14: the last stable offset of the moment is 2's first offset.
+    abort = replicated(end(pid=1, commit=False))
+    assert table.check_batches(abort, AppendOrigin.COORDINATOR) is None
+    assert table.apply(abort, 14, None) == [(1, 10, 14, 12)]
+    assert table.first_unstable_offset == 12
+    # A replicated log: 2's commit at 15 is not yet below the high watermark of 15.
+    assert table.apply(replicated(end(pid=2, commit=True)), 15, 15) == []
+    assert table.first_unstable_offset == 12
+    table.on_high_watermark(16)
+    assert table.first_unstable_offset is None
+
+
+def test_a_snapshot_round_trip_keeps_transactions_and_the_last_batch():
+    table = built()
+    table.record(batch(pid=3, seq=0), 0)
+    table.record(batch(pid=3, seq=3), 3)
+    table.record(txn(pid=4), 6)
+    entries = list(table.snapshot_entries())
+    other = ProducerStateManager(load=lambda: ())
+    other.load_snapshot(entries, now_ms=2000, expiration_ms=10_000)
+    assert other.ongoing_transactions() == [(6, 4)] and other.first_unstable_offset == 6
+    assert other.check(batch(pid=3, seq=3)) == 3  # the last batch is known
+    assert other.check(batch(pid=3, seq=6)) is None
+    # Expired producers are left out, unless a transaction of theirs is open.
+    other.load_snapshot(entries, now_ms=1_000_000, expiration_ms=10_000)
+    assert [e.producer_id for e in other.entries()] == [4]

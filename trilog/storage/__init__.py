@@ -2,22 +2,25 @@
 sparse offset and time indexes, appends that touch only batch headers, reads as file slices
 for ``sendfile``, flush policy, crash recovery, retention, and the ``LogManager``.
 
-Modules: ``_log`` (``Log``: opening, the append path, flush, the high watermark and leader
-epochs, closing), ``_local_log`` (``LocalLog``: the segment list and every change to it),
-``_reads`` (``LogReader``, a base of ``Log``: the lock-free reads from a ``LogSnapshot``),
-``_removals`` (``SegmentRemovals``, a base of ``Log``: retention, DeleteRecords, truncation,
-the cleaner's swap), ``_append`` (the append path's header and CRC checks and offset
-assignment), ``_producer_state`` (idempotent producers), ``_loader`` (opening and
-recovery), ``_segment`` (``LogSegment``, the roll decision, header walks), ``_index``,
-``_files`` (atomic writes, directory fsyncs, removal), ``_manager``, ``_checkpoint``,
-``_retention`` (pure decisions), ``_fetch`` (``FetchSlice``), ``_epochs`` (the leader-epoch
-cache a replicated log keeps), ``_txn_index`` (a segment's ``.txnindex`` of aborted
-transactions).
+Modules: ``_log`` (``Log``: opening, the append path, flush, the high watermark, the last
+stable offset and leader epochs, closing), ``_local_log`` (``LocalLog``: the segment list
+and every change to it), ``_reads`` (``LogReader``, a base of ``Log``: the lock-free reads
+from a ``LogSnapshot``, ``aborted_transactions`` among them), ``_removals``
+(``SegmentRemovals``, a base of ``Log``: retention, DeleteRecords, truncation, the cleaner's
+swap), ``_append`` (the append path's header and CRC checks, offset assignment, who appends:
+``AppendOrigin``), ``_producer_state`` (idempotent and transactional producers, the first
+unstable offset), ``_producer_snapshot`` (``<offset>.snapshot`` files), ``_producer_load``
+(the state from a snapshot and the headers after it), ``_txn_index`` (a segment's
+``.txnindex`` of aborted transactions), ``_loader`` (opening and recovery), ``_segment``
+(``LogSegment``, the roll decision, header walks), ``_index``, ``_files`` (atomic writes,
+directory fsyncs, removal), ``_manager``, ``_checkpoint``, ``_retention`` (pure decisions),
+``_fetch`` (``FetchSlice``), ``_epochs`` (the leader-epoch cache a replicated log keeps).
 
 Blocking code (no trio): the broker calls it from worker threads.
 """
 
 from trilog.records import BatchHeader  # what Log.batch_headers yields (one layout: records')
+from trilog.storage._append import AppendOrigin
 from trilog.storage._checkpoint import OffsetCheckpoint
 from trilog.storage._config import (
     COMPACT,
@@ -38,6 +41,7 @@ from trilog.storage._fetch import FetchSlice
 from trilog.storage._files import fsync_dir, write_atomically
 from trilog.storage._index import OffsetIndex, TimeIndex
 from trilog.storage._log import CHEAP_APPEND_BYTES, INLINE_APPENDS, Log, LogAppendInfo
+from trilog.storage._producer_state import ProducerInfo
 from trilog.storage._manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -71,6 +75,7 @@ __all__ = [
     "UNDEFINED_EPOCH",
     "UNDEFINED_EPOCH_OFFSET",
     "AbortedTxn",
+    "AppendOrigin",
     "BatchHeader",
     "EpochEntry",
     "FetchSlice",
@@ -83,6 +88,7 @@ __all__ = [
     "LogSegment",
     "OffsetCheckpoint",
     "OffsetIndex",
+    "ProducerInfo",
     "TimeIndex",
     "TimestampOffset",
     "TransactionIndex",

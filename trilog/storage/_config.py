@@ -86,6 +86,10 @@ class LogConfig:
                                                                      producer's) or
                                                                      "LogAppendTime" (the log
                                                                      stamps each batch)
+    producer_id_expiration_ms    producer.id.expiration.ms           a producer without a write
+                                                                     for this long (and no
+                                                                     transaction open) is
+                                                                     forgotten
     ===========================  ==================================  =========================
     """
 
@@ -103,6 +107,7 @@ class LogConfig:
     delete_retention_ms: int = _DAY_MS
     min_compaction_lag_ms: int = 0
     message_timestamp_type: str = CREATE_TIME
+    producer_id_expiration_ms: int = _DAY_MS
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 14:
@@ -128,6 +133,8 @@ class LogConfig:
             raise ValueError("delete_retention_ms cannot be negative")
         if self.min_compaction_lag_ms < 0:
             raise ValueError("min_compaction_lag_ms cannot be negative")
+        if self.producer_id_expiration_ms < 1:
+            raise ValueError("producer_id_expiration_ms must be positive")
         if self.message_timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(
                 f"message_timestamp_type must be one of {TIMESTAMP_TYPES}, not "

@@ -16,8 +16,9 @@ class FetchSlice:
     reaches past the log end offset as of the ``Log.read`` call.
 
     Also carries the partition's ``high_watermark`` (``Log.high_watermark``: the log end
-    offset unless the log is replicated), ``log_end_offset`` and ``log_start_offset`` at the
-    time of the read.
+    offset unless the log is replicated), ``last_stable_offset`` (``Log.last_stable_offset``:
+    below it every transaction is decided), ``log_end_offset`` and ``log_start_offset`` at the
+    time of the read: what a Fetch response says of the partition.
 
     ``close()`` (or ``with``) releases the descriptor; a slice that is never closed warns
     with ``ResourceWarning`` when collected.  Not thread-safe to close while another thread
@@ -28,6 +29,7 @@ class FetchSlice:
         "fd",
         "first_offset",
         "high_watermark",
+        "last_stable_offset",
         "length",
         "log_end_offset",
         "log_start_offset",
@@ -46,6 +48,7 @@ class FetchSlice:
         high_watermark: int,
         log_end_offset: int,
         log_start_offset: int,
+        last_stable_offset: int | None = None,
     ) -> None:
         self.fd = fd
         self.position = position
@@ -57,19 +60,25 @@ class FetchSlice:
         self.high_watermark = high_watermark
         self.log_end_offset = log_end_offset
         self.log_start_offset = log_start_offset
+        #: (The high watermark when not given: no transaction is open.)
+        self.last_stable_offset = (
+            high_watermark if last_stable_offset is None else last_stable_offset)
 
     @classmethod
     def empty(cls, offset: int, *, log_end_offset: int, log_start_offset: int,
-              high_watermark: int | None = None) -> FetchSlice:
+              high_watermark: int | None = None,
+              last_stable_offset: int | None = None) -> FetchSlice:
+        hw = log_end_offset if high_watermark is None else high_watermark
         return cls(
             -1,
             0,
             0,
             first_offset=offset,
             segment_base_offset=-1,
-            high_watermark=log_end_offset if high_watermark is None else high_watermark,
+            high_watermark=hw,
             log_end_offset=log_end_offset,
             log_start_offset=log_start_offset,
+            last_stable_offset=last_stable_offset,
         )
 
     def __len__(self) -> int:

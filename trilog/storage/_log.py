@@ -13,9 +13,11 @@ recovery are ``_loader``'s.
 ``Log`` is made of parts, each with its own job: ``LocalLog`` (``_local_log``, held) owns the
 segment files and every change to their list; ``LogReader`` (``_reads``, a base class)
 answers the reads from the published snapshot; ``SegmentRemovals`` (``_removals``, a base
-class) takes segments out: retention, DeleteRecords, truncation, the cleaner's swap.  This
-module holds what ties them together: opening, the append path, flushing, the high
-watermark and leader epochs, the locks, closing.
+class) takes segments out: retention, DeleteRecords, truncation, the cleaner's swap; the
+producer state (``_producer_state``, held: idempotence and transactions) with its snapshots
+(``_producer_snapshot``) and its building (``_producer_load``).  This module holds what ties
+them together: opening, the append path, flushing, the high watermark, the last stable
+offset and leader epochs, the locks, closing.
 """
 
 from __future__ import annotations
@@ -32,14 +34,17 @@ from trilog.errors import CorruptMessageError, RecordListTooLargeError, TrilogEr
 from trilog.records import CRC32C_HARDWARE
 from trilog.storage._append import (
     OVERLAP_CRC_BYTES,
+    AppendOrigin,
     Batches,
     OverlappedCrcCheck,
+    ProducerBatch,
     WritePlan,
     assign_offsets,
     assign_offsets_stamped,
     batch_epochs,
     check_batches,
     keep_offsets,
+    producer_batches,
 )
 from trilog.storage._config import NEVER, LogConfig
 from trilog.storage._epochs import (
@@ -49,7 +54,9 @@ from trilog.storage._epochs import (
 )
 from trilog.storage._files import fsync_dir, remove_dir_durably
 from trilog.storage._local_log import LocalLog
-from trilog.storage._producer_state import ProducerStateManager
+from trilog.storage._producer_load import ProducerStateLoad, load_producer_state
+from trilog.storage._producer_snapshot import ProducerSnapshots, sync_files
+from trilog.storage._producer_state import ProducerInfo, ProducerStateManager
 from trilog.storage._reads import LogReader, LogSnapshot
 from trilog.storage._removals import SegmentRemovals
 from trilog.storage._segment import LogSegment
@@ -142,6 +149,15 @@ def _refused_epoch(leader_epoch: int, assign_offsets: bool) -> ValueError:
                       "leader stamps an epoch >= 0, a follower keeps the batches' own")
 
 
+def _origin(assign_offsets: bool, origin: AppendOrigin) -> AppendOrigin:
+    """Who appends: an append that keeps its offsets is REPLICATION, whatever is said."""
+    if not assign_offsets:
+        return AppendOrigin.REPLICATION
+    if origin is AppendOrigin.REPLICATION:
+        raise ValueError("a REPLICATION append keeps its offsets (assign_offsets=False)")
+    return origin
+
+
 class Log(LogReader, SegmentRemovals):
     """The log of one partition: ``<dir>/<20-digit base offset>.log|.index|.timeindex``.
 
@@ -163,6 +179,16 @@ class Log(LogReader, SegmentRemovals):
     (``leader_epoch``) or keep a leader's batches (``assign_offsets=False``) add to it, and
     truncation, DeleteRecords and retention keep it in step with the log.  Batches written
     without an epoch (-1, a standalone broker's) add nothing.
+
+    Transactions (Kafka's KIP-98): the producer state (``_producer_state``) is exact for
+    every batch the log holds, built at opening from the newest snapshot
+    (``<dir>/<offset>.snapshot``, written at each roll and at a clean close) and the headers
+    after it, and kept by every append; ``last_stable_offset`` (<= the high watermark, >=
+    the log start offset) is the first offset of the oldest transaction not yet decided (or
+    whose marker is not yet below the high watermark), and each segment's ``.txnindex``
+    holds the transactions aborted by markers in it (``aborted_transactions``).  Truncation
+    rebuilds the state from a snapshot at or below the new end; retention keeps the newest
+    snapshot and those at or above the log start offset.
 
     Thread-safe.  Appends, rolls, truncation, retention and close serialise on one lock
     (held for the write system call, never for an fsync); ``flush`` serialises with other
@@ -209,9 +235,10 @@ class Log(LogReader, SegmentRemovals):
         self._first_unflushed_ms: int | None = None
         self._replicated = replicated
         self._epochs = LeaderEpochCache(None)  # until the segments are loaded
-        self._producer_state = ProducerStateManager(self.batch_headers)
+        self._producer_state = ProducerStateManager()
         self._local = local = LocalLog(self.directory, self.config, recovery_point,
                                        needs_recovery)
+        self._snapshots = ProducerSnapshots(self.directory)
         self._log_start_offset = max(log_start_offset, local.base_offsets[0])
         restarted = self._log_start_offset > local.log_end_offset
         if restarted:
@@ -220,6 +247,7 @@ class Log(LogReader, SegmentRemovals):
                            "restarting the log there", self.directory, local.log_end_offset,
                            self._log_start_offset)
             self._restart_at(self._log_start_offset)
+        self._producer_load = self._load_producers(local.first_recovered)
         # Standalone the high watermark follows the log end offset; replicated it starts
         # from the checkpointed one (or the log start offset) and _publish clamps it.
         self._high_watermark = self._log_start_offset if high_watermark is None else high_watermark
@@ -228,23 +256,44 @@ class Log(LogReader, SegmentRemovals):
             self.directory, self._log_start_offset, local.log_end_offset, local.batch_epochs(),
             empty=local.log_end_offset == local.base_offsets[0], discard=restarted)
 
+    def _load_producers(self, rebuild_from: int | None) -> ProducerStateLoad:
+        """Under every lock (or while opening): build the producer state from the newest
+        snapshot at or below the log end (and ``rebuild_from``, from where the segments'
+        ``.txnindex`` files are rebuilt) and the batch headers after it."""
+        local = self._local
+        return load_producer_state(
+            self._producer_state, self._snapshots, local.segments, self._log_start_offset,
+            local.log_end_offset, rebuild_from=rebuild_from, now_ms=_time.now_ms(),
+            expiration_ms=self.config.producer_id_expiration_ms)
+
     def _publish(self) -> None:
         """Replace the readers' snapshot (one atomic attribute assignment), with the high
-        watermark brought within [log start, log end] (standalone: the log end)."""
+        watermark brought within [log start, log end] (standalone: the log end), and the
+        last stable offset below it."""
         local = self._local
         leo = local.log_end_offset
         if self._replicated:
-            self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
+            self._high_watermark = hw = min(max(self._high_watermark, self._log_start_offset),
+                                            leo)
+            self._producer_state.on_high_watermark(hw)
         else:
-            self._high_watermark = leo
+            self._high_watermark = hw = leo
         self._snapshot = LogSnapshot(
             local.segments,
             local.base_offsets,
             self._log_start_offset,
             leo,
-            self._high_watermark,
+            hw,
             local.active.size,
+            self._stable_offset(hw, self._log_start_offset),
         )
+
+    def _stable_offset(self, high_watermark: int, log_start: int) -> int:
+        """The last stable offset under ``high_watermark`` (see ``last_stable_offset``)."""
+        first = self._producer_state.first_unstable_offset
+        if first is None or first >= high_watermark:
+            return high_watermark
+        return first if first > log_start else log_start
 
     # -- properties ----------------------------------------------------------------------
 
@@ -307,6 +356,7 @@ class Log(LogReader, SegmentRemovals):
         assign_offsets: bool = True,
         now_ms: int | None = None,
         leader_epoch: int | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Append one or more v2 batches (e.g. a produce request's ``records``).
 
@@ -321,23 +371,22 @@ class Log(LogReader, SegmentRemovals):
         messages are unflushed.
 
         With ``message_timestamp_type`` LogAppendTime, batches whose offsets the log assigns
-        are stamped with the append time (``now_ms``; Kafka's rule: the attribute bit, the
-        max timestamp and the CRC change, nothing else), and ``log_append_time`` of the
-        answer says when; batches with kept offsets (replication) are stored as they come.
+        are stamped with the append time (``now_ms``; Kafka's rule: ``log_append_time`` of
+        the answer); batches with kept offsets are stored as they come.
 
-        Leader epochs (replication): with ``leader_epoch`` (a leader's append, Kafka's
-        ``appendAsLeader``) each batch's ``partition_leader_epoch`` is set to it (a patch
-        of 4 bytes the CRC does not cover) and the leader-epoch cache records the epoch from
-        the first offset on, if new.  With ``assign_offsets=False`` (a follower's append,
-        ``appendAsFollower``) the cache records the epochs the batches carry (-1, no epoch,
-        is skipped); ``leader_epoch`` is then refused (``ValueError``), as is a negative one.
-        Without either, nothing about epochs changes (a standalone broker's appends).
+        Leader epochs: with ``leader_epoch`` (a leader's append) each batch's
+        ``partition_leader_epoch`` is set to it and the cache records it, if new; with
+        ``assign_offsets=False`` (a follower's) the cache records the batches' own (-1
+        skipped), and ``leader_epoch`` is refused (``ValueError``), as is a negative one.
 
-        Idempotent producers (``_producer_state``): an append that assigns offsets is first
-        checked against its producer's sequence numbers; a batch its producer resent is not
-        appended, and the answer says where it went (``duplicate``).  A sequence out of
-        order raises ``OutOfOrderSequenceNumberError``, an old producer epoch
-        ``InvalidProducerEpochError``.  Every append, a follower's too, is remembered.
+        Producers (``_producer_state``), by ``origin``: a CLIENT may not append control
+        batches (``InvalidRecordError``); its sequence numbers are checked, and a batch it
+        resent is not appended (the answer says where it went: ``duplicate``); a
+        COORDINATOR's markers and transactional offset commits are checked for producer and
+        coordinator epochs only; ``assign_offsets=False`` is REPLICATION, not checked.
+        Refusals: ``OutOfOrderSequenceNumberError``, ``InvalidProducerEpochError``,
+        ``InvalidTxnStateError``, ``TransactionCoordinatorFencedError``.  Every append is
+        recorded: transactions open and close, aborts reach the ``.txnindex``.
         """
         if leader_epoch is not None and (not assign_offsets or leader_epoch < 0):
             raise _refused_epoch(leader_epoch, assign_offsets)
@@ -354,20 +403,19 @@ class Log(LogReader, SegmentRemovals):
             raise RecordListTooLargeError(
                 f"append of {len(mv)} bytes exceeds the segment size {config.segment_bytes}"
             )
+        origin = _origin(assign_offsets, origin)
+        pbatches = producer_batches(mv, batches, assign_offsets, origin)  # None: no producer
         crc_check = None if small else OverlappedCrcCheck(mv, batches)
         now = now_ms if now_ms is not None else _time.now_ms()
-        producers = self._producer_state
         try:
             with self._lock:
-                # A leader's append is checked against its producers' sequences (a resent
-                # batch is answered with its first offset); every append is remembered.
-                duplicate_of = producers.check(mv) if assign_offsets else None
-                if duplicate_of is not None:
-                    return self._duplicate(duplicate_of)
+                if pbatches is not None:
+                    duplicate_of = self._producer_state.check_batches(pbatches, origin)
+                    if duplicate_of is not None:  # resent: answered with its first offset
+                        return self._duplicate(duplicate_of)
                 plan, log_start, flush_now = self._append_locked(
-                    mv, batches, assign_offsets, now, crc_check, stamp, leader_epoch
+                    mv, batches, assign_offsets, now, crc_check, stamp, leader_epoch, pbatches
                 )
-                producers.record(mv, plan[2])
         finally:
             if crc_check is not None:
                 crc_check.release()
@@ -395,9 +443,11 @@ class Log(LogReader, SegmentRemovals):
         crc_check: OverlappedCrcCheck | None,
         stamp: bool = False,
         leader_epoch: int | None = None,
+        pbatches: list[ProducerBatch] | None = None,
     ) -> tuple[WritePlan, int, bool]:
-        """Under the lock: offsets, epochs, roll, write, publish.  Return the plan written,
-        the log start offset, and whether ``flush_interval_messages`` asks for a flush now."""
+        """Under the lock: offsets, epochs, roll, write, producers, publish.  Return the plan
+        written, the log start offset, and whether ``flush_interval_messages`` asks for a
+        flush now."""
         if self._closed:
             raise TrilogError(f"append to closed log {self.directory}")
         local = self._local
@@ -438,11 +488,20 @@ class Log(LogReader, SegmentRemovals):
                                    LEADER_EPOCH_CHECKPOINT_FILE, exc)
             raise
         local.log_end_offset = last + 1
-        segments, bases, log_start, _leo, hw, _size = self._snapshot
+        segments, bases, log_start, old_leo, hw, _size, lso = self._snapshot
         if not self._replicated:
             hw = self._high_watermark = last + 1
+        if pbatches is not None:  # before the publication: the new LSO goes with the new end
+            for aborted in self._producer_state.apply(pbatches, first if assign else 0,
+                                                      hw if self._replicated else None):
+                segment.txn_index.append(aborted)
+            lso = self._stable_offset(hw, log_start)
+        elif lso == old_leo:
+            lso = hw  # nothing was unstable, and nothing became so
+        else:
+            lso = self._stable_offset(hw, log_start)
         self._snapshot = _new_tuple(  # LogSnapshot without its Python-level __new__ (hot path)
-            LogSnapshot, (segments, bases, log_start, last + 1, hw, segment.size)
+            LogSnapshot, (segments, bases, log_start, last + 1, hw, segment.size, lso)
         )
         self._unflushed_messages += records
         if self._first_unflushed_ms is None:
@@ -460,9 +519,11 @@ class Log(LogReader, SegmentRemovals):
             return local.active.base_offset
 
     def _roll(self, base_offset: int) -> LogSegment:
-        """Under the lock: make a new active segment starting at ``base_offset``, and
-        publish it."""
+        """Under the lock: make a new active segment starting at ``base_offset``, snapshot
+        the producer state there (the state of every batch below it; fsynced by the next
+        flush, which the roll asks for), and publish it."""
         segment = self._local.roll(base_offset)
+        self._snapshots.write(base_offset, self._producer_state.snapshot_entries())
         self._publish()
         return segment
 
@@ -484,14 +545,16 @@ class Log(LogReader, SegmentRemovals):
                 leo = local.log_end_offset
                 target = leo if offset is None else min(offset, leo)
                 if target <= local.recovery_point and not local.dir_dirty:
-                    return
+                    return  # (a roll's snapshot waits: a roll makes the directory dirty)
                 dirty = local.unflushed(target)
                 full = target == leo
                 messages = self._unflushed_messages if full else 0
                 dir_dirty, local.dir_dirty = local.dir_dirty, False
+                snapshots = self._snapshots.take_unsynced()
                 started = _time.now_ms()
             for segment in dirty:
                 segment.flush()
+            sync_files(self.directory, snapshots)
             if dir_dirty:
                 fsync_dir(self.directory)
             with self._lock:
@@ -569,10 +632,34 @@ class Log(LogReader, SegmentRemovals):
             start = self._local.log_end_offset if start_offset is None else start_offset
             return self._epochs.assign(epoch, start)
 
+    # -- producers and transactions ------------------------------------------------------
+
+    def producers(self) -> list[ProducerInfo]:
+        """The producers this log knows (Kafka's ``activeProducers``, what DescribeProducers
+        answers), least recently written first."""
+        with self._lock:
+            return [entry.info() for entry in self._producer_state.entries()]
+
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """``(first_offset, producer_id)`` of each transaction open in this log, oldest
+        first (the first one is what holds the last stable offset back)."""
+        with self._lock:
+            return self._producer_state.ongoing_transactions()
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget the producers that have not written for ``producer_id_expiration_ms``
+        and have no transaction open (Kafka's ``removeExpiredProducers``, which the broker
+        runs every ``producer.id.expiration.check.interval.ms``); return how many went."""
+        now = now_ms if now_ms is not None else _time.now_ms()
+        with self._lock:
+            return self._producer_state.remove_expired(
+                now, self.config.producer_id_expiration_ms)
+
     # -- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush everything, write the final index entries, close every file.
+        """Flush everything, write the final index entries and a producer state snapshot at
+        the log end offset, close every file.
 
         Every file is closed even when the flush fails (a full or failing disk); the first
         such error is raised afterwards, so the caller knows this log needs recovery."""
@@ -590,6 +677,9 @@ class Log(LogReader, SegmentRemovals):
             if self._closed:
                 return
             self._closed = True
+            # The producer state at the log end: the next opening replays nothing.
+            self._snapshots.write(self._local.log_end_offset,
+                                  self._producer_state.snapshot_entries(), sync=True)
             closing_error = self._local.close()  # closes every file whatever happened
             error = error or closing_error
         if error is not None:

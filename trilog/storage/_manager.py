@@ -367,6 +367,13 @@ class LogManager:
                 deleted[(log.topic, log.partition)] = gone
         return deleted
 
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget, in every log, the producers idle for ``producer_id_expiration_ms`` with
+        no transaction open (Kafka runs this every
+        ``producer.id.expiration.check.interval.ms``, 10 minutes); return how many went."""
+        now = now_ms if now_ms is not None else _time.now_ms()
+        return sum(log.remove_expired_producers(now) for log in self.logs() if not log.closed)
+
     def checkpoint_recovery_points(self) -> None:
         """Write each log dir's ``recovery-point-offset-checkpoint`` and
         ``log-start-offset-checkpoint`` (the broker's checkpoint timer calls this)."""

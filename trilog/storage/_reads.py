@@ -7,6 +7,10 @@ snapshot.  Segments are read through the reader's own descriptor (``LogSegment.d
 a slice keeps its bytes after retention unlinks the segment, and a segment removed after
 the snapshot was taken says so (``dup_fd`` gives None) instead of reading another file;
 then ``read`` tries again from a newer snapshot and the lookups skip it.
+
+A read_committed fetch reads below the ``last_stable_offset`` (``read``'s ``max_offset``)
+and asks ``aborted_transactions`` for the transactions to skip in what it got: both come
+from the snapshot and the segments' in-memory ``.txnindex`` entries, without a lock.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from trilog.records import BatchHeader, RecordBatch
 from trilog.storage._fetch import FetchSlice
 from trilog.storage._retention import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, offsets_before
 from trilog.storage._segment import LogSegment, walk_batches
+from trilog.storage._txn_index import AbortedTxn
 
 
 class TimestampOffset(NamedTuple):
@@ -35,11 +40,11 @@ class LogSnapshot(NamedTuple):
     """What readers work from: replaced whole, in one assignment, never changed.
 
     Invariants, as published: ``segments`` is the log's non-empty, ordered segment list and
-    ``base_offsets`` their base offsets; ``log_start_offset`` <= ``high_watermark`` <=
-    ``log_end_offset``; the active (last) segment holds whole batches below the log end
-    offset up to ``active_size``, which later appends do not change.  (Only a truncation
-    changes what an older snapshot's segments hold: a read racing one sees the files as the
-    truncation left them.)
+    ``base_offsets`` their base offsets; ``log_start_offset`` <= ``last_stable_offset`` <=
+    ``high_watermark`` <= ``log_end_offset``; the active (last) segment holds whole batches
+    below the log end offset up to ``active_size``, which later appends do not change.
+    (Only a truncation changes what an older snapshot's segments hold: a read racing one
+    sees the files as the truncation left them.)
     """
 
     segments: tuple[LogSegment, ...]
@@ -48,6 +53,9 @@ class LogSnapshot(NamedTuple):
     log_end_offset: int
     high_watermark: int
     active_size: int  # the committed size of the active (last) segment
+    #: the high watermark, or the first offset of the oldest transaction not yet decided
+    #: below it (or whose marker is not yet below it), if lower (Kafka's LSO)
+    last_stable_offset: int
 
 
 class LogReader:
@@ -82,6 +90,32 @@ class LogReader:
         return self._snapshot.high_watermark
 
     @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided (Kafka's LSO): the high
+        watermark, or the first offset of the oldest transaction still open (or whose marker
+        is not yet below the high watermark), if lower; never below the log start offset.
+        What a read_committed consumer reads up to.  No lock, no scan."""
+        return self._snapshot.last_stable_offset
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [``start_offset``,
+        ``end_offset``) must skip (Kafka's ``collectAbortedTransactions``): each transaction
+        whose ABORT marker is at or after ``start_offset`` and whose first offset is below
+        ``end_offset``, as ``AbortedTxn(producer_id, first_offset)``, in the order of their
+        markers.  ``end_offset`` is where the fetched batches end (one past the last offset
+        of the slice) or the last stable offset.  Reads the ``.txnindex`` entries of the
+        segment holding ``start_offset`` and of later ones, until an entry shows that no
+        later one overlaps; no lock, no file read."""
+        segments, bases = self._snapshot[:2]
+        out: list[AbortedTxn] = []
+        for segment in segments[max(bisect_right(bases, start_offset) - 1, 0):]:
+            found, complete = segment.txn_index.collect(start_offset, end_offset)
+            out += found
+            if complete:
+                break
+        return out
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         return self._snapshot.segments
 
@@ -110,10 +144,10 @@ class LogReader:
         for _attempt in range(8):
             if self._closed:
                 raise TrilogError(f"read from closed log {self.directory}")
-            segments, bases, log_start, leo, hw, active_size = self._snapshot
+            segments, bases, log_start, leo, hw, active_size, lso = self._snapshot
             if offset == leo:
                 return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
-                                        high_watermark=hw)
+                                        high_watermark=hw, last_stable_offset=lso)
             if offset < log_start or offset > leo:
                 raise OffsetOutOfRangeError(
                     f"offset {offset} is outside {log_start}..{leo} of "
@@ -124,7 +158,7 @@ class LogReader:
             bound = leo if max_offset is None or max_offset > leo else max_offset
             if offset >= bound:
                 return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
-                                        high_watermark=hw)
+                                        high_watermark=hw, last_stable_offset=lso)
             last = len(segments) - 1
             i = bisect_right(bases, offset) - 1
             while i <= last:
@@ -160,10 +194,11 @@ class LogReader:
                     high_watermark=hw,
                     log_end_offset=leo,
                     log_start_offset=log_start,
+                    last_stable_offset=lso,
                 )
             else:
                 return FetchSlice.empty(offset, log_end_offset=leo, log_start_offset=log_start,
-                                        high_watermark=hw)
+                                        high_watermark=hw, last_stable_offset=lso)
         raise OffsetOutOfRangeError(
             f"offset {offset} was deleted while being read",
             log_start_offset=self.log_start_offset,
@@ -206,7 +241,7 @@ class LogReader:
         max timestamp reaches ``timestamp`` are decoded (usually one).  ``None`` when no
         record is that recent.
         """
-        segments, _bases, log_start, leo, _hw, active_size = self._snapshot
+        segments, _bases, log_start, leo, _hw, active_size, _lso = self._snapshot
         if timestamp == EARLIEST_TIMESTAMP:
             return TimestampOffset(-1, log_start)
         if timestamp == LATEST_TIMESTAMP:
@@ -234,7 +269,7 @@ class LogReader:
     ) -> list[int]:
         """ListOffsets v0 (Kafka 0.8): segment base offsets of segments last modified at or
         before ``timestamp`` (plus the log end offset for LATEST), newest first."""
-        segments, _bases, log_start, leo, _hw, active_size = self._snapshot
+        segments, _bases, log_start, leo, _hw, active_size, _lso = self._snapshot
         entries = [(max(s.base_offset, log_start), s.last_modified_ms) for s in segments]
         return offsets_before(
             entries,

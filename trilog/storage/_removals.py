@@ -4,7 +4,8 @@ Retention and DeleteRecords take them from the start (Kafka's ``deleteOldSegment
 ``maybeIncrementLogStartOffset``), truncation from the end (``truncateTo``,
 ``truncateFullyAndStartAt``: a follower's), and the log cleaner's swap replaces a run in the
 middle (``replaceSegments``).  ``LocalLog`` changes the segment list; these decide what goes
-and keep the offsets, the leader-epoch cache and the producer state in step with it.
+and keep the offsets, the leader-epoch cache, the producer state and its snapshots in step
+with it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from trilog.storage._epochs import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCach
 from trilog.storage._files import fsync_dir
 from trilog.storage._loader import CLEANED_SUFFIX, SWAP_SUFFIX
 from trilog.storage._local_log import LocalLog
+from trilog.storage._producer_load import ProducerStateLoad
+from trilog.storage._producer_snapshot import ProducerSnapshots
 from trilog.storage._producer_state import ProducerStateManager
 from trilog.storage._retention import segments_to_delete
 from trilog.storage._segment import LogSegment
@@ -34,9 +37,11 @@ class SegmentRemovals:
     Each leaves ``Log``'s invariants whole: the first segment's base offset <= the log start
     offset <= the log end offset, the high watermark between them, leader epochs only for
     offsets the log holds (the checkpoint file may lag behind: opening cuts it again), and
-    after a truncation no producer state from the batches cut (it is built again from what
-    remains); a reader holding a slice of a removed segment keeps its bytes (its own
-    descriptor outlives the unlink).
+    after a truncation no producer state, snapshot or aborted transaction from the batches
+    cut (the state is built again from a snapshot at or below the new end, transactions
+    whose markers were cut are open again); a reader holding a slice of a removed segment
+    keeps its bytes (its own descriptor outlives the unlink).  Retention and DeleteRecords
+    delete the producer snapshots below the new log start offset but the newest.
 
     Thread-safe, on ``Log``'s locks: each takes the delete lock first, so that a swap and a
     deletion never interleave on disk, and the append lock last.  Retention and
@@ -63,10 +68,14 @@ class SegmentRemovals:
     _replicated: bool
     _epochs: LeaderEpochCache
     _producer_state: ProducerStateManager
+    _snapshots: ProducerSnapshots
+    _producer_load: ProducerStateLoad
 
     if TYPE_CHECKING:  # Log's too
 
         def _publish(self) -> None: ...
+
+        def _load_producers(self, rebuild_from: int | None) -> ProducerStateLoad: ...
 
         def _check_open(self) -> None: ...
 
@@ -154,7 +163,7 @@ class SegmentRemovals:
                     return self._log_start_offset
                 self._log_start_offset = target
                 dead = self._drop_oldest(self._local.count_below(target))
-                self._publish()
+                self._log_start_moved()
             for segment in dead:
                 segment.delete()
             self._epochs_follow_log_start()
@@ -169,8 +178,15 @@ class SegmentRemovals:
         dead = self._local.drop_oldest(n)
         if dead:
             self._log_start_offset = max(self._log_start_offset, self._local.base_offsets[0])
-            self._publish()
+            self._log_start_moved()
         return dead
+
+    def _log_start_moved(self) -> None:
+        """Under the lock, after the log start offset moved up: the producer snapshots
+        below it go (but the newest), markers below it are stable, publish."""
+        self._snapshots.delete_below(self._log_start_offset)
+        self._producer_state.on_log_start_offset(self._log_start_offset)
+        self._publish()
 
     def _epochs_follow_log_start(self) -> None:
         """After the log start offset moved (not under the append lock: the checkpoint
@@ -218,10 +234,11 @@ class SegmentRemovals:
 
     def _after_truncation(self) -> None:
         """Under every lock, after the segments were cut (``LocalLog`` brought its recovery
-        point and pending roll flush down with them): a new snapshot (which clamps the high
-        watermark), the producers forgotten, the epochs cut."""
+        point, pending roll flush and ``.txnindex`` entries down with them): the producer
+        state built again for what is left (Kafka's ``truncateAndReload``), a new snapshot
+        (which clamps the high watermark and the last stable offset), the epochs cut."""
+        self._producer_load = self._load_producers(None)
         self._publish()
-        self._producer_state.clear()
         # After the segments (Kafka's order): a crash in between leaves entries past the
         # log end, which opening removes.
         self._epochs.truncate_from_end(self._local.log_end_offset)
@@ -233,6 +250,8 @@ class SegmentRemovals:
         self._local.restart_at(offset)
         self._log_start_offset = self._high_watermark = offset
         self._epochs.clear()
+        self._snapshots.delete_all()
+        self._producer_state.reset()
 
     # -- in the middle: the log cleaner's swap -------------------------------------------
 

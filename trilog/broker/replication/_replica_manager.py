@@ -31,7 +31,6 @@ Runs in the trio thread; log I/O goes to worker threads (or runs inline, timed).
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -59,7 +58,7 @@ from trilog.errors import (
     UnsupportedCompressionTypeError,
 )
 from trilog.records import MAGIC_OFFSET, legacy_to_v2
-from trilog.storage import CHEAP_APPEND_BYTES, INLINE_APPENDS
+from trilog.storage import CHEAP_APPEND_BYTES, INLINE_APPENDS, AppendOrigin  # (re-exported)
 
 if TYPE_CHECKING:
     from trilog.broker.replication._purgatory import FetchPurgatory
@@ -74,13 +73,6 @@ _new_tuple = tuple.__new__
 log = logging.getLogger("trilog.broker.replicas")
 #: A full disk fails every append: one log line per partition and minute.
 _storage_faults = RateLimitedLog(log, 60.0)
-
-
-class AppendOrigin(enum.Enum):
-    """Who appends (Kafka's ``AppendOrigin``): a client may not write internal topics."""
-
-    CLIENT = "client"
-    COORDINATOR = "coordinator"
 
 
 class AppendResult(NamedTuple):
