@@ -49,6 +49,25 @@ def test_the_compaction_lag_holds_young_segments_back():
     assert rng.cleanable_bytes == 0
 
 
+def test_nothing_at_or_above_the_last_stable_offset_is_cleanable():
+    """The segment holding the last stable offset (an undecided transaction's first
+    offset, at most the high watermark) stands in for the active one."""
+    segments = facts((0, 100), (10, 100), (20, 100), (30, 50))
+    assert cleanable_range(segments, 0, 10_000, 0, stable_offset=25) == CleanableRange(
+        0, 20, 0, 200)
+    held_at_20 = cleanable_range(segments, 0, 10_000, 0, stable_offset=20)
+    assert held_at_20.first_uncleanable_offset == 20
+    assert cleanable_range(segments, 0, 10_000, 0, stable_offset=5) == CleanableRange(0, 0, 0, 0)
+    assert cleanable_range(segments, 0, 10_000, 0, stable_offset=35) == cleanable_range(
+        segments, 0, 10_000, 0)
+    # With the compaction lag too: whichever holds back more.
+    young = [SegmentFacts(0, 100, 1_000), SegmentFacts(10, 100, 9_500),
+             SegmentFacts(20, 100, 1_000), SegmentFacts(30, 10, 9_990)]
+    for stable, held_at in ((25, 10), (5, 0)):
+        rng = cleanable_range(young, 0, 10_000, 1_000, stable_offset=stable)
+        assert rng.first_uncleanable_offset == held_at
+
+
 def test_choose_the_filthiest_above_its_own_ratio():
     dirty = CleanableRange(0, 10, 100, 300)  # 0.75
     dirtier = CleanableRange(0, 10, 10, 90)  # 0.9

@@ -1,9 +1,10 @@
 """``Cleaner``: one cleaning of one compacted log (Kafka's ``Cleaner``).
 
-1. **Map.** The dirty section (from the first dirty offset to the first uncleanable one) is
-   read record by record into an ``OffsetMap`` of key -> latest offset, until it is read
-   or the map is full (then only what fits is cleaned: the map's ``latest_offset`` is
-   where this cleaning ends and the next begins).
+1. **Map.** The dirty section (from the first dirty offset to the first uncleanable one,
+   which is at most the last stable offset) is read record by record into an ``OffsetMap``
+   of key -> latest offset, until it is read or the map is full (then only what fits is
+   cleaned: the map's ``latest_offset`` is where this cleaning ends and the next begins).
+   Records of aborted transactions are not mapped: they never hide a committed record.
 2. **Group.** The segments from the log's first one to that end are grouped into runs of
    at most ``segment_bytes`` (``group_segments_by_size``); each run becomes one segment.
 3. **Rewrite.** Each run is copied into a ``<base>.log.cleaned`` segment batch by batch:
@@ -37,6 +38,7 @@ from trilog import _time
 from trilog.errors import TrilogError
 from trilog.records import (
     HEADER_SIZE,
+    ControlRecordType,
     CorruptRecordsError,
     Record,
     RecordBatch,
@@ -55,6 +57,7 @@ from trilog.storage._loader import CLEANED_SUFFIX
 from trilog.storage._log import Log
 from trilog.storage._offset_map import OffsetMap
 from trilog.storage._segment import LogSegment
+from trilog.storage._txn_index import AbortedTxn
 
 logger = logging.getLogger("trilog.storage.cleaner")
 
@@ -81,6 +84,7 @@ class CleanerStats:
     records_written: int = 0
     tombstones_removed: int = 0
     invalid_records: int = 0  # records without a key: dropped
+    aborted_records_removed: int = 0  # records of aborted transactions
     segments_replaced: int = 0
     segments_written: int = 0
     buffer_utilization: float = 0.0
@@ -127,7 +131,7 @@ class Cleaner:
             log.config.delete_retention_ms,
         )
         offset_map = self.offset_map
-        self._build_offset_map(segments, rng, stats)
+        self._build_offset_map(log, segments, rng, stats)
         end_offset = offset_map.latest_offset + 1
         stats.buffer_utilization = offset_map.utilization
         producers = _last_batches_of_producers(log)
@@ -144,7 +148,9 @@ class Cleaner:
         complete = True
         for group in groups:
             run = tuple(cleanable[i] for i in group)
-            cleaned = self._clean_run(log, run, horizon, producers, stats)
+            run_end = segments[segments.index(run[-1]) + 1].base_offset
+            aborted = _AbortedTransactions(log.aborted_transactions(run[0].base_offset, run_end))
+            cleaned = self._clean_run(log, run, horizon, producers, aborted, stats)
             if not log.replace_segments(cleaned, run, self._on_step):
                 complete = False
                 logger.info("%s: cleaning stopped at segment %d, which changed meanwhile",
@@ -159,13 +165,15 @@ class Cleaner:
     # -- 1. the offset map ----------------------------------------------------------------
 
     def _build_offset_map(
-        self, segments: tuple[LogSegment, ...], rng: CleanableRange, stats: CleanerStats
+        self, log: Log, segments: tuple[LogSegment, ...], rng: CleanableRange,
+        stats: CleanerStats,
     ) -> None:
         """Map the dirty section's keys to their latest offsets, until it is read or the map
-        is full (Kafka's ``buildOffsetMap``)."""
+        is full (Kafka's ``buildOffsetMap``); aborted transactions' records are left out."""
         offset_map = self.offset_map
         offset_map.clear()
         start, end = rng.first_dirty_offset, rng.first_uncleanable_offset
+        aborted = _AbortedTransactions(log.aborted_transactions(start, end))
         for i, segment in enumerate(segments[:-1]):
             next_base = min(segments[i + 1].base_offset, end)
             if segment.base_offset >= end:
@@ -173,13 +181,14 @@ class Cleaner:
             if next_base <= start:
                 continue
             position = segment.offset_index.lookup(start)[1] if segment.base_offset < start else 0
-            if self._map_segment(segment, position, start, stats):
+            if self._map_segment(segment, position, start, aborted, stats):
                 return  # full
             # Offsets may have gaps: the segment covers everything below the next one.
             offset_map.update_latest_offset(next_base - 1)
 
     def _map_segment(
-        self, segment: LogSegment, position: int, start: int, stats: CleanerStats
+        self, segment: LogSegment, position: int, start: int,
+        aborted: _AbortedTransactions, stats: CleanerStats,
     ) -> bool:
         """Add the segment's records from ``position`` on; True when the map filled up."""
         offset_map = self.offset_map
@@ -187,7 +196,7 @@ class Cleaner:
             stats.map_bytes_read += batch.size
             if batch.last_offset < start:
                 continue
-            if not batch.is_control_batch:
+            if not aborted.discards(batch):
                 for record in batch.decode():
                     stats.map_records_read += 1
                     key = record.key
@@ -206,10 +215,12 @@ class Cleaner:
         run: tuple[LogSegment, ...],
         horizon: int,
         producers: dict[int, int],
+        aborted: _AbortedTransactions,
         stats: CleanerStats,
     ) -> LogSegment:
         """Write ``run`` cleaned into a ``.cleaned`` segment, flushed, with the last
-        source's modification time."""
+        source's modification time and the ``.txnindex`` entries of its sources (every
+        marker stays)."""
         cleaned = LogSegment.create(log.directory, run[0].base_offset, log.config,
                                     suffix=CLEANED_SUFFIX)
         try:
@@ -223,11 +234,15 @@ class Cleaner:
                         keep_empty = True  # the run's last batch: the cleaned segment's end
                     else:
                         keep_empty = producers.get(batch.producer_id) == batch.last_offset
-                    data = self._filter(batch, retain_deletes, keep_empty, stats)
+                    data = self._filter(batch, retain_deletes, keep_empty,
+                                        aborted.discards(batch), stats)
                     if data is not None:
                         writer.add(data, batch.last_offset)
                 stats.bytes_read += end
             writer.close()
+            for segment in run:
+                for entry in segment.txn_index.entries():
+                    cleaned.txn_index.append(entry)
             cleaned.on_become_inactive()
             cleaned.flush()
             cleaned.set_last_modified(run[-1].last_modified_ms)
@@ -237,16 +252,34 @@ class Cleaner:
         return cleaned
 
     def _filter(
-        self, batch: RecordBatch, retain_deletes: bool, keep_empty: bool, stats: CleanerStats
+        self, batch: RecordBatch, retain_deletes: bool, keep_empty: bool, aborted: bool,
+        stats: CleanerStats,
     ) -> bytes | memoryview | None:
         """The batch as the cleaned segment holds it: whole, rebuilt with fewer records,
-        empty, or None (gone).  Kafka's ``shouldRetainRecord`` decides each record."""
+        empty, or None (gone).  Kafka's ``shouldRetainRecord`` decides each record; a
+        batch of an aborted transaction keeps none."""
         whole = memoryview(batch.buffer)[batch.position : batch.position + batch.size]
         if batch.is_control_batch:
-            return whole  # no transactions here: markers stay
+            return whole  # markers stay (see the module docstring)
+        records = batch.decode()
+        if aborted:
+            stats.aborted_records_removed += len(records)
+            kept: list[Record] = []
+        else:
+            kept = self._kept(records, retain_deletes, stats)
+        stats.records_read += len(records)
+        stats.records_written += len(kept)
+        if not kept:
+            return rebuild_batch(batch, ()) if keep_empty else None
+        if len(kept) == len(records):
+            return whole
+        return rebuild_batch(batch, kept)
+
+    def _kept(self, records: list[Record], retain_deletes: bool, stats: CleanerStats
+              ) -> list[Record]:
+        """The records of a batch that stay (Kafka's ``shouldRetainRecord``)."""
         offset_map = self.offset_map
         latest = offset_map.latest_offset
-        records = batch.decode()
         kept: list[Record] = []
         for record in records:
             if record.offset > latest:
@@ -258,13 +291,7 @@ class Cleaner:
                     kept.append(record)
                 else:
                     stats.tombstones_removed += 1
-        stats.records_read += len(records)
-        stats.records_written += len(kept)
-        if not kept:
-            return rebuild_batch(batch, ()) if keep_empty else None
-        if len(kept) == len(records):
-            return whole
-        return rebuild_batch(batch, kept)
+        return kept
 
     # -- reading --------------------------------------------------------------------------
 
@@ -312,6 +339,31 @@ class _SegmentWriter:
         self.segment.append(data, len(data), self._infos, _time.now_ms())
         self.stats.bytes_written += len(data)
         self._parts, self._infos, self._bytes = [], [], 0
+
+
+class _AbortedTransactions:
+    """Which batches belong to aborted transactions, walking a stretch of the log in order
+    (Kafka's ``CleanedTransactionMetadata``): the aborted transactions overlapping the
+    stretch (``Log.aborted_transactions``), each ongoing from its first offset until its
+    producer's ABORT marker.  Not thread-safe: one cleaning's."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset, reverse=True)
+        self._ongoing: set[int] = set()  # producer ids with an aborted transaction ongoing
+
+    def discards(self, batch: RecordBatch) -> bool:
+        """Whether ``batch`` (the next in offset order) is a data batch of an aborted
+        transaction; a control batch is never discarded, and an ABORT marker ends its
+        producer's aborted transaction."""
+        pending = self._pending
+        while pending and pending[-1].first_offset <= batch.last_offset:
+            self._ongoing.add(pending.pop().producer_id)
+        if batch.is_control_batch:
+            marker = batch.end_txn_marker()
+            if marker is not None and marker.control_type is ControlRecordType.ABORT:
+                self._ongoing.discard(batch.producer_id)
+            return False
+        return batch.is_transactional and batch.producer_id in self._ongoing
 
 
 def _read_batches(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from bisect import bisect_right
 from collections.abc import Iterable
 from typing import Any, Callable, NamedTuple, Protocol
 
@@ -166,18 +165,16 @@ class LogCleanerManager:
                            outcome.complete, stats)
 
     def _range(self, log: Log, now: int) -> CleanableRange:
+        # Nothing at or above the last stable offset (an undecided transaction; the high
+        # watermark, which bounds it) is cleaned: the segment holding it stands in for the
+        # active one.
+        stable = log.last_stable_offset
         segments = log.segments
-        if log.replicated:
-            # Nothing at or above the high watermark is cleaned (Kafka bounds cleaning by it
-            # too): the segment holding it stands in for the active one.
-            hw = log.high_watermark
-            held = bisect_right([s.base_offset for s in segments], hw)
-            segments = segments[: max(held, 1)]
         facts = [SegmentFacts(s.base_offset, s.size, s.largest_timestamp) for s in segments]
         with self._checkpoint_lock:
             checkpoint = self._checkpoints.get((log.topic, log.partition))
         first = first_dirty_offset(checkpoint, log.log_start_offset, log.log_end_offset)
-        return cleanable_range(facts, first, now, log.config.min_compaction_lag_ms)
+        return cleanable_range(facts, first, now, log.config.min_compaction_lag_ms, stable)
 
     def _done(self, log: Log, end_offset: int) -> None:
         """Record that ``log`` is clean below ``end_offset`` and write its log dir's

@@ -7,12 +7,14 @@ They take plain numbers and return plain numbers, so they are tested without fil
 A compacted log is, oldest first: the **clean** section (already compacted: at most one
 record per key), from the log start to the *first dirty offset* (the cleaner checkpoint);
 the **dirty** section, cleanable up to the *first uncleanable offset* (the active segment's
-base, or an earlier segment still within ``min_compaction_lag_ms``); and the uncleanable
-rest.
+base, an earlier segment still within ``min_compaction_lag_ms``, or the segment holding the
+last stable offset: nothing of an undecided transaction, nor at or above the high
+watermark, is cleaned); and the uncleanable rest.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, TypeVar
 
@@ -61,6 +63,7 @@ def cleanable_range(
     first_dirty: int,
     now_ms: int,
     min_compaction_lag_ms: int,
+    stable_offset: int | None = None,
 ) -> CleanableRange:
     """The sections of a log of ``segments`` (oldest first, the last one active) whose
     dirty part starts at ``first_dirty`` (Kafka's ``cleanableOffsets`` and
@@ -68,11 +71,16 @@ def cleanable_range(
 
     The first uncleanable offset is the active segment's base, or the base of the first
     inactive segment at or after the one holding ``first_dirty`` whose largest timestamp is
-    within ``min_compaction_lag_ms`` of ``now_ms``.  It is never below ``first_dirty``.
+    within ``min_compaction_lag_ms`` of ``now_ms``, or the base of the segment holding
+    ``stable_offset`` (the log's last stable offset: at most its high watermark), whichever
+    comes first.  It is never below ``first_dirty``.
     """
     uncleanable_index = len(segments) - 1
+    if stable_offset is not None:
+        holding = bisect_right([s.base_offset for s in segments], stable_offset) - 1
+        uncleanable_index = min(uncleanable_index, max(holding, 0))
     if min_compaction_lag_ms > 0:
-        for i, seg in enumerate(segments[:-1]):
+        for i, seg in enumerate(segments[:uncleanable_index]):
             nxt = segments[i + 1].base_offset
             if nxt > first_dirty and seg.largest_timestamp > now_ms - min_compaction_lag_ms:
                 uncleanable_index = i
