@@ -323,6 +323,10 @@ PROPERTIES: tuple[Property, ...] = (
              "LogAppendTime (the broker stamps each batch)."),
     Property("log.retention.check.interval.ms", _int, 300_000,
              "How often the retention task looks for segments to delete.", low=1),
+    Property("producer.id.expiration.ms", _int, 86_400_000,
+             "A partition forgets an idempotent or transactional producer that has not "
+             "written to it for this long (unless a transaction of its is open there).",
+             low=1),
     Property("offsets.topic.num.partitions", _int, 50,
              "Partitions of __consumer_offsets (fixed once the topic exists): a group's coordinator "
              "leads partition abs(hash(group.id)) % this.", low=1),
@@ -602,6 +606,7 @@ class BrokerConfig:
             delete_retention_ms=v["log.cleaner.delete.retention.ms"],
             min_compaction_lag_ms=v["log.cleaner.min.compaction.lag.ms"],
             message_timestamp_type=v["log.message.timestamp.type"],
+            producer_id_expiration_ms=v["producer.id.expiration.ms"],
         )
 
     @property
