@@ -199,6 +199,22 @@ def test_a_marker_above_the_high_watermark_keeps_its_transaction_unstable(open_l
     assert log.last_stable_offset == 7
 
 
+def test_after_a_crash_a_replayed_marker_above_the_high_watermark_is_still_unstable(log_dir):
+    log = Log(log_dir, replicated=True)
+    log.append(txn_batch(1, 0))
+    log.append(producer_batch(-1, -1))
+    log.maybe_increment_high_watermark(4)
+    end_txn(log, 1, commit=False)  # at 4: not yet replicated
+    log._close_handles()
+    again = Log(log_dir, replicated=True, high_watermark=4, recovery_point=0)
+    try:
+        assert (again.high_watermark, again.last_stable_offset) == (4, 0)
+        again.maybe_increment_high_watermark(5)
+        assert again.last_stable_offset == 5
+    finally:
+        again.close()
+
+
 def test_a_followers_markers_are_recorded(tmp_path):
     """A follower copies the leader's batches, markers included: the same transactions,
     the same index, the same last stable offset, and it can lead from there."""

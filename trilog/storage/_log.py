@@ -149,6 +149,9 @@ def _refused_epoch(leader_epoch: int, assign_offsets: bool) -> ValueError:
                       "leader stamps an epoch >= 0, a follower keeps the batches' own")
 
 
+_CLIENT = AppendOrigin.CLIENT
+
+
 def _origin(assign_offsets: bool, origin: AppendOrigin) -> AppendOrigin:
     """Who appends: an append that keeps its offsets is REPLICATION, whatever is said."""
     if not assign_offsets:
@@ -247,10 +250,10 @@ class Log(LogReader, SegmentRemovals):
                            "restarting the log there", self.directory, local.log_end_offset,
                            self._log_start_offset)
             self._restart_at(self._log_start_offset)
-        self._producer_load = self._load_producers(local.first_recovered)
         # Standalone the high watermark follows the log end offset; replicated it starts
         # from the checkpointed one (or the log start offset) and _publish clamps it.
         self._high_watermark = self._log_start_offset if high_watermark is None else high_watermark
+        self._producer_load = self._load_producers(local.first_recovered)
         self._publish()
         self._epochs = load_leader_epochs(
             self.directory, self._log_start_offset, local.log_end_offset, local.batch_epochs(),
@@ -264,7 +267,8 @@ class Log(LogReader, SegmentRemovals):
         return load_producer_state(
             self._producer_state, self._snapshots, local.segments, self._log_start_offset,
             local.log_end_offset, rebuild_from=rebuild_from, now_ms=_time.now_ms(),
-            expiration_ms=self.config.producer_id_expiration_ms)
+            expiration_ms=self.config.producer_id_expiration_ms,
+            high_watermark=self._high_watermark if self._replicated else None)
 
     def _publish(self) -> None:
         """Replace the readers' snapshot (one atomic attribute assignment), with the high
@@ -403,7 +407,8 @@ class Log(LogReader, SegmentRemovals):
             raise RecordListTooLargeError(
                 f"append of {len(mv)} bytes exceeds the segment size {config.segment_bytes}"
             )
-        origin = _origin(assign_offsets, origin)
+        if origin is not _CLIENT or not assign_offsets:
+            origin = _origin(assign_offsets, origin)
         pbatches = producer_batches(mv, batches, assign_offsets, origin)  # None: no producer
         crc_check = None if small else OverlappedCrcCheck(mv, batches)
         now = now_ms if now_ms is not None else _time.now_ms()

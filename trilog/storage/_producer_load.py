@@ -58,11 +58,13 @@ def load_producer_state(
     rebuild_from: int | None,
     now_ms: int,
     expiration_ms: int,
+    high_watermark: int | None = None,
 ) -> ProducerStateLoad:
     """Build ``state`` for the log of ``segments`` (see the module docstring).  The
     ``.txnindex`` of every segment whose base offset is ``rebuild_from`` or later is rebuilt
     from its markers.  Snapshots above the log end offset are deleted: they describe batches
-    the log no longer holds."""
+    the log no longer holds.  A replicated log's ``high_watermark``: a transaction whose
+    marker the replay finds at or above it stays unstable until it passes."""
     snapshots.delete_above(log_end_offset)
     target = log_end_offset if rebuild_from is None else min(rebuild_from, log_end_offset)
     found = snapshots.read_latest(target)
@@ -86,12 +88,12 @@ def load_producer_state(
         if end <= start or segment.base_offset >= log_end_offset:
             continue
         replayed_segments += 1
-        batches += _replay_segment(state, segment, start, rebuild)
+        batches += _replay_segment(state, segment, start, rebuild, high_watermark)
     return ProducerStateLoad(snapshot_offset, start, batches, replayed_segments)
 
 
 def _replay_segment(state: ProducerStateManager, segment: LogSegment, start: int,
-                    rebuild: bool) -> int:
+                    rebuild: bool, high_watermark: int | None) -> int:
     """Apply the batches of ``segment`` from offset ``start`` on; return how many."""
     fd = segment.dup_fd()
     if fd is None:
@@ -108,7 +110,7 @@ def _replay_segment(state: ProducerStateManager, segment: LogSegment, start: int
             marker = None
             if header.attributes & CONTROL_MASK:
                 marker = _marker(segment, fd, pos, size)
-            for entry in state.apply_header(header, marker):
+            for entry in state.apply_header(header, marker, high_watermark):
                 if rebuild:
                     segment.txn_index.append(entry)
     finally:

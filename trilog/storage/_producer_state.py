@@ -304,15 +304,15 @@ class ProducerStateManager:
             return []
         return self._complete(completed, high_watermark)
 
-    def apply_header(self, header: BatchHeader, marker: EndTxnMarker | None = None
-                     ) -> list[TxnIndexEntry]:
+    def apply_header(self, header: BatchHeader, marker: EndTxnMarker | None = None,
+                     high_watermark: int | None = None) -> list[TxnIndexEntry]:
         """``apply`` for one stored batch, from its header and, for a control batch, its
         marker (None: the batch was emptied): a replay of the log."""
         if header.producer_id < 0:
             return []
         return self.apply(((header.base_offset, header.last_offset_delta, header.attributes,
                             header.producer_id, header.producer_epoch, header.base_sequence,
-                            header.max_timestamp, marker),), 0, None)
+                            header.max_timestamp, marker),), 0, high_watermark)
 
     def _complete(self, completed: list[tuple[int, int, int, bool]],
                   high_watermark: int | None) -> list[TxnIndexEntry]:
