@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from trilog.storage._config import LogConfig
 from trilog.storage._files import fsync_dir, remove
+from trilog.storage._producer_snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from trilog.storage._segment import LogSegment, segment_file_name, walk_batches
 
 logger = logging.getLogger("trilog.storage")
@@ -49,6 +50,8 @@ class LoadedLog(NamedTuple):
     #: the base offset of the first segment recovery re-validated (it and every later one),
     #: or None when every segment was trusted
     first_recovered: int | None
+    #: the offsets of the producer snapshots in the directory, ascending
+    snapshot_offsets: list[int]
 
 
 def load_segments(
@@ -61,11 +64,13 @@ def load_segments(
     point is the new log end offset; otherwise it stays where it was.
     """
     _finish_swaps(directory)
-    bases = _segment_base_offsets(directory)
+    listing = _list_directory(directory)
+    bases = listing.bases
     segments: list[LogSegment] = []
     try:
         for base in bases:
-            segments.append(LogSegment.open(directory, base, config))
+            segments.append(LogSegment.open(directory, base, config,
+                                            load_txn_index=base in listing.txn_indexes))
         first_unverified = len(segments)
         if needs_recovery and segments:
             # The segment holding the recovery point and all later ones are re-validated.
@@ -83,7 +88,8 @@ def load_segments(
         raise
     for segment in segments[:-1]:
         segment.on_become_inactive()
-    return LoadedLog(tuple(segments), recovery_point, created, first_recovered)
+    return LoadedLog(tuple(segments), recovery_point, created, first_recovered,
+                     listing.snapshots)
 
 
 def _finish_swaps(directory: str) -> None:
@@ -125,28 +131,40 @@ def _next_offset(path: str, base_offset: int) -> int:
         os.close(fd)
 
 
-def _segment_base_offsets(directory: str) -> list[int]:
-    """The base offsets of the directory's ``.log`` files, ascending; leftovers of
-    interrupted work and indexes whose log is gone are removed on the way."""
+class _Listing(NamedTuple):
+    bases: list[int]  # of the .log files, ascending
+    txn_indexes: set[int]  # the bases with a .txnindex file
+    snapshots: list[int]  # the offsets of the producer snapshots, ascending
+
+
+def _list_directory(directory: str) -> _Listing:
+    """What the directory holds (one listing: a broker opens thousands of logs); leftovers
+    of interrupted work and indexes whose log is gone are removed on the way."""
     bases: list[int] = []
     index_files: list[tuple[int, str]] = []
+    snapshots: list[int] = []
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if name.endswith(_LEFTOVERS):
             remove(path)
             continue
         stem, ext = os.path.splitext(name)
-        if ext not in _SUFFIXES or len(stem) != 20 or not stem.isdigit():
+        if len(stem) != 20 or not stem.isdigit():
             continue
         if ext == ".log":
             bases.append(int(stem))
-        else:
+        elif ext == SNAPSHOT_SUFFIX:
+            snapshots.append(int(stem))
+        elif ext in _SUFFIXES:
             index_files.append((int(stem), path))
     known = set(bases)
+    txn_indexes = set()
     for base, path in index_files:
         if base not in known:
             remove(path)
-    return sorted(bases)
+        elif path.endswith(".txnindex"):
+            txn_indexes.add(base)
+    return _Listing(sorted(bases), txn_indexes, sorted(snapshots))
 
 
 def _load_or_recover(directory: str, segments: list[LogSegment], first_unverified: int

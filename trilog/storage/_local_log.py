@@ -54,6 +54,8 @@ class LocalLog:
         #: The base offset of the first segment the opening recovered, or None: the
         #: ``.txnindex`` files from there on are rebuilt with the producer state.
         self.first_recovered = loaded.first_recovered
+        #: The producer snapshots the opening found (``ProducerSnapshots`` takes them).
+        self.snapshot_offsets = loaded.snapshot_offsets
 
     def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
         self.segments = segments

@@ -241,7 +241,7 @@ class Log(LogReader, SegmentRemovals):
         self._producer_state = ProducerStateManager()
         self._local = local = LocalLog(self.directory, self.config, recovery_point,
                                        needs_recovery)
-        self._snapshots = ProducerSnapshots(self.directory)
+        self._snapshots = ProducerSnapshots(self.directory, local.snapshot_offsets)
         self._log_start_offset = max(log_start_offset, local.base_offsets[0])
         restarted = self._log_start_offset > local.log_end_offset
         if restarted:

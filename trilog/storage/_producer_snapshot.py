@@ -89,9 +89,11 @@ class ProducerSnapshots:
     Invariant: ``offsets`` lists the snapshot files there, ascending (a file that failed to
     decode is removed from both)."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, offsets: Iterable[int] | None = None) -> None:
         self.directory = directory
-        self.offsets = snapshot_offsets(os.listdir(directory))
+        #: (``offsets``: as a listing of the directory just found them)
+        self.offsets = (snapshot_offsets(os.listdir(directory)) if offsets is None
+                        else sorted(offsets))
         self._unsynced: list[str] = []
 
     def path(self, offset: int) -> str:
@@ -107,8 +109,7 @@ class ProducerSnapshots:
         for offset in reversed([o for o in self.offsets if o <= at_most]):
             path = self.path(offset)
             try:
-                with open(path, "rb") as f:
-                    return offset, decode(f.read())
+                return offset, decode(_read(path))
             except (OSError, CorruptSnapshotError) as exc:
                 logger.warning("%s: ignoring producer snapshot %s: %s", self.directory,
                                os.path.basename(path), exc)
@@ -175,6 +176,18 @@ class ProducerSnapshots:
             self.offsets.remove(offset)
         if path in self._unsynced:
             self._unsynced.remove(path)
+
+
+def _read(path: str) -> bytes:
+    """The whole file (``os`` calls: an opening reads thousands of these)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        parts = []
+        while chunk := os.read(fd, 1 << 20):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def sync_files(directory: str, paths: list[str]) -> None:

@@ -162,12 +162,15 @@ class LogSegment:
         return segment
 
     @classmethod
-    def open(cls, directory: str, base_offset: int, config: LogConfig) -> LogSegment:
+    def open(cls, directory: str, base_offset: int, config: LogConfig, *,
+             load_txn_index: bool = True) -> LogSegment:
         """Open an existing segment's log file; indexes are loaded by the caller's choice of
-        ``load_indexes`` (trusting) or ``recover`` (validating)."""
+        ``load_indexes`` (trusting) or ``recover`` (validating), and the ``.txnindex`` now
+        (``load_txn_index=False``: the caller knows there is none)."""
         path = os.path.join(directory, segment_file_name(base_offset, ".log"))
         fd = os.open(path, os.O_RDWR | os.O_APPEND)
-        return cls(directory, base_offset, fd, os.fstat(fd).st_size, config)
+        return cls(directory, base_offset, fd, os.fstat(fd).st_size, config,
+                   load_txn_index=load_txn_index)
 
     def load_indexes(self) -> bool:
         """Load (or, if missing or corrupt, rebuild) the indexes of a trusted segment, then
