@@ -189,3 +189,33 @@ def test_a_crash_after_the_commit_point_keeps_the_index(manager, tmp_path, step)
         assert f"{log.segments[0].base_offset:020d}.txnindex" in names
     finally:
         m2.shutdown()
+
+
+def test_a_producers_last_data_batch_stays_through_its_marker(manager, tmp_path):
+    """The batch holding a transactional producer's last sequence number stays (emptied),
+    even though its marker follows it: a log replayed from its start still knows the
+    sequence the producer goes on from."""
+    m = manager()
+    log = m.get_or_create_log("t", 0)
+    producer = Producer(6)
+    producer.send(log, (b"k", b"1"), (b"k", b"2"))
+    producer.end(log, commit=True)
+    for i in range(12):
+        plain(log, b"k", b"%d" % i)  # supersedes the producer's records
+    result = m.cleaner.clean_log(log)
+    assert result is not None and result.complete
+    kept = [(b.producer_id, b.record_count, b.is_control_batch) for b in batches_of(log)
+            if b.producer_id == 6]
+    assert kept == [(6, 0, False), (6, 1, True)]
+    m.shutdown()
+    for name in os.listdir(log.directory):
+        if name.endswith(".snapshot"):
+            os.unlink(os.path.join(log.directory, name))
+    again = Log(log.directory, COMPACTED, needs_recovery=False)
+    try:
+        assert again._producer_load.snapshot_offset is None  # replayed from the start
+        (state,) = [p for p in again.producers() if p.producer_id == 6]
+        assert state.last_sequence == 1
+        producer.send(again, (b"k", b"3"))  # sequence 2 follows
+    finally:
+        again.close()

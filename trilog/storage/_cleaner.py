@@ -37,6 +37,7 @@ from typing import NamedTuple
 from trilog import _time
 from trilog.errors import TrilogError
 from trilog.records import (
+    CONTROL_MASK,
     HEADER_SIZE,
     ControlRecordType,
     CorruptRecordsError,
@@ -396,10 +397,11 @@ def _read_batches(
 
 
 def _last_batches_of_producers(log: Log) -> dict[int, int]:
-    """``{producer id: last offset of its last batch}`` over the whole log: those batches
-    stay, even emptied, so that the producers' sequence numbers survive cleaning."""
+    """``{producer id: last offset of its last data batch}`` over the whole log (Kafka's
+    ``lastRecordsOfActiveProducers``; markers, which follow, are kept anyway): those
+    batches stay, even emptied, so that the producers' sequence numbers survive cleaning."""
     last: dict[int, int] = {}
     for header in log.batch_headers(tail_bytes=1 << 62):
-        if header.producer_id >= 0:
+        if header.producer_id >= 0 and not header.attributes & CONTROL_MASK:
             last[header.producer_id] = header.base_offset + header.last_offset_delta
     return last

@@ -277,7 +277,7 @@ class ProducerStateManager:
             if entry is None:
                 entry = producers[pid] = ProducerStateEntry(pid)
                 if len(producers) > MAX_PRODUCERS_PER_PARTITION:
-                    _evict_one(producers)
+                    _evict_one(producers, pid)
             else:
                 producers.move_to_end(pid)
             if epoch != entry.epoch:
@@ -407,10 +407,11 @@ class ProducerStateManager:
         self._update_first_unstable()
 
 
-def _evict_one(producers: OrderedDict[int, ProducerStateEntry]) -> None:
-    """Forget the least recently used producer without an open transaction."""
+def _evict_one(producers: OrderedDict[int, ProducerStateEntry], keep: int) -> None:
+    """Forget the least recently used producer without an open transaction (but ``keep``,
+    the one being recorded)."""
     for pid, entry in producers.items():
-        if entry.txn_first_offset < 0:
+        if entry.txn_first_offset < 0 and pid != keep:
             del producers[pid]
             return
 
