@@ -308,10 +308,13 @@ def keep_offsets(mv: memoryview, batches: Batches) -> WritePlan:
 #: to the append's first offset.  A plain tuple: the idempotent producers' path.
 ProducerBatch = tuple[int, int, int, int, int, int, int, "EndTxnMarker | None"]
 
-#: From the attributes on: attributes, last_offset_delta, (first_timestamp), max_timestamp,
-#: producer_id, producer_epoch, base_sequence.
-_PRODUCER_FIELDS = struct.Struct(">hi8xqqhi")
+#: From the attributes on: attributes, (last_offset_delta, first_timestamp, max_timestamp),
+#: producer_id: what tells a batch without a producer id (the common case) at least cost.
+_ATTRIBUTES_AND_PRODUCER = struct.Struct(">h20xq")
+#: From the max timestamp on: max_timestamp, producer_id, producer_epoch, base_sequence.
+_PRODUCER_FIELDS = struct.Struct(">qqhi")
 _ATTRIBUTES_OFFSET = 21
+_MAX_TIMESTAMP_OFFSET = 35
 
 
 def producer_batches(mv: memoryview, batches: Batches, assign: bool, origin: AppendOrigin
@@ -328,15 +331,17 @@ def producer_batches(mv: memoryview, batches: Batches, assign: bool, origin: App
     out: list[ProducerBatch] | None = None
     client = assign and origin is AppendOrigin.CLIENT
     rel = 0
-    unpack = _PRODUCER_FIELDS.unpack_from
+    unpack = _ATTRIBUTES_AND_PRODUCER.unpack_from
     for pos, _size, base, delta, _max_ts, _crc in batches:
-        attributes, _delta, max_ts, pid, epoch, sequence = unpack(mv, pos + _ATTRIBUTES_OFFSET)
-        marker = None
+        attributes, pid = unpack(mv, pos + _ATTRIBUTES_OFFSET)
         if attributes & CONTROL_MASK and client:
             raise InvalidRecordError("clients are not allowed to write control records")
         if pid < 0:  # no producer: nothing to check or record
             rel += delta + 1
             continue
+        max_ts, pid, epoch, sequence = _PRODUCER_FIELDS.unpack_from(
+            mv, pos + _MAX_TIMESTAMP_OFFSET)
+        marker = None
         if attributes & CONTROL_MASK:
             marker = read_end_txn_marker(mv, pos)
         elif client and sequence < 0:
