@@ -6,7 +6,7 @@ import pytest
 
 def test_producer_ids_stay_above_the_last_one_handed_out_even_if_the_clock_goes_back(
         tmp_path, monkeypatch):
-    from trilog.broker.apis import _producer_ids
+    from trilog.broker.transactions import _producer_ids
 
     first = _producer_ids.ProducerIds(3, str(tmp_path))
     ids = [first.allocate() for _ in range(5000)]  # past one millisecond's 4096
@@ -21,7 +21,7 @@ def test_producer_ids_stay_above_the_last_one_handed_out_even_if_the_clock_goes_
 
 
 def test_a_failed_reservation_hands_out_no_id_until_one_is_recorded(tmp_path, monkeypatch):
-    from trilog.broker.apis import _producer_ids
+    from trilog.broker.transactions import _producer_ids
 
     ids = _producer_ids.ProducerIds(1, str(tmp_path))
     real_fsync = _producer_ids.os.fsync

@@ -9,12 +9,12 @@ listeners (their ports are part of the broker's registration); ``open_cluster``
 (standalone, or a ZooKeeper session with this broker registered and its watches running);
 then ``Broker`` builds its parts, each given what it uses when it is made (``Broker.__init__``
 is the one place that knows them all), and one nursery holds their tasks: the network, the
-log tasks (flushes, retention, the log cleaner), the replica manager, the group
-coordinator and, in a cluster, the replicas' leadership (fetchers) and the controller.
+log tasks (flushes, retention, the log cleaner), the replica manager, the group and
+transaction coordinators and, in a cluster, the replicas' leadership (fetchers) and the controller.
 
 The parts: the replica manager (``replication/``: the one append path; standalone it leads
 every partition) under the APIs that read and write partitions (``apis/``), the group
-coordinator (``groups/``), security (``security/``: the ACLs' ``Access`` every API asks,
+coordinator (``groups/``), the transaction coordinator (``transactions/``), security (``security/``: the ACLs' ``Access`` every API asks,
 SASL logins), and in a ZooKeeper cluster the controller's word on this broker's replicas,
 its controlled shutdown and the controller's own work (``controller/``).  Every part that
 answers requests says which with ``apis()``; the request dispatcher (``network/``) takes
@@ -47,18 +47,23 @@ from trilog.broker._limits import (
     PartitionBudget,
     raise_fd_limit,
 )
-from trilog.broker._log_tasks import LogCleanerTask, LogFlusher, RetentionChecker
+from trilog.broker._log_tasks import (
+    LogCleanerTask,
+    LogFlusher,
+    ProducerExpiry,
+    RetentionChecker,
+)
 from trilog.broker._metrics import LogView, RequestMetrics, serve_metrics
 from trilog.broker.apis import (
     AdminApis,
     ConfigApis,
     FetchApi,
+    FindCoordinatorApi,
     ListOffsetsApi,
     MetadataApi,
     ProduceApi,
-    ProducerIdApi,
-    ProducerIds,
     TopicApis,
+    TxnMarkerApi,
 )
 from trilog.broker.cluster import (
     BrokerInfo,
@@ -107,6 +112,7 @@ from trilog.broker.security import (
     standalone_acl_store,
     standalone_user_store,
 )
+from trilog.broker.transactions import ProducerIds, TransactionCoordinator
 from trilog.errors import TrilogError
 from trilog.storage import LogManager
 
@@ -161,6 +167,14 @@ class Broker:
         self.clustered = (_ClusterParts(config, cluster, self.replicas, access)
                           if isinstance(cluster, ZooKeeperCluster) else None)
         self.coordinator = GroupCoordinator(config, cluster, self.replicas, access, limiter)
+        #: WriteTxnMarkers: the markers of transactions, appended to the partitions led here
+        self.txn_markers = TxnMarkerApi(
+            self.replicas, access, timeout_ms=config["request.timeout.ms"],
+            offsets_completed=self.coordinator.offsets.transaction_completed)
+        self.transactions = TransactionCoordinator(
+            config, cluster, self.replicas, access, limiter,
+            ProducerIds(config.broker_id, config.log_dirs[0]), self.txn_markers.write,
+            inter_broker_security(config) if clustered else None)
         self.users = _user_store(config, cluster)
         sasl = SaslAuthenticator(config["sasl.enabled.mechanisms"], self.users)
         self.dispatcher = RequestDispatcher(
@@ -180,6 +194,8 @@ class Broker:
             checkpoint_ms=config["log.flush.offset.checkpoint.interval.ms"])
         self.retention = RetentionChecker(
             logs, limiter, interval_ms=config["log.retention.check.interval.ms"])
+        self.producer_expiry = ProducerExpiry(
+            logs, limiter, interval_ms=config["producer.id.expiration.check.interval.ms"])
         #: the log cleaner (``log.cleaner.enable``; None: compacted topics are not cleaned)
         self.cleaner = LogCleanerTask(
             logs, threads=config["log.cleaner.threads"],
@@ -201,7 +217,9 @@ class Broker:
             MetadataApi(cluster, access, auto_create=config["auto.create.topics.enable"]),
             TopicApis(cluster, access, self.metrics,
                       delete_enabled=config["delete.topic.enable"]),
-            ProducerIdApi(cluster, access, ProducerIds(config.broker_id, config.log_dirs[0])),
+            FindCoordinatorApi(cluster, self.coordinator, self.transactions),
+            self.transactions,
+            self.txn_markers,
             AdminApis(cluster, self.logs, self.coordinator, access, self.limiter),
             ConfigApis(config, cluster, access),
             self.coordinator,
@@ -267,9 +285,11 @@ class Broker:
                 await self.acls.load()  # before any request is served
                 nursery.start_soon(self.acls.run)
             await nursery.start(self.network.serve)
-            for task in (self.flusher.run, self.retention.run, self.replicas.run):
+            for task in (self.flusher.run, self.retention.run, self.producer_expiry.run,
+                         self.replicas.run):
                 nursery.start_soon(task)
             nursery.start_soon(self.coordinator.run, self._shutdown_requested)
+            nursery.start_soon(self.transactions.run, self._shutdown_requested)
             if self.cleaner is not None:
                 nursery.start_soon(self.cleaner.run)
             if self.clustered is not None:

@@ -111,6 +111,26 @@ class RetentionChecker:
                                partition)
 
 
+class ProducerExpiry:
+    """Forgets the producers of every log that wrote nothing for
+    ``producer.id.expiration.ms`` and have no transaction open (Kafka's
+    ``producer.id.expiration.check.interval.ms`` task)."""
+
+    def __init__(self, logs: LogManager, limiter: trio.CapacityLimiter, *,
+                 interval_ms: int) -> None:
+        self.logs = logs
+        self.limiter = limiter
+        self.interval_s = interval_ms / 1000
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.interval_s)
+            removed = await trio.to_thread.run_sync(self.logs.remove_expired_producers,
+                                                    limiter=self.limiter)
+            if removed:
+                tasks_log.info("forgot %d expired producers", removed)
+
+
 class LogCleanerTask:
     """Runs the passes of ``logs.cleaner`` (see the module's description)."""
 

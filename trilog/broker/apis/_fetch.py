@@ -12,6 +12,11 @@ v2: their answers are down-converted in that thread, to magic 0 for v0-v1 and ma
 v2-v3.  With fewer than ``min_bytes`` the request parks in the fetch purgatory until enough
 arrives or ``max_wait_ms`` passes, then reads again.  Whatever goes wrong with one partition
 is that partition's error code (``replication.partition_error``).
+
+A consumer's fetch with ``isolation_level`` 1 (READ_COMMITTED, v4+) reads below the last
+stable offset (no record of a transaction still open) and gets the aborted transactions its
+records hold (``aborted_transactions``: producer id and first offset), which the consumer
+skips; every answer carries the partition's ``last_stable_offset``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from trilog.errors import (
 from trilog.protocol import ApiKey, FetchResponse, RequestHeader
 from trilog.records import v2_to_legacy
 from trilog.storage import FetchSlice, Log, LogManager
+
+#: ``isolation_level`` 1: READ_COMMITTED (Fetch v4+).
+READ_COMMITTED = 1
 
 
 class _Wanted(NamedTuple):
@@ -67,11 +75,14 @@ class _Converted:
 
 class _Read(NamedTuple):
     """One partition's read: its error code, the slice read (None: nothing), and when there
-    is no slice, the marks to answer with (high watermark, log start offset)."""
+    is no slice, the marks to answer with (high watermark, log start offset); for a
+    read_committed fetch the last stable offset and the aborted transactions in the read."""
 
     error: int
     data: FetchSlice | _Converted | None = None
     marks: tuple[int, int] | None = None
+    last_stable_offset: int = -1
+    aborted: list[Any] | None = None
 
 
 class FetchApi:
@@ -98,9 +109,10 @@ class FetchApi:
         replica = request.replica_id
         max_bytes = request.max_bytes if version >= 3 else 0x7FFFFFFF
         convert = None if version >= 4 else (0 if version < 2 else 1)
+        committed = version >= 4 and request.isolation_level == READ_COMMITTED and replica < 0
         tps = [(w.topic, w.partition) for w in wanted]
         mark = self.purgatory.mark(tps, replica >= 0)
-        results = await self._read_all(wanted, max_bytes, convert, replica, epochs)
+        results = await self._read_all(wanted, max_bytes, convert, replica, epochs, committed)
         total = sum(r.data.length for r in results if r.data is not None)
         errors = any(r.error for r in results)
         if request.max_wait_ms > 0 and total < request.min_bytes and not errors and wanted:
@@ -108,7 +120,8 @@ class FetchApi:
             await self.purgatory.wait(tps, request.min_bytes - total,
                                       request.max_wait_ms / 1000, since=mark,
                                       replica=replica >= 0)
-            results = await self._read_all(wanted, max_bytes, convert, replica, None)
+            results = await self._read_all(wanted, max_bytes, convert, replica, None,
+                                           committed)
         try:
             return self._response(wanted, results)
         except BaseException:
@@ -143,7 +156,8 @@ class FetchApi:
         return checked
 
     async def _read_all(self, wanted: list[_Wanted], max_bytes: int, convert: int | None,
-                        replica: int, epochs: list[int] | None) -> list[_Read]:
+                        replica: int, epochs: list[int] | None, committed: bool
+                        ) -> list[_Read]:
         """Read each wanted partition (see the module docstring)."""
         checked = self._checked(wanted, replica, epochs)
         if all(c is not None for c in checked):
@@ -153,9 +167,11 @@ class FetchApi:
             # Reads in the active segments find index and data pages just written: cheaper
             # here than the hop to a worker thread (the bytes go out by sendfile anyway).
             await trio.lowlevel.checkpoint()
-            return self._read_in_thread(wanted, checked, max_bytes, convert, replica >= 0)
+            return self._read_in_thread(wanted, checked, max_bytes, convert, replica >= 0,
+                                        committed)
         return await trio.to_thread.run_sync(self._read_in_thread, wanted, checked, max_bytes,
-                                             convert, replica >= 0, limiter=self.limiter)
+                                             convert, replica >= 0, committed,
+                                             limiter=self.limiter)
 
     def _reads_tail(self, wanted: list[_Wanted], checked: list[int | None]) -> bool:
         """Does every partition read start in its log's active segment?"""
@@ -168,8 +184,10 @@ class FetchApi:
         return True
 
     def _read_in_thread(self, wanted: list[_Wanted], checked: list[int | None],
-                        max_bytes: int, convert: int | None, to_log_end: bool) -> list[_Read]:
-        """Blocking (a worker thread, or inline for tail reads): every partition's read."""
+                        max_bytes: int, convert: int | None, to_log_end: bool,
+                        committed: bool = False) -> list[_Read]:
+        """Blocking (a worker thread, or inline for tail reads): every partition's read;
+        ``committed`` (read_committed) reads below the last stable offset."""
         out = []
         budget = max_bytes
         for w, error in zip(wanted, checked):
@@ -185,9 +203,14 @@ class FetchApi:
                 out.append(_Read(0, None, (lg.high_watermark, lg.log_start_offset)))
                 continue
             try:
-                bound = None if to_log_end or not lg.replicated else lg.high_watermark
+                lso = lg.last_stable_offset
+                bound = (lso if committed else None if to_log_end or not lg.replicated
+                         else lg.high_watermark)
                 read = _read_partition(lg, w.offset, min(w.max_bytes, budget), w.max_bytes,
                                        convert, bound)
+                aborted = (lg.aborted_transactions(read.first_offset, lso)
+                           if committed and isinstance(read, FetchSlice) and read.length
+                           else None)
             except OffsetOutOfRangeError as exc:
                 marks = (_mark(exc.log_end_offset), _mark(exc.log_start_offset))
                 out.append(_Read(exc.code, None, marks))
@@ -195,7 +218,7 @@ class FetchApi:
             except Exception as exc:
                 out.append(_Read(partition_error(exc, "read", w.topic, w.partition)))
                 continue
-            out.append(_Read(0, read))
+            out.append(_Read(0, read, None, lso, aborted))
             budget -= read.length
         return out
 
@@ -203,7 +226,7 @@ class FetchApi:
         R = FetchResponse
         PD = R.FetchableTopicResponse.PartitionData
         by_topic: dict[str, list] = {}
-        for w, (error, slc, marks) in zip(wanted, results):
+        for w, (error, slc, marks, lso, aborted) in zip(wanted, results):
             hw = ls = -1
             records: Any = b""
             if slc is not None:
@@ -220,7 +243,10 @@ class FetchApi:
                 hw, ls = marks
             by_topic.setdefault(w.topic, []).append(
                 PD(partition_index=w.partition, error_code=error, high_watermark=hw,
-                   last_stable_offset=hw, log_start_offset=ls, aborted_transactions=None,
+                   last_stable_offset=lso if lso >= 0 else hw, log_start_offset=ls,
+                   aborted_transactions=None if aborted is None else [
+                       PD.AbortedTransaction(producer_id=a.producer_id,
+                                             first_offset=a.first_offset) for a in aborted],
                    records=records)
             )
         return R(throttle_time_ms=0, error_code=0, session_id=0,

@@ -2,8 +2,9 @@
 timestamp), or v0's list of segment base offsets before a time.
 
 The principal needs Describe on each topic, and the partition must be led here.  A
-consumer's latest offset is the high watermark (Kafka's READ_UNCOMMITTED), which is the log
-end on a standalone broker.  The lookups read only indexes and batch headers (and the
+consumer's latest offset is the high watermark (READ_UNCOMMITTED, the log end on a
+standalone broker), or with ``isolation_level`` 1 (READ_COMMITTED, v2+) the last stable
+offset: the first offset of a transaction still open.  The lookups read only indexes and batch headers (and the
 records of the one batch a timestamp falls in), in one hop to a worker thread.
 """
 
@@ -20,6 +21,9 @@ from trilog.broker.security import Access, AclOperation, ResourceType
 from trilog.errors import ApiError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 from trilog.protocol import ApiKey, ListOffsetsResponse, RequestHeader
 from trilog.storage import LATEST_TIMESTAMP
+
+#: ``isolation_level`` of ListOffsets and Fetch: 0 READ_UNCOMMITTED, 1 READ_COMMITTED.
+READ_COMMITTED = 1
 
 
 class _Wanted(NamedTuple):
@@ -54,8 +58,9 @@ class ListOffsetsApi:
         wanted = [_Wanted(t.name, p.partition_index, p.timestamp, p.max_num_offsets)
                   for t in request.topics for p in t.partitions]
         checked = [self._check(w) for w in wanted]
+        committed = version >= 2 and request.isolation_level == READ_COMMITTED
         answers = await trio.to_thread.run_sync(self._lookups, version, wanted, checked,
-                                                limiter=self.limiter)
+                                                committed, limiter=self.limiter)
         R = ListOffsetsResponse
         PR = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
         by_topic: dict[str, list] = {}
@@ -77,7 +82,8 @@ class ListOffsetsApi:
             return exc.code
         return 0
 
-    def _lookups(self, version: int, wanted: list[_Wanted], checked: list[int]) -> list[_Found]:
+    def _lookups(self, version: int, wanted: list[_Wanted], checked: list[int],
+                 committed: bool) -> list[_Found]:
         """Blocking (a worker thread): each partition's answer."""
         out = []
         for w, error in zip(wanted, checked):
@@ -93,7 +99,8 @@ class ListOffsetsApi:
                     out.append(_Found(0, list(lg.offsets_before(w.timestamp, w.max_offsets))))
                     continue
                 if w.timestamp == LATEST_TIMESTAMP:
-                    out.append(_Found(0, [], -1, lg.high_watermark))
+                    out.append(_Found(0, [], -1, lg.last_stable_offset if committed
+                                      else lg.high_watermark))
                     continue
                 found = lg.offset_for_timestamp(w.timestamp)
             except Exception as exc:

@@ -1,6 +1,8 @@
 """Produce (0): a client's records appended through the replica manager's one append path.
 
-The principal needs Write on each topic (TOPIC_AUTHORIZATION_FAILED); ``acks`` must be -1,
+The principal needs Write on each topic (TOPIC_AUTHORIZATION_FAILED), and a transactional
+producer's Write on its transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
+partition); ``acks`` must be -1,
 0 or 1 (INVALID_REQUIRED_ACKS); everything else about a partition (it exists, it is led
 here, it is not internal, ``min.insync.replicas``, the batches' validity, idempotence) is
 ``ReplicaManager.append_records``'s, and comes back as that partition's error code.
@@ -21,7 +23,11 @@ from trilog.broker._metrics import RequestMetrics
 from trilog.broker.network import ApiHandler, Later
 from trilog.broker.replication import AppendOrigin, AppendResult, ReplicaManager
 from trilog.broker.security import Access, AclOperation, ResourceType
-from trilog.errors import InvalidRequiredAcksError, TopicAuthorizationFailedError
+from trilog.errors import (
+    InvalidRequiredAcksError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
 from trilog.protocol import ApiKey, ProduceResponse, RequestHeader
 
 _Partition = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
@@ -45,6 +51,9 @@ class ProduceApi:
         refused: dict[PartitionKey, AppendResult] = {}
         entries = {}
         access = self.access
+        tid = request.transactional_id
+        denied_tid = (tid is not None and access.enabled
+                      and not access(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid))
         for topic in request.topic_data:
             may_write = access(AclOperation.WRITE, ResourceType.TOPIC, topic.name)
             for part in topic.partition_data:
@@ -52,6 +61,8 @@ class ProduceApi:
                 order[tp] = None
                 if acks not in (-1, 0, 1):
                     refused[tp] = AppendResult(InvalidRequiredAcksError.code)
+                elif denied_tid:
+                    refused[tp] = AppendResult(TransactionalIdAuthorizationFailedError.code)
                 elif not may_write:
                     refused[tp] = AppendResult(TopicAuthorizationFailedError.code)
                 else:

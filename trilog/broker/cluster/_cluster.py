@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("trilog.broker")
 
 #: Internal topics: readable, not writable by clients, listed with ``is_internal``.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 @dataclass(frozen=True)

@@ -327,6 +327,9 @@ PROPERTIES: tuple[Property, ...] = (
              "A partition forgets an idempotent or transactional producer that has not "
              "written to it for this long (unless a transaction of its is open there).",
              low=1),
+    Property("producer.id.expiration.check.interval.ms", _int, 600_000,
+             "How often the broker looks for expired producers (producer.id.expiration.ms).",
+             low=1),
     Property("offsets.topic.num.partitions", _int, 50,
              "Partitions of __consumer_offsets (fixed once the topic exists): a group's coordinator "
              "leads partition abs(hash(group.id)) % this.", low=1),
@@ -345,6 +348,31 @@ PROPERTIES: tuple[Property, ...] = (
              "commit.", low=1),
     Property("offsets.retention.check.interval.ms", _int, 600_000,
              "How often the coordinator looks for expired offsets.", low=1),
+    Property("transaction.state.log.num.partitions", _int, 50,
+             "Partitions of __transaction_state (fixed once the topic exists): a transactional "
+             "id's coordinator leads partition abs(hash(transactional.id)) % this.", low=1),
+    Property("transaction.state.log.replication.factor", _int, 3,
+             "Replicas of __transaction_state (at most the live brokers when it is created).",
+             low=1),
+    Property("transaction.state.log.min.isr", _int, 2,
+             "min.insync.replicas of __transaction_state (at most its replication factor).",
+             low=1),
+    Property("transaction.state.log.segment.bytes", _int, 100 * _MB,
+             "Segment size of __transaction_state, a compacted topic.", low=1024),
+    Property("transaction.max.timeout.ms", _int, 900_000,
+             "The longest transaction.timeout.ms a producer may ask for "
+             "(INVALID_TRANSACTION_TIMEOUT above).", low=1),
+    Property("transactional.id.expiration.ms", _int, 604_800_000,
+             "A transactional id with no transaction open is forgotten this long after its "
+             "last change.", low=1),
+    Property("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int, 10_000,
+             "How often the coordinator aborts the transactions open longer than their "
+             "transaction.timeout.ms.", low=1),
+    Property("transaction.remove.expired.transaction.cleanup.interval.ms", _int, 3_600_000,
+             "How often the coordinator forgets expired transactional ids.", low=1),
+    Property("request.timeout.ms", _int, 30_000,
+             "How long the broker waits for its own requests: a transaction log write's "
+             "in-sync replicas, transaction markers to other brokers.", low=1),
     Property("group.min.session.timeout.ms", _int, 6000,
              "Smallest session timeout a group member may ask for (INVALID_SESSION_TIMEOUT below).",
              low=0),

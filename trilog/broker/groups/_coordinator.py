@@ -1,11 +1,13 @@
-"""The group coordinator: FindCoordinator, the group APIs and the offset APIs.
+"""The group coordinator: the group APIs, the offset APIs (TxnOffsetCommit too) and where
+groups live (FindCoordinator's key type 0).
 
 A group's coordinator is the leader of partition ``abs(hashCode(group)) % n`` of
 ``__consumer_offsets`` (``offsets.topic.num.partitions``, or the topic's real count once it
 exists).  The topic is created on the first FindCoordinator (standalone: here; ZooKeeper
 mode: through the cluster, spread over the live brokers like any topic).
 
-Answers before a group can be served, as Kafka's:
+Answers before a group can be served, as Kafka's (FindCoordinator itself is
+``apis/_find_coordinator.py``, which asks ``coordinator_for``):
 
 - COORDINATOR_NOT_AVAILABLE: the offsets topic does not exist yet, its partition has no
   leader, or this broker is shutting down;
@@ -61,6 +63,7 @@ from trilog.errors import (
     NotCoordinatorError,
     OffsetMetadataTooLargeError,
     TopicAlreadyExistsError,
+    TransactionalIdAuthorizationFailedError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
@@ -69,7 +72,6 @@ from trilog.protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ApiKey,
     DescribeGroupsResponse,
-    FindCoordinatorResponse,
     HeartbeatResponse,
     JoinGroupResponse,
     LeaveGroupResponse,
@@ -81,6 +83,7 @@ from trilog.protocol import (
     RequestHeader,
     StructValue,
     SyncGroupResponse,
+    TxnOffsetCommitResponse,
 )
 from trilog.storage import LogManager
 
@@ -123,9 +126,9 @@ class GroupCoordinator:
         self._watch_wakeup = trio.Event()
 
     def apis(self) -> Mapping[int, ApiHandler]:
-        return {ApiKey.FIND_COORDINATOR: self.find_coordinator,
-                ApiKey.OFFSET_COMMIT: self.offset_commit,
+        return {ApiKey.OFFSET_COMMIT: self.offset_commit,
                 ApiKey.OFFSET_FETCH: self.offset_fetch,
+                ApiKey.TXN_OFFSET_COMMIT: self.txn_offset_commit,
                 ApiKey.JOIN_GROUP: self.join_group,
                 ApiKey.HEARTBEAT: self.heartbeat,
                 ApiKey.LEAVE_GROUP: self.leave_group,
@@ -262,37 +265,24 @@ class GroupCoordinator:
                 log.warning("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
         self._watch_wakeup.set()
 
-    # -- FindCoordinator -------------------------------------------------------------------------
+    # -- FindCoordinator (apis/_find_coordinator.py asks) -------------------------------------------------------------------------
 
-    async def find_coordinator(self, request: Message, header: RequestHeader) -> Message:
-        R = FindCoordinatorResponse
-
-        def fail(code: int, message: str) -> Message:
-            return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1,
-                     host="", port=-1)
-
-        key_type = request.key_type if header.api_version >= 1 else 0
-        if key_type != 0:
-            await trio.lowlevel.checkpoint()
-            return fail(InvalidRequestError.code, "trilog has no transaction coordinator")
+    async def coordinator_for(self, group_id: str) -> int:
+        """FindCoordinator (key type 0): the node id of ``group_id``'s coordinator (the
+        offsets topic is created first if need be); ``ApiError`` if there is none now."""
         if not self._active:
-            await trio.lowlevel.checkpoint()
-            return fail(CoordinatorNotAvailableError.code, "the broker is shutting down")
+            raise CoordinatorNotAvailableError("the broker is shutting down")
         if not self.cluster.partitions(OFFSETS_TOPIC):
             await self._create_offsets_topic()
         else:
             await trio.lowlevel.checkpoint()
         parts = self.cluster.partitions(OFFSETS_TOPIC)
         if not parts:
-            return fail(CoordinatorNotAvailableError.code, f"{OFFSETS_TOPIC} does not exist yet")
-        leader = parts.get(partition_for(request.key, len(parts)), -1)
-        node = next((b for b in self.cluster.brokers() if b.node_id == leader), None)
-        address = node.address(current_session.get().listener) if node else None
-        if node is None or address is None:
-            return fail(CoordinatorNotAvailableError.code,
-                        "the group's offsets partition has no leader now")
-        return R(throttle_time_ms=0, error_code=NO_ERROR, error_message=None, node_id=node.node_id,
-                 host=address[0], port=address[1])
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} does not exist yet")
+        leader = parts.get(partition_for(group_id, len(parts)), -1)
+        if leader < 0:
+            raise CoordinatorNotAvailableError("the group's offsets partition has no leader now")
+        return leader
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
 
@@ -468,6 +458,65 @@ class GroupCoordinator:
         return R(throttle_time_ms=0,
                  topics=[R.OffsetCommitResponseTopic(name=n, partitions=ps)
                          for n, ps in by_topic.items()])
+
+    async def txn_offset_commit(self, request: Message, header: RequestHeader) -> Message:
+        """TxnOffsetCommit (KIP-98; KIP-447's member and generation from v3): a transactional
+        producer's offsets, pending until its transaction ends (``OffsetManager.
+        commit_transactional``).  Write on the transactional id, Read on the group and on
+        each topic."""
+        version = header.api_version
+        gid = request.group_id
+        R = TxnOffsetCommitResponse
+        code = NO_ERROR
+        if not self.access(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                           request.transactional_id):
+            code = TransactionalIdAuthorizationFailedError.code
+        elif not self.access(AclOperation.READ, ResourceType.GROUP, gid):
+            code = GroupAuthorizationFailedError.code
+        else:
+            code = self._error_for(gid)
+        if not code and version >= 3:
+            group = self.groups.get(gid)
+            generation, member_id = request.generation_id, request.member_id
+            if group is None:
+                code = NO_ERROR if generation < 0 and not member_id else (
+                    IllegalGenerationError.code if generation >= 0 else UnknownMemberIdError.code)
+            elif generation >= 0 or member_id:
+                code = group.validate_commit(member_id, generation, trio.current_time(),
+                                             request.group_instance_id)
+        results: dict[tuple[str, int], int] = {}
+        to_store: dict[tuple[str, int], OffsetAndMetadata] = {}
+        now_ms = _time.now_ms()
+        for topic in request.topics:
+            for part in topic.partitions:
+                tp = (topic.name, part.partition_index)
+                if code:
+                    results[tp] = code
+                elif not self.access(AclOperation.READ, ResourceType.TOPIC, topic.name):
+                    results[tp] = TopicAuthorizationFailedError.code
+                elif self.cluster.leader(*tp) is None:
+                    results[tp] = UnknownTopicOrPartitionError.code
+                elif len((part.committed_metadata or "").encode()) > OFFSET_METADATA_MAX_BYTES:
+                    results[tp] = OffsetMetadataTooLargeError.code
+                else:
+                    to_store[tp] = OffsetAndMetadata(
+                        offset=part.committed_offset,
+                        leader_epoch=part.committed_leader_epoch if version >= 2 else -1,
+                        metadata=part.committed_metadata or "", commit_timestamp=now_ms)
+        if to_store:
+            stored = await self.offsets.commit_transactional(
+                self.partition_of(gid), gid, request.producer_id, request.producer_epoch,
+                to_store)
+            results.update(dict.fromkeys(to_store, stored))
+        else:
+            await trio.lowlevel.checkpoint()
+        by_topic: dict[str, list[StructValue]] = {}
+        for (name, index), error in results.items():
+            by_topic.setdefault(name, []).append(
+                R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(
+                    partition_index=index, error_code=error))
+        return R(throttle_time_ms=0, topics=[R.TxnOffsetCommitResponseTopic(name=n, partitions=ps)
+                                             for n, ps in by_topic.items()])
 
     async def offset_fetch(self, request: Message, header: RequestHeader) -> Message:
         await trio.lowlevel.checkpoint()

@@ -117,12 +117,26 @@ def build_batches(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int,
     return out
 
 
+#: Offsets a transaction committed but did not end yet: producer id -> group -> offsets.
+PendingOffsets = dict[int, dict[str, dict[PartitionKey, OffsetAndMetadata]]]
+
+
 def read_offsets(lg: Log) -> dict[str, dict[PartitionKey, OffsetAndMetadata]]:
-    """Blocking: replay a partition of the offsets topic into ``{group: {tp: offset}}``.
+    """Blocking: the committed offsets of a partition of the offsets topic (see
+    ``read_offsets_and_pending``)."""
+    return read_offsets_and_pending(lg)[0]
+
+
+def read_offsets_and_pending(lg: Log) -> tuple[dict[str, dict[PartitionKey, OffsetAndMetadata]],
+                                               PendingOffsets]:
+    """Blocking: replay a partition of the offsets topic into ``{group: {tp: offset}}``, and
+    the offsets of transactions not ended yet (TxnOffsetCommit: transactional batches, made
+    visible by their producer's COMMIT marker, dropped by its ABORT).
 
     Later records win; tombstones delete; group-metadata records and records this broker
     cannot parse are skipped (with a warning for the latter)."""
     groups: dict[str, dict[PartitionKey, OffsetAndMetadata]] = {}
+    pending: PendingOffsets = {}
     offset = lg.log_start_offset
     end = lg.log_end_offset
     skipped = 0
@@ -134,6 +148,16 @@ def read_offsets(lg: Log) -> dict[str, dict[PartitionKey, OffsetAndMetadata]]:
         for batch in iter_batches(data):
             if batch.next_offset <= offset:
                 continue
+            offset = batch.next_offset
+            if batch.is_control_batch:
+                marker = batch.end_txn_marker()
+                done = pending.pop(batch.producer_id, {})
+                if marker is not None and marker.is_commit:
+                    for group, offsets in done.items():
+                        groups.setdefault(group, {}).update(offsets)
+                continue
+            target = (pending.setdefault(batch.producer_id, {}) if batch.is_transactional
+                      else groups)
             try:
                 records = batch.records()
             except CorruptRecordsError:
@@ -141,14 +165,13 @@ def read_offsets(lg: Log) -> dict[str, dict[PartitionKey, OffsetAndMetadata]]:
                 records = []
             for record in records:
                 try:
-                    _replay(groups, record.key, record.value)
+                    _replay(target, record.key, record.value)
                 except OffsetsRecordError:
                     skipped += 1
-            offset = batch.next_offset
     if skipped:
         log.warning("%s-%d: skipped %d records that are not offset commits of a known format",
                     lg.topic, lg.partition, skipped)
-    return groups
+    return groups, pending
 
 
 def _replay(groups: dict[str, dict[PartitionKey, OffsetAndMetadata]], key: bytes | None,
@@ -233,6 +256,8 @@ class OffsetsPartition:
     index: int
     loaded: bool = False
     offsets: dict[str, dict[PartitionKey, OffsetAndMetadata]] = field(default_factory=dict)
+    #: the offsets of transactions not ended yet (TxnOffsetCommit), by producer id
+    pending: PendingOffsets = field(default_factory=dict)
     lock: trio.Lock = field(default_factory=trio.Lock)  # appends, in log order
     order: ApplyOrder = field(default_factory=ApplyOrder)  # cache changes, in log order
 
@@ -288,10 +313,10 @@ class OffsetManager:
         async with part.lock:
             try:
                 if lg is not None:
-                    offsets = await trio.to_thread.run_sync(read_offsets, lg,
-                                                            limiter=self.limiter)
+                    offsets, pending = await trio.to_thread.run_sync(
+                        read_offsets_and_pending, lg, limiter=self.limiter)
                 else:
-                    offsets = {}
+                    offsets, pending = {}, {}
             except Exception:
                 # Not this broker's to serve for now; the coordinator's watcher tries again.
                 log.exception("loading %s-%d failed", OFFSETS_TOPIC, partition)
@@ -301,6 +326,7 @@ class OffsetManager:
             if self.partitions.get(partition) is not part:
                 return  # unloaded meanwhile
             part.offsets = offsets
+            part.pending = pending
             part.loaded = True
         log.info("loaded offsets of %d groups from %s-%d in %.3f s", len(offsets),
                  OFFSETS_TOPIC, partition, time.monotonic() - started)
@@ -355,6 +381,45 @@ class OffsetManager:
         finally:
             part.order.finish(turn)
         return code
+
+    async def commit_transactional(self, partition: int, group: str, producer_id: int,
+                                   producer_epoch: int,
+                                   offsets: dict[PartitionKey, OffsetAndMetadata]) -> int:
+        """TxnOffsetCommit: append the offsets as the producer's transactional batch; they
+        stay pending (invisible to OffsetFetch) until its transaction's marker lands here
+        (``transaction_completed``).  The error code for all of them."""
+        part = self.partitions.get(partition)
+        if part is None or not part.loaded:
+            await trio.lowlevel.checkpoint()
+            return NotCoordinatorError.code
+        builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
+                                     base_sequence=0, is_transactional=True)
+        now = _time.now_ms()
+        for (t, p), om in offsets.items():
+            builder.append(now, encode_offset_key(group, t, p), encode_offset_value(om))
+        async with part.lock:
+            if self.partitions.get(partition) is not part:
+                return NotCoordinatorError.code
+            code = await self._append(partition, [builder.build()])
+            if code == NO_ERROR:
+                part.pending.setdefault(producer_id, {}).setdefault(group, {}).update(offsets)
+        return code
+
+    def transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The marker of ``producer_id``'s transaction landed in ``partition``: its offsets
+        become the committed ones (commit) or are dropped (abort)."""
+        part = self.partitions.get(partition)
+        if part is None:
+            return
+        done = part.pending.pop(producer_id, {})
+        if commit:
+            for group, offsets in done.items():
+                part.offsets.setdefault(group, {}).update(offsets)
+
+    def has_pending(self, partition: int, group: str) -> bool:
+        """Does a transaction not ended yet hold offsets of ``group``?"""
+        part = self.partitions.get(partition)
+        return part is not None and any(group in g for g in part.pending.values())
 
     async def expire(self, partition: int, now_ms: int,
                      has_members: Callable[[str], bool]) -> int:

@@ -145,6 +145,8 @@ class _Write(NamedTuple):
     records: Buffer
     leader_epoch: int | None
     follower: bool = False
+    #: who appends (a client may not write control batches; the coordinator's markers may)
+    origin: AppendOrigin = AppendOrigin.CLIENT
 
 
 class Appended:
@@ -249,7 +251,8 @@ class ReplicaManager:
                 results[tp] = AppendResult(exc.code)
                 continue
             assert records is not None
-            writes.append(_new_tuple(_Write, (tp, lg, records, part.stamped_epoch, False)))
+            writes.append(_new_tuple(_Write, (tp, lg, records, part.stamped_epoch, False,
+                                              origin)))
         if writes:
             results.update(await self._write(writes))
         else:
@@ -334,7 +337,8 @@ class ReplicaManager:
                     records = b"".join(legacy_to_v2(records,
                                                     max_batch_bytes=self.message_max_bytes))
                 info = w.log.append(records, assign_offsets=not w.follower,
-                                    leader_epoch=w.leader_epoch)
+                                    leader_epoch=w.leader_epoch,
+                                    origin=AppendOrigin.REPLICATION if w.follower else w.origin)
                 out[w.tp] = AppendResult.of(info)
             except Exception as exc:
                 out[w.tp] = AppendResult(partition_error(exc, "append", *w.tp))
