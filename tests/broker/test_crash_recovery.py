@@ -125,10 +125,14 @@ def test_an_idempotent_batch_resent_across_a_restart_is_not_written_twice(broker
     so the retry of a batch whose acknowledgement was lost is recognized."""
     from trilog.records import RecordBatchBuilder
 
+    now = int(time.time() * 1000)
+
     def idempotent(seq: int, n: int = 4) -> bytes:
+        # Timestamps of now: a producer whose last batch is older than
+        # producer.id.expiration.ms (a day) is forgotten when its log opens, as in Kafka.
         builder = RecordBatchBuilder(producer_id=4242, producer_epoch=0, base_sequence=seq)
         for i in range(n):
-            builder.append(1_000 + i, None, b"seq-%d" % (seq + i))
+            builder.append(now + i, None, b"seq-%d" % (seq + i))
         return builder.build()
 
     log_dir = tmp_path / "idem"

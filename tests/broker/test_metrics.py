@@ -67,9 +67,9 @@ class FakeSource:
         self.cleaner_stats: dict[str, float] | None = None
         self.log_list = [
             SimpleNamespace(topic="events", partition=0, size_in_bytes=4096, log_start_offset=10,
-                            log_end_offset=110, segments=(1, 2)),
+                            log_end_offset=110, last_stable_offset=90, segments=(1, 2)),
             SimpleNamespace(topic="events", partition=1, size_in_bytes=0, log_start_offset=0,
-                            log_end_offset=0, segments=(1,)),
+                            log_end_offset=0, last_stable_offset=0, segments=(1,)),
         ]
 
     def network(self):
@@ -150,6 +150,15 @@ def test_the_collector_reads_the_broker_state_at_scrape_time():
     }
     assert value(scraped, "trilog_consumer_group_committed_offset", group="old", topic="gone",
                  partition="0") == 5
+    # A read_committed consumer's lag stops at the last stable offset (a transaction open
+    # from offset 90).
+    stable = {k[1]: v for k, v in scraped.items()
+              if k[0] == "trilog_consumer_group_lag_read_committed"}
+    assert stable == {
+        (("group", "readers"), ("partition", "0"), ("topic", "events")): 30,
+        (("group", "readers"), ("partition", "1"), ("topic", "events")): 0,
+        (("group", "old"), ("partition", "0"), ("topic", "events")): 0,
+    }
 
 
 def test_values_move_between_scrapes_without_new_registration():

@@ -176,8 +176,14 @@ async def test_find_coordinator_creates_the_offsets_topic(broker, version):
     (topic,) = meta.topics
     assert topic.is_internal and len(topic.partitions) == 3
     if version >= 1:
+        # Key type 1, a transactional id: its coordinator (issue 24; this broker, which
+        # creates __transaction_state for it).
         txn = await trio_roundtrip(stream, p.FindCoordinatorRequest(key="x", key_type=1), version)
-        assert txn.error_code != 0 and txn.node_id == -1
+        assert (txn.error_code, txn.node_id) == (0, broker.broker_id)
+        assert broker.cluster.partitions("__transaction_state")
+        other = await trio_roundtrip(stream, p.FindCoordinatorRequest(key="x", key_type=2),
+                                     version)
+        assert other.error_code == 42 and other.node_id == -1  # INVALID_REQUEST
     await stream.aclose()
 
 
@@ -300,13 +306,13 @@ async def test_load_in_progress_is_answered_while_the_partition_is_read(tmp_path
         await stream.aclose()
 
     release = threading.Event()
-    real = _offsets.read_offsets
+    real = _offsets.read_offsets_and_pending  # (what a load reads: commits and pending ones)
 
     def slow_read(lg):
         release.wait(10)
         return real(lg)
 
-    monkeypatch.setattr(_offsets, "read_offsets", slow_read)
+    monkeypatch.setattr(_offsets, "read_offsets_and_pending", slow_read)
     async with open_broker(config(tmp_path)) as b:
         stream = await trio_connect(b.port)
         assert (await find_coordinator(stream, "g")).error_code == NONE

@@ -124,6 +124,9 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
      "The group's committed offset of the partition."),
     ("trilog_consumer_group_lag", "gauge", "group, topic, partition",
      "Log end offset less the committed offset, for partitions whose log is on this broker."),
+    ("trilog_consumer_group_lag_read_committed", "gauge", "group, topic, partition",
+     "Last stable offset less the committed offset: the lag of a read_committed consumer, "
+     "which cannot read past a transaction still open."),
 )
 
 
@@ -335,6 +338,8 @@ class LogView(Protocol):
     @property
     def log_end_offset(self) -> int: ...
     @property
+    def last_stable_offset(self) -> int: ...
+    @property
     def segments(self) -> tuple[object, ...]: ...
 
 
@@ -469,20 +474,26 @@ class BrokerCollector:
         for group, (_state, n) in sorted(groups.items()):
             members.add_metric([group], n)
         yield members
-        ends = {(lg.topic, lg.partition): lg.log_end_offset for lg in source.logs()}
+        ends = {(lg.topic, lg.partition): (lg.log_end_offset, lg.last_stable_offset)
+                for lg in source.logs()}
         labels = ["group", "topic", "partition"]
         offsets = GaugeMetricFamily("trilog_consumer_group_committed_offset",
                                     _doc("trilog_consumer_group_committed_offset"), labels=labels)
         lag = GaugeMetricFamily("trilog_consumer_group_lag", _doc("trilog_consumer_group_lag"),
                                 labels=labels)
+        stable_lag = GaugeMetricFamily("trilog_consumer_group_lag_read_committed",
+                                       _doc("trilog_consumer_group_lag_read_committed"),
+                                       labels=labels)
         for group, topic, partition, offset in committed:
             at = [group, topic, str(partition)]
             offsets.add_metric(at, offset)
-            end = ends.get((topic, partition))
-            if end is not None and offset >= 0:
-                lag.add_metric(at, max(end - offset, 0))
+            marks = ends.get((topic, partition))
+            if marks is not None and offset >= 0:
+                lag.add_metric(at, max(marks[0] - offset, 0))
+                stable_lag.add_metric(at, max(marks[1] - offset, 0))
         yield offsets
         yield lag
+        yield stable_lag
 
 
 _DOCS = {name: meaning for name, _type, _labels, meaning in METRICS}

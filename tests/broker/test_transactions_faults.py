@@ -1,0 +1,223 @@
+"""Exactly-once under faults, on three real broker processes and a real ZooKeeper: a
+consume-transform-produce loop (librdkafka's transactional producer and read_committed
+group consumer, offsets sent to each transaction) runs while the transaction coordinator's
+broker and the output's partition leaders are SIGKILLed and restarted, in an order drawn from
+a printed seed (``TRILOG_TXN_FAULT_SEED`` repeats it).  Read with read_committed, the output
+holds every input record exactly once."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import threading
+import time
+
+import pytest
+from broker_helpers import connect, roundtrip
+from replication_helpers import SETTINGS, create, fully_replicated, metadata, registered, wait_for
+
+from trilog import protocol as p
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+pytestmark = pytest.mark.slow
+
+IN, OUT, PARTITIONS, RECORDS = "ctp-in", "ctp-out", 3, 600
+TID, GROUP = "ctp-loop", "ctp-group"
+OVERRIDES = {**SETTINGS, "transaction.state.log.num.partitions": 3,
+             "transaction.state.log.replication.factor": 3,
+             "transaction.state.log.min.isr": 2, "offsets.topic.num.partitions": 3,
+             "offsets.topic.replication.factor": 3, "group.initial.rebalance.delay.ms": 0,
+             "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000}
+
+
+def seeded_rng() -> random.Random:
+    seed = int(os.environ.get("TRILOG_TXN_FAULT_SEED", time.time_ns() % 1_000_000))
+    print(f"seed: {seed} (TRILOG_TXN_FAULT_SEED={seed} repeats it)")
+    return random.Random(seed)
+
+
+@pytest.fixture
+def cluster(broker_process, zookeeper):
+    def start(i: int, log_dir=None, port: int = 0):
+        return broker_process(log_dir, broker_id=i, zookeeper=zookeeper, port=port,
+                              overrides=OVERRIDES)
+    return {i: start(i) for i in (1, 2, 3)}, start
+
+
+def coordinator_of(broker, tid: str) -> int | None:
+    try:
+        with connect(broker.bootstrap) as sock:
+            r = roundtrip(sock, p.FindCoordinatorRequest(key=tid, key_type=1), 1)
+    except OSError:
+        return None
+    return r.node_id if r.error_code == 0 else None
+
+
+class TransformLoop:
+    """The application: read ``IN`` (read_committed), write each record's id to ``OUT`` in a
+    transaction with the input offsets; on an abortable error abort and rewind to the
+    committed offsets; fenced or fatal, start a new producer (it fences the old one)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": GROUP, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+            "session.timeout.ms": 10000})
+        self.consumer.subscribe([IN])
+        self.producer = self._producer()
+        self.committed_txns = 0
+        self.aborts = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _producer(self):
+        producer = confluent_kafka.Producer({
+            "bootstrap.servers": self.bootstrap, "transactional.id": TID,
+            "transaction.timeout.ms": 20000, "message.timeout.ms": 20000})
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                producer.init_transactions(20)
+                return producer
+            except confluent_kafka.KafkaException as exc:
+                if time.monotonic() > deadline or not exc.args[0].retriable():
+                    raise
+
+    def _rewind(self) -> None:
+        assignment = self.consumer.assignment()
+        if not assignment:
+            return
+        for tp in self.consumer.committed(assignment, 30):
+            self.consumer.seek(confluent_kafka.TopicPartition(
+                tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+
+    def _once(self) -> None:
+        msgs = [m for m in self.consumer.consume(50, 0.5) if m.error() is None]
+        if not msgs:
+            return
+        producer = self.producer
+        producer.begin_transaction()
+        for m in msgs:
+            producer.produce(OUT, f"{m.partition()}:{m.offset()}".encode(),
+                             partition=m.partition())
+        positions = self.consumer.position(self.consumer.assignment())
+        producer.send_offsets_to_transaction(positions,
+                                             self.consumer.consumer_group_metadata(), 30)
+        while True:
+            try:
+                producer.commit_transaction(30)
+                self.committed_txns += 1
+                return
+            except confluent_kafka.KafkaException as exc:
+                if not exc.args[0].retriable():
+                    raise
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._once()
+            except confluent_kafka.KafkaException as exc:
+                error = exc.args[0]
+                try:
+                    if error.txn_requires_abort():
+                        self.aborts += 1
+                        self.producer.abort_transaction(30)
+                    else:  # fatal (fenced) or not a transaction error: a new producer
+                        self.producer = self._producer()
+                    self._rewind()
+                except Exception as again:  # noqa: BLE001 (a fault mid-recovery: again)
+                    self.errors.append(repr(again))
+                    time.sleep(0.5)
+                    try:
+                        self.producer = self._producer()
+                        self._rewind()
+                    except Exception as fatal:  # noqa: BLE001
+                        self.errors.append(repr(fatal))
+
+    def __enter__(self) -> TransformLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(120)
+        self.consumer.close()
+
+
+def read_committed_out(bootstrap: str, expect: int) -> list[str]:
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "ctp-check", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    consumer.assign([confluent_kafka.TopicPartition(OUT, i, 0) for i in range(PARTITIONS)])
+    values: list[str] = []
+    quiet_until = time.monotonic() + 60
+    while time.monotonic() < quiet_until:
+        batch = [m for m in consumer.consume(500, 0.5) if m.error() is None]
+        values += [m.value().decode() for m in batch]
+        if len(values) >= expect and not batch:
+            break
+    consumer.close()
+    return values
+
+
+def test_exactly_once_through_coordinator_and_leader_kills(cluster, zookeeper):
+    rng = seeded_rng()
+    brokers, start = cluster
+    for topic in (IN, OUT):
+        create(brokers[1], topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
+        wait_for(lambda t=topic: fully_replicated(list(brokers.values()), t, PARTITIONS, 3),
+                 what=f"full ISRs of {topic}")
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    feeder = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                       "enable.idempotence": True})
+    for i in range(RECORDS):
+        feeder.produce(IN, f"v{i}".encode(), partition=i % PARTITIONS)
+    assert feeder.flush(30) == 0
+
+    with TransformLoop(bootstrap) as loop:
+        for round_ in range(3):
+            time.sleep(rng.uniform(1.0, 2.5))
+            live = list(brokers.values())
+            if round_ != 1:
+                victim = wait_for(lambda: coordinator_of(live[0], TID), what="the coordinator")
+                what = "the transaction coordinator"
+            else:
+                partition = rng.randrange(PARTITIONS)
+                victim = metadata(live[0], OUT)[partition].leader_id
+                what = f"the leader of {OUT}-{partition}"
+            print(f"round {round_}: SIGKILL broker {victim}, {what} "
+                  f"({loop.committed_txns} transactions committed, {loop.aborts} aborted)")
+            old = brokers[victim]
+            old.kill()
+            wait_for(lambda v=victim: v not in registered(zookeeper), what="its session end")
+            brokers[victim] = start(victim, old.log_dir, port=old.port)
+            for topic in (IN, OUT):
+                wait_for(lambda t=topic: fully_replicated(list(brokers.values()), t,
+                                                          PARTITIONS, 3),
+                         what=f"full ISRs of {topic} after restarting broker {victim}")
+
+        def caught_up() -> bool:
+            admin = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                              "group.id": GROUP})
+            try:
+                got = admin.committed([confluent_kafka.TopicPartition(IN, i)
+                                       for i in range(PARTITIONS)], 10)
+            except confluent_kafka.KafkaException:
+                return False
+            finally:
+                admin.close()
+            return sum(max(tp.offset, 0) for tp in got) >= RECORDS
+
+        wait_for(caught_up, timeout=120, what="the loop's offsets at the input's end")
+    print(f"{loop.committed_txns} transactions committed, {loop.aborts} aborted; "
+          f"recovered from: {loop.errors[:3]}")
+    out = read_committed_out(bootstrap, RECORDS)
+    counts = collections.Counter(out)
+    expected = {f"{i % PARTITIONS}:{i // PARTITIONS}" for i in range(RECORDS)}
+    assert set(counts) == expected, (len(set(counts)), sorted(set(counts) ^ expected)[:10])
+    duplicates = {k: n for k, n in counts.items() if n > 1}
+    assert not duplicates, list(duplicates.items())[:10]
