@@ -258,6 +258,9 @@ class OffsetsPartition:
     offsets: dict[str, dict[PartitionKey, OffsetAndMetadata]] = field(default_factory=dict)
     #: the offsets of transactions not ended yet (TxnOffsetCommit), by producer id
     pending: PendingOffsets = field(default_factory=dict)
+    #: markers that landed while the partition was loading (producer id -> commit): the
+    #: load may have read the log before them, so it applies them when it is done
+    ended_while_loading: dict[int, bool] = field(default_factory=dict)
     lock: trio.Lock = field(default_factory=trio.Lock)  # appends, in log order
     order: ApplyOrder = field(default_factory=ApplyOrder)  # cache changes, in log order
 
@@ -328,6 +331,9 @@ class OffsetManager:
             part.offsets = offsets
             part.pending = pending
             part.loaded = True
+            for producer_id, commit in part.ended_while_loading.items():
+                self.transaction_completed(partition, producer_id, commit)
+            part.ended_while_loading.clear()
         log.info("loaded offsets of %d groups from %s-%d in %.3f s", len(offsets),
                  OFFSETS_TOPIC, partition, time.monotonic() - started)
 
@@ -410,6 +416,9 @@ class OffsetManager:
         become the committed ones (commit) or are dropped (abort)."""
         part = self.partitions.get(partition)
         if part is None:
+            return
+        if not part.loaded:
+            part.ended_while_loading[producer_id] = commit
             return
         done = part.pending.pop(producer_id, {})
         if commit:
