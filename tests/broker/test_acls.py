@@ -227,3 +227,44 @@ async def test_offset_fetch_shows_only_the_topics_one_may_describe(secured):
                 F.OffsetFetchRequestTopic(name="hidden", partition_indexes=[0])]), version=2)
             assert named.topics[0].partitions[0].error_code == \
                 TopicAuthorizationFailedError.code
+
+
+async def test_a_transactional_producer_needs_write_on_its_transactional_id(secured):
+    """Kafka's checks: InitProducerId with a transactional id needs Write on it
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal to the producer), FindCoordinator for it
+    Describe; with Write on the id and on the topic a transaction commits."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from trilog.protocol import (AccessControlEntry, AclBinding, AclOperation,
+                                 AclPermissionType, ResourcePattern, ResourceType)
+
+    _broker, address, _data = secured
+    async with trilog.open_admin(address, **login("admin")) as admin:
+        await admin.create_topic("txn-out", 1)
+        await admin.create_acls([AclBinding(
+            ResourcePattern(ResourceType.TOPIC, "txn-out"),
+            AccessControlEntry("User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW))])
+
+    def producer(tid: str):
+        return confluent_kafka.Producer({
+            "bootstrap.servers": address, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice",
+            "sasl.password": ACCOUNTS["alice"], "transactional.id": tid})
+
+    refused = producer("alices-tid")
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        await trio.to_thread.run_sync(refused.init_transactions, 20)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+    async with trilog.open_admin(address, **login("admin")) as admin:
+        await admin.create_acls([AclBinding(
+            ResourcePattern(ResourceType.TRANSACTIONAL_ID, "alices-tid"),
+            AccessControlEntry("User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW))])
+    allowed = producer("alices-tid")
+
+    def transact() -> None:
+        allowed.init_transactions(20)
+        allowed.begin_transaction()
+        allowed.produce("txn-out", b"x", partition=0)
+        allowed.commit_transaction(20)
+
+    await trio.to_thread.run_sync(transact)

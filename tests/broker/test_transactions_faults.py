@@ -23,7 +23,10 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 pytestmark = pytest.mark.slow
 
-IN, OUT, PARTITIONS, RECORDS = "ctp-in", "ctp-out", 3, 600
+IN, OUT, PARTITIONS = "ctp-in", "ctp-out", 3
+#: The input's pace while the faults happen (records/s), so that the loop is mid-transaction
+#: when a broker dies.
+FEED_RATE = 150
 TID, GROUP = "ctp-loop", "ctp-group"
 OVERRIDES = {**SETTINGS, "transaction.state.log.num.partitions": 3,
              "transaction.state.log.replication.factor": 3,
@@ -53,6 +56,44 @@ def coordinator_of(broker, tid: str) -> int | None:
     except OSError:
         return None
     return r.node_id if r.error_code == 0 else None
+
+
+class Feeder:
+    """A thread feeding ``IN`` at ``FEED_RATE`` through an idempotent acks=all producer;
+    ``ids()`` are the delivered records as ``partition:offset``."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = confluent_kafka.Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+            "linger.ms": 5, "message.timeout.ms": 120000})
+        self.delivered: list[str] = []
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _report(self, err, msg) -> None:
+        if err is None:
+            self.delivered.append(f"{msg.partition()}:{msg.offset()}")
+        else:
+            self.failed.append(str(err))
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            self.producer.produce(IN, f"v{i}".encode(), partition=i % PARTITIONS,
+                                  on_delivery=self._report)
+            self.producer.poll(0)
+            i += 1
+            time.sleep(1 / FEED_RATE)
+        self.producer.flush(120)
+
+    def __enter__(self) -> Feeder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(150)
 
 
 class TransformLoop:
@@ -172,13 +213,7 @@ def test_exactly_once_through_coordinator_and_leader_kills(cluster, zookeeper):
         wait_for(lambda t=topic: fully_replicated(list(brokers.values()), t, PARTITIONS, 3),
                  what=f"full ISRs of {topic}")
     bootstrap = ",".join(b.bootstrap for b in brokers.values())
-    feeder = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                       "enable.idempotence": True})
-    for i in range(RECORDS):
-        feeder.produce(IN, f"v{i}".encode(), partition=i % PARTITIONS)
-    assert feeder.flush(30) == 0
-
-    with TransformLoop(bootstrap) as loop:
+    with TransformLoop(bootstrap) as loop, Feeder(bootstrap) as feeder:
         for round_ in range(3):
             time.sleep(rng.uniform(1.0, 2.5))
             live = list(brokers.values())
@@ -199,6 +234,9 @@ def test_exactly_once_through_coordinator_and_leader_kills(cluster, zookeeper):
                 wait_for(lambda t=topic: fully_replicated(list(brokers.values()), t,
                                                           PARTITIONS, 3),
                          what=f"full ISRs of {topic} after restarting broker {victim}")
+        feeder.__exit__()  # (stops feeding; every record delivered or failed)
+        assert feeder.failed == [], feeder.failed[:5]
+        records = len(feeder.delivered)
 
         def caught_up() -> bool:
             admin = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
@@ -210,14 +248,16 @@ def test_exactly_once_through_coordinator_and_leader_kills(cluster, zookeeper):
                 return False
             finally:
                 admin.close()
-            return sum(max(tp.offset, 0) for tp in got) >= RECORDS
+            return sum(max(tp.offset, 0) for tp in got) >= records
 
         wait_for(caught_up, timeout=120, what="the loop's offsets at the input's end")
-    print(f"{loop.committed_txns} transactions committed, {loop.aborts} aborted; "
+    print(f"{records} input records; {loop.committed_txns} transactions committed, "
+          f"{loop.aborts} aborted; "
           f"recovered from: {loop.errors[:3]}")
-    out = read_committed_out(bootstrap, RECORDS)
+    out = read_committed_out(bootstrap, records)
     counts = collections.Counter(out)
-    expected = {f"{i % PARTITIONS}:{i // PARTITIONS}" for i in range(RECORDS)}
+    expected = set(feeder.delivered)
+    assert len(expected) == records
     assert set(counts) == expected, (len(set(counts)), sorted(set(counts) ^ expected)[:10])
     duplicates = {k: n for k, n in counts.items() if n > 1}
     assert not duplicates, list(duplicates.items())[:10]
