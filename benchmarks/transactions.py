@@ -128,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trilog-txn-bench-") as tmp, \
             BrokerProcess(tmp, {"transaction.state.log.num.partitions": 1,
                                 "offsets.topic.num.partitions": 1}) as broker:
-        broker.start()
         bootstrap = f"{broker.host}:{broker.port}"
         # The topic the consumers read: committed transactions, one aborted in ten.
         source = f"source-{uuid.uuid4().hex[:6]}"
