@@ -247,3 +247,25 @@ def test_a_client_may_not_write_control_batches_or_the_transaction_log(broker):
         response = roundtrip(sock, produce_request(topic, 0, marker), 3)
         code = response.responses[0].partition_responses[0].error_code
         assert code == 87  # INVALID_RECORD
+
+
+def test_an_unused_transactional_id_expires(broker_process):
+    short = broker_process(overrides={**OVERRIDES, "transactional.id.expiration.ms": 1000,
+                                      "transaction.remove.expired.transaction.cleanup"
+                                      ".interval.ms": 200})
+    topic = _topic(short)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    producer = _producer(short, tid)
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", partition=0)
+    producer.commit_transaction(20)
+    _find_txn_coordinator(short, tid)
+
+    def state() -> int:
+        with connect(short.bootstrap) as sock:
+            r = roundtrip(sock, p.DescribeTransactionsRequest(transactional_ids=[tid]), 0)
+        return r.transaction_states[0].error_code
+
+    assert state() == 0  # CompleteCommit, just used
+    wait_for(lambda: state() == 105, timeout=20, what="the id's expiry")  # NOT_FOUND
