@@ -386,7 +386,8 @@ def test_bad_settings_are_clear_errors():
 
     for kw, match in [
         ({"auto_offset_reset": "oldest"}, "auto_offset_reset"),
-        ({"isolation_level": "read_committed"}, "transactions"),
+        # (read_committed was refused here before transactions; a bad name still is)
+        ({"isolation_level": "read_commited"}, "isolation_level"),
         ({"partition_assignment_strategy": ["magic"]}, "magic"),
         ({"heartbeat_interval_ms": 5000, "session_timeout_ms": 3000}, "heartbeat"),
         ({"max_poll_records": 0}, "max_poll_records"),

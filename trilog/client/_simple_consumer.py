@@ -34,6 +34,12 @@ import trio
 
 from trilog._concurrency import YieldPacer, unwrap_exception_group
 from trilog.client._client import Client, open_client
+from trilog.client._isolation import (
+    READ_UNCOMMITTED,
+    AbortedTransaction,
+    aborted_batches,
+    isolation_level_id,
+)
 from trilog.client._metadata import Node
 from trilog.client._retry import Backoff, is_retriable
 from trilog.client._settings import config_from_options
@@ -47,11 +53,12 @@ from trilog.errors import (
     RequestTimedOutError,
     TrilogError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
     error_for_code,
 )
-from trilog.net import ClientSecurity, SecurityOptions
-from trilog.protocol import FetchRequest, ListOffsetsRequest
-from trilog.records import Header, MemoryRecords, Record, RecordBatch
+from trilog.net import BrokerConnection, ClientSecurity, SecurityOptions
+from trilog.protocol import ApiKey, FetchRequest, ListOffsetsRequest, Message
+from trilog.records import CONTROL_MASK, Header, MemoryRecords, Record, RecordBatch
 
 log = logging.getLogger("trilog.consumer")
 
@@ -94,49 +101,72 @@ class FetchedRecords:
     """The records one fetch returned for one partition, decoded when iterated.
 
     ``next_offset`` is where the following fetch should start and ``record_count`` how many
-    records from ``offset`` on it holds (both from batch headers, without decoding);
-    ``high_watermark`` is the partition's end when the broker answered.
+    records from ``offset`` on it holds for the application (both from batch headers,
+    without decoding; control batches hold none), ``records_end`` the offset after the
+    batch of its last record (``offset`` when it holds none); ``high_watermark`` is the
+    partition's end when the broker answered, ``last_stable_offset`` (-1: not told) the end
+    a read_committed consumer reads to.
+
+    ``aborted``: a read_committed fetch's aborted transactions (``_isolation``): the batches
+    of those transactions are skipped as if the cleaner had emptied them; ``next_offset``
+    moves past them as past the control batches.
     """
 
     __slots__ = (
         "_cached",
         "_data",
         "_key_deserializer",
+        "_skipped",
         "_value_deserializer",
         "high_watermark",
+        "last_stable_offset",
         "log_start_offset",
         "next_offset",
         "offset",
         "partition",
         "record_count",
+        "records_end",
         "topic",
     )
 
     def __init__(self, topic: str, partition: int, offset: int,
                  data: bytes | memoryview | None, high_watermark: int, log_start_offset: int,
                  key_deserializer: Deserializer | None = None,
-                 value_deserializer: Deserializer | None = None) -> None:
+                 value_deserializer: Deserializer | None = None, *,
+                 aborted: Sequence[AbortedTransaction] | None = None,
+                 last_stable_offset: int = -1) -> None:
         self.topic = topic
         self.partition = partition
         self.offset = offset
         self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
         self.log_start_offset = log_start_offset
         self._data = data if data is not None else b""
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
         self._cached: list[ConsumerRecord] | None = None
-        next_offset = offset
+        # Per batch, and only when the broker listed aborted transactions: the common
+        # answer (none, or read_uncommitted) pays one test per batch below.
+        skipped = self._skipped = aborted_batches(self._data, aborted) if aborted else None
+        next_offset = records_end = offset
         count = 0
         for batch in MemoryRecords(self._data).batches():
             end = batch.next_offset
-            if end > offset:
-                if type(batch) is RecordBatch and batch.base_offset >= offset:
-                    count += batch.record_count  # exact, also for a compacted batch
-                else:  # a legacy message set, or the part of a batch from the asked offset
+            if end > offset and not (skipped and batch.position in skipped):
+                if type(batch) is RecordBatch:
+                    if batch.attributes & CONTROL_MASK:
+                        end = 0  # a transaction marker: nothing for the application
+                    elif batch.base_offset >= offset:
+                        count += batch.record_count  # exact, also for a compacted batch
+                    else:  # the part of a batch from the asked offset
+                        count += end - offset
+                else:  # a legacy message set
                     count += end - max(batch.base_offset, offset)
-            next_offset = max(next_offset, end)
+                records_end = max(records_end, end)
+            next_offset = max(next_offset, batch.next_offset)
         self.next_offset = next_offset
         self.record_count = count
+        self.records_end = records_end
 
     @property
     def size_in_bytes(self) -> int:
@@ -154,9 +184,12 @@ class FetchedRecords:
         kd, vd = self._key_deserializer, self._value_deserializer
         prefix = (topic, partition)
         plain = kd is None and vd is None
+        skipped = self._skipped
         for batch in MemoryRecords(self._data).batches():
             if batch.next_offset <= start:
                 continue  # wholly before the asked offset: not even decoded
+            if skipped and batch.position in skipped:
+                continue  # a batch of an aborted transaction (read_committed)
             if plain and type(batch) is RecordBatch and batch.base_offset >= start:
                 # The common case: v2 records become ConsumerRecords in the decoder itself.
                 yield batch.decode(topic_partition=prefix, record_cls=ConsumerRecord)
@@ -202,7 +235,10 @@ class FetchStatistics:
         #: (topic, partition) -> high watermark less the next offset, as of its last fetch
         self.lag: dict[tuple[str, int], int] = {}
 
-    def fetched(self, seconds: float, results: Iterable[FetchedRecords | ApiError]) -> None:
+    def fetched(self, seconds: float, results: Iterable[FetchedRecords | ApiError],
+                read_committed: bool = False) -> None:
+        """Count an answered fetch; ``read_committed``: lag up to the last stable offset
+        (what such a consumer can read), else up to the high watermark."""
         self.fetches += 1
         self.latency_sum += seconds
         self.latency_max = max(self.latency_max, seconds)
@@ -210,9 +246,12 @@ class FetchStatistics:
             if isinstance(result, FetchedRecords):
                 self.records += result.record_count
                 self.bytes += result.size_in_bytes
-                if result.high_watermark >= 0:
+                end = result.high_watermark
+                if read_committed and result.last_stable_offset >= 0:
+                    end = result.last_stable_offset
+                if end >= 0:
                     self.lag[(result.topic, result.partition)] = max(
-                        result.high_watermark - result.next_offset, 0)
+                        end - result.next_offset, 0)
 
     def as_dict(self, partitions: Iterable[tuple[str, int]] | None = None) -> dict[str, Any]:
         """The counters; ``lag`` is ``{topic: {partition: lag}}`` (of ``partitions`` only,
@@ -242,7 +281,10 @@ class SimpleConsumerConfig:
     ``fetch_max_wait_ms``/``fetch_min_bytes``: a long poll's (``iterate``,
     ``fetch_when_available``); ``max_partition_fetch_bytes``: a fetch's default size per
     partition; ``allow_auto_create_topics``: following a topic that does not exist may
-    create it (when the broker auto-creates topics), as Kafka's ``allow.auto.create.topics``.
+    create it (when the broker auto-creates topics), as Kafka's ``allow.auto.create.topics``;
+    ``isolation_level``: ``"read_committed"`` reads only the records of committed
+    transactions, and "latest" offsets are the last stable offsets (Kafka's
+    ``isolation.level``; see ``trilog.client._isolation``).
     """
 
     zookeeper: str | None = None
@@ -255,16 +297,23 @@ class SimpleConsumerConfig:
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
     metadata_max_age_ms: int = 300_000
+    isolation_level: str = "read_uncommitted"
     #: TLS and SASL of the consumer's connections (the security keywords; None: PLAINTEXT)
     security: ClientSecurity | None = None
 
     def __post_init__(self) -> None:
+        self.isolation  # noqa: B018 - checks isolation_level now, before anything connects
         for name in ("max_partition_fetch_bytes", "request_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         for name in ("fetch_max_wait_ms", "fetch_min_bytes", "metadata_max_age_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+
+    @property
+    def isolation(self) -> int:
+        """``isolation_level``'s id on the wire (``READ_UNCOMMITTED``/``READ_COMMITTED``)."""
+        return isolation_level_id(self.isolation_level)
 
 
 class SimpleConsumer:
@@ -326,7 +375,7 @@ class SimpleConsumer:
                         max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                         key_deserializer=self.config.key_deserializer,
                         value_deserializer=self.config.value_deserializer,
-                        statistics=self._stats)
+                        statistics=self._stats, isolation_level=self.config.isolation)
                 except (NetworkError, RequestTimedOutError, ProtocolError):
                     retry.extend(indexes)
                     return
@@ -425,7 +474,8 @@ class SimpleConsumer:
         if no record is that recent).  With more: the segment start offsets before ``time``,
         newest first (ListOffsets v0, Kafka 0.8's answer).
         """
-        return await list_offsets(self._client, topic, partition, time, max_offsets)
+        return await list_offsets(self._client, topic, partition, time, max_offsets,
+                                  isolation_level=self.config.isolation)
 
     # -- iterate -----------------------------------------------------------------------------------
 
@@ -450,13 +500,16 @@ async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWant
                           value_deserializer: Deserializer | None = None,
                           statistics: FetchStatistics | None = None,
                           max_bytes: int | None = None,
+                          isolation_level: int = READ_UNCOMMITTED,
                           ) -> list[FetchedRecords | ApiError]:
     """One Fetch request to ``node`` for each ``(topic, partition, offset, max_bytes)`` of
     ``wanted``, no retries: in order, each partition's records or its error.  Raises
     ``NetworkError``, ``RequestTimedOutError`` or ``ProtocolError`` when the request itself
     fails.  ``max_bytes`` caps the whole answer (Kafka's ``fetch.max.bytes``; the broker
-    still returns a first batch larger than that).  ``multifetch`` and the group consumer's fetchers are built on it; an answered
-    request is counted in ``statistics``."""
+    still returns a first batch larger than that).  ``isolation_level`` ``READ_COMMITTED``
+    reads up to the last stable offset and skips aborted transactions (Fetch v4+: an older
+    broker is an ``UnsupportedVersionError``).  ``multifetch`` and the group consumer's
+    fetchers are built on it; an answered request is counted in ``statistics``."""
     R = FetchRequest
     by_topic: dict[str, list[Any]] = {}
     for topic, partition, offset, max_bytes in wanted:
@@ -466,11 +519,15 @@ async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWant
     request = R(max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                 max_bytes=max(min(sum(w[3] for w in wanted),
                                   max_bytes if max_bytes is not None else 1 << 62), 1),
-                isolation_level=0,
+                isolation_level=isolation_level,
                 topics=[R.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()])
     conn = await client.connection(node)
+    version = None
+    if isolation_level:
+        version = _version_from(conn, ApiKey.FETCH, R, 4, "read_committed")
     started = trio.current_time()
-    response = await conn.request(request, timeout_s=client.request_timeout_s + max_wait_ms / 1000)
+    response = await conn.request(request, version=version,
+                                  timeout_s=client.request_timeout_s + max_wait_ms / 1000)
     seconds = trio.current_time() - started
     answers = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
     out: list[FetchedRecords | ApiError] = []
@@ -488,45 +545,71 @@ async def fetch_from_node(client: Client, node: Node, wanted: Sequence[FetchWant
         elif p.error_code:
             err = error_for_code(p.error_code)
             out.append(type(err)(f"{topic}-{partition}: {err}"))
+        elif isolation_level:
+            out.append(FetchedRecords(
+                topic, partition, offset, p.records, p.high_watermark, p.log_start_offset,
+                key_deserializer, value_deserializer,
+                aborted=[(a.producer_id, a.first_offset)
+                         for a in p.aborted_transactions or ()],
+                last_stable_offset=p.last_stable_offset))
         else:
             out.append(FetchedRecords(topic, partition, offset, p.records, p.high_watermark,
                                       p.log_start_offset, key_deserializer, value_deserializer))
     if statistics is not None:
-        statistics.fetched(seconds, out)
+        statistics.fetched(seconds, out, bool(isolation_level))
     return out
 
 
+def _version_from(conn: BrokerConnection, api_key: ApiKey, message: type[Message],
+                  lowest: int, why: str) -> int:
+    """The highest version of ``api_key`` both sides speak, at least ``lowest`` (the first
+    that can carry what ``why`` needs); ``UnsupportedVersionError`` saying so otherwise."""
+    try:
+        return conn.version_for(api_key, (lowest, message.MAX_VERSION))
+    except UnsupportedVersionError as exc:
+        raise UnsupportedVersionError(
+            f"{why} needs {api_key.name} v{lowest}+: {exc}") from None
+
+
 async def list_offsets(client: Client, topic: str, partition: int, time: int,
-                       max_offsets: int = 1) -> list[int]:
+                       max_offsets: int = 1, *, isolation_level: int = READ_UNCOMMITTED
+                       ) -> list[int]:
     """``SimpleConsumer.offsets_before`` (see there) on ``client``: ListOffsets to the
-    partition's leader, retried while it answers retriably."""
+    partition's leader, retried while it answers retriably.  ``isolation_level``
+    ``READ_COMMITTED``: LATEST is the last stable offset (ListOffsets v2+)."""
     if max_offsets > 1:
+        if isolation_level:
+            raise ValueError("offsets before a time (max_offsets > 1, ListOffsets v0) "
+                             "cannot be read with isolation_level='read_committed'")
         p = await _list_offsets(client, topic, partition, time, max_offsets, version=0)
         return list(p.old_style_offsets)
-    p = await _list_offsets(client, topic, partition, time)
+    p = await _list_offsets(client, topic, partition, time, isolation_level=isolation_level)
     return [p.offset] if p.offset >= 0 else []
 
 
-async def offset_at(client: Client, topic: str, partition: int, time: int) -> int:
+async def offset_at(client: Client, topic: str, partition: int, time: int, *,
+                    isolation_level: int = READ_UNCOMMITTED) -> int:
     """The one offset ListOffsets gives for ``time`` (EARLIEST, LATEST or ms); 0 when the
     partition answers none."""
-    offsets = await list_offsets(client, topic, partition, time)
+    offsets = await list_offsets(client, topic, partition, time,
+                                 isolation_level=isolation_level)
     return offsets[0] if offsets else 0
 
 
-async def offset_for_time(client: Client, topic: str, partition: int, time: int
-                          ) -> tuple[int, int] | None:
+async def offset_for_time(client: Client, topic: str, partition: int, time: int, *,
+                          isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int] | None:
     """The first offset of ``topic``-``partition`` whose timestamp is at least ``time``
     (ms), with that timestamp; None when no record is that recent."""
-    p = await _list_offsets(client, topic, partition, time)
+    p = await _list_offsets(client, topic, partition, time, isolation_level=isolation_level)
     return (p.offset, p.timestamp) if p.offset >= 0 else None
 
 
 async def _list_offsets(client: Client, topic: str, partition: int, time: int,
-                        max_offsets: int = 1, version: int | None = None) -> Any:
+                        max_offsets: int = 1, version: int | None = None, *,
+                        isolation_level: int = READ_UNCOMMITTED) -> Any:
     """One partition's ListOffsets answer from its leader, retried while retriable."""
     R = ListOffsetsRequest
-    request = R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
+    request = R(replica_id=-1, isolation_level=isolation_level, topics=[R.ListOffsetsTopic(
         name=topic, partitions=[R.ListOffsetsTopic.ListOffsetsPartition(
             partition_index=partition, timestamp=time, max_num_offsets=max_offsets)])])
     tries = _RETRY.attempts()
@@ -538,6 +621,8 @@ async def _list_offsets(client: Client, topic: str, partition: int, time: int,
             if node is None:
                 raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no leader")
         conn = await client.connection(node)
+        if isolation_level:
+            version = _version_from(conn, ApiKey.LIST_OFFSETS, R, 2, "read_committed")
         try:
             response = await conn.request(request, version=version)
         except (NetworkError, RequestTimedOutError):
@@ -654,6 +739,7 @@ class SimpleConsumerOptions(SecurityOptions, total=False):
     key_deserializer: Callable[[bytes], Any] | None
     value_deserializer: Callable[[bytes], Any] | None
     metadata_max_age_ms: int
+    isolation_level: str
 
 
 def open_simple_consumer(bootstrap_servers: str | list[str] | None = None,

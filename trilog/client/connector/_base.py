@@ -24,6 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import trio
 
 from trilog.client._client import Client
+from trilog.client._isolation import isolation_level_id
 from trilog.client._simple_consumer import ConsumerRecord, FetchedRecords, FetchStatistics
 from trilog.client.connector._config import ConnectorSubscription, GroupConfig
 from trilog.client.connector._streams import Chunk, FilterStreams, MessageStream, TopicStreams
@@ -117,7 +118,8 @@ class GroupConsumerConnector(Generic[Streams]):
                 max_wait_ms=config.fetch_max_wait_ms, min_bytes=1,
                 partition_max_bytes=config.fetch_max_bytes, max_bytes=None,
                 retry_backoff_ms=config.retry_backoff_ms, reset_time=config.start_offset,
-                reset_setting=f"auto_offset_reset={config.auto_offset_reset!r}"),
+                reset_setting=f"auto_offset_reset={config.auto_offset_reset!r}",
+                isolation_level=isolation_level_id(config.isolation_level)),
             deliver=self._deliver, fail=self._fail, committed=self._fetch_committed,
             statistics=FetchStatistics(), lazy_positions=False)
         self.rebalances = 0

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from trilog.client._assignment import TopicFilter
+from trilog.client._isolation import isolation_level_id
 from trilog.client._simple_consumer import EARLIEST, LATEST
 from trilog.client.consumer import ConsumerRebalanceListener
 from trilog.net import ClientSecurity, SecurityOptions
@@ -71,10 +72,13 @@ class GroupConfig:
     metadata_max_age_ms: int = 300_000
     retry_backoff_ms: int = 100
     request_timeout_ms: int = 30_000
+    #: "read_committed": only committed transactions' records (as ``KafkaConsumer``'s)
+    isolation_level: str = "read_uncommitted"
     #: TLS and SASL of the consumer's connections (the security keywords; None: PLAINTEXT)
     security: ClientSecurity | None = None
 
     def __post_init__(self) -> None:
+        isolation_level_id(self.isolation_level)
         if self.coordination not in (None, "zookeeper", "broker"):
             raise ValueError("coordination must be 'zookeeper' or 'broker'")
         if self.mode == "broker":
@@ -190,3 +194,4 @@ class ConsumerOptions(SecurityOptions, total=False):
     metadata_max_age_ms: int
     retry_backoff_ms: int
     request_timeout_ms: int
+    isolation_level: str

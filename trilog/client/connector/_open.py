@@ -64,7 +64,8 @@ def open_consumer_connector(
     looks for new topics), ``retry_backoff_ms`` and ``request_timeout_ms`` tune it, as in
     ``KafkaConsumer``.  ``listener``: a ``ConsumerRebalanceListener`` told when the
     member's partitions are assigned and revoked (or lost), as Kafka's consumer's.
-    ``security_protocol``, ``ssl_*``, ``sasl_*``: TLS and SASL to the brokers, as
+    ``isolation_level="read_committed"``: only the records of committed transactions, as
+    ``KafkaConsumer``'s.  ``security_protocol``, ``ssl_*``, ``sasl_*``: TLS and SASL to the brokers, as
     ``open_producer``.
     """
     config = config_from_options(GroupConfig, options, "open_consumer_connector")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trilog.client._assignment import check_assignors
+from trilog.client._isolation import isolation_level_id
 from trilog.client._simple_consumer import EARLIEST, LATEST, Deserializer
 from trilog.client.consumer._structs import ConsumerRebalanceListener
 from trilog.net import ClientSecurity, SecurityOptions
@@ -69,9 +70,7 @@ class ConsumerConfig:
         if self.auto_offset_reset not in RESET_TIMES:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none' "
                              f"(or 'smallest'/'largest'), not {self.auto_offset_reset!r}")
-        if self.isolation_level != "read_uncommitted":
-            raise ValueError(f"isolation_level={self.isolation_level!r}: trilog has no "
-                             "transactions yet, so only 'read_uncommitted' is possible")
+        self.isolation  # noqa: B018 - checks isolation_level now, before anything connects
         if self.group_instance_id is not None and (
                 not self.group_instance_id or self.group_id is None):
             raise ValueError("group_instance_id (static membership) must be a non-empty "
@@ -92,6 +91,11 @@ class ConsumerConfig:
         if self.group_id is not None and not self.group_id:
             raise ValueError("group_id must not be empty (None: no group)")
         check_assignors(self.partition_assignment_strategy)
+
+    @property
+    def isolation(self) -> int:
+        """``isolation_level``'s id on the wire (``trilog.client._isolation``)."""
+        return isolation_level_id(self.isolation_level)
 
     @property
     def reset_time(self) -> int | None:

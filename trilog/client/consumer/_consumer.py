@@ -244,8 +244,9 @@ class Consumer:
         st = self._subscription.state(partition)
         if st.position is None:
             await self._fetcher.resolve_positions([st])
-        assert st.position is not None
-        return st.position
+        position = st.settled_position()
+        assert position is not None
+        return position
 
     def highwater(self, partition: TopicPartition | tuple[str, int]) -> int | None:
         """The partition's high watermark as of its last fetch (None before one)."""
@@ -263,7 +264,9 @@ class Consumer:
 
     async def end_offsets(self, partitions: Iterable[TopicPartition | tuple[str, int]]
                           ) -> dict[TopicPartition, int]:
-        """Each partition's end: the offset the next record written will get."""
+        """Each partition's end: the offset the next record written will get (with
+        ``isolation_level="read_committed"``, the last stable offset: where the first
+        transaction still open starts)."""
         return await self._offsets_at([TopicPartition(*tp) for tp in partitions], LATEST)
 
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
@@ -274,13 +277,16 @@ class Consumer:
         for tp, ms in timestamps.items():
             if ms < 0:
                 raise ValueError("timestamps must not be negative")
-            found = await offset_for_time(self._client, tp[0], tp[1], ms)
+            found = await offset_for_time(self._client, tp[0], tp[1], ms,
+                                          isolation_level=self.config.isolation)
             out[TopicPartition(*tp)] = OffsetAndTimestamp(*found) if found else None
         return out
 
     async def _offsets_at(self, tps: Sequence[TopicPartition], time: int
                           ) -> dict[TopicPartition, int]:
-        return {tp: await offset_at(self._client, tp.topic, tp.partition, time) for tp in tps}
+        isolation = self.config.isolation
+        return {tp: await offset_at(self._client, tp.topic, tp.partition, time,
+                                    isolation_level=isolation) for tp in tps}
 
     async def topics(self) -> set[str]:
         """The topics the cluster has."""
@@ -414,6 +420,7 @@ class Consumer:
         fetched = st.buffered.popleft()
         st.current = iter(fetched)
         st.current_end = fetched.next_offset
+        st.current_records_end = fetched.records_end
         self._subscription.wake_fetcher()  # the next fetch for it may go out now
         return True
 
@@ -469,8 +476,8 @@ class Consumer:
         notes: dict[TopicPartition, str] = {}
         async with self._commit_lock:
             if offsets is None:
-                values = {tp: st.position for tp, st in self._parts.items()
-                          if st.position is not None}
+                values = {tp: position for tp, st in self._parts.items()
+                          if (position := st.settled_position()) is not None}
             else:
                 for tp, value in offsets.items():
                     key = TopicPartition(*tp)
@@ -713,4 +720,5 @@ def fetch_settings(config: ConsumerConfig) -> FetchSettings:
         partition_max_bytes=config.max_partition_fetch_bytes, max_bytes=config.fetch_max_bytes,
         retry_backoff_ms=config.retry_backoff_ms, reset_time=config.reset_time,
         reset_setting=f"auto_offset_reset={config.auto_offset_reset!r}",
-        key_deserializer=config.key_deserializer, value_deserializer=config.value_deserializer)
+        key_deserializer=config.key_deserializer, value_deserializer=config.value_deserializer,
+        isolation_level=config.isolation)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import trio
 
 from trilog.client._client import Client
+from trilog.client._isolation import READ_UNCOMMITTED
 from trilog.client._simple_consumer import (
     Deserializer,
     FetchedRecords,
@@ -59,8 +60,11 @@ Committed = Callable[[list[tuple[str, int]]], Awaitable[Mapping[tuple[str, int],
 class FetchSettings:
     """How a fetcher fetches: Fetch's ``max_wait_ms`` and ``min_bytes``, each partition's
     ``partition_max_bytes`` and the whole answer's ``max_bytes`` (None: no cap), the
-    deserializers, how long to back off, and ``reset_time``: where a partition without a
-    committed offset starts (``EARLIEST``/``LATEST``; None: ``NoOffsetForPartitionError``)."""
+    deserializers, how long to back off, ``reset_time``: where a partition without a
+    committed offset starts (``EARLIEST``/``LATEST``; None: ``NoOffsetForPartitionError``),
+    and the ``isolation_level`` of its fetches and offset lookups (``trilog.client._isolation``:
+    ``READ_COMMITTED`` reads committed transactions only, and LATEST is the last stable
+    offset)."""
 
     max_wait_ms: int
     min_bytes: int
@@ -72,6 +76,7 @@ class FetchSettings:
     reset_setting: str
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
+    isolation_level: int = READ_UNCOMMITTED
 
 
 class Fetcher:
@@ -160,7 +165,8 @@ class Fetcher:
             raise NoOffsetForPartitionError(
                 f"{tp.topic}-{tp.partition} has no committed offset (or it is out of range) "
                 f"and {self.settings.reset_setting}")
-        return await offset_at(self._client, tp.topic, tp.partition, time)
+        return await offset_at(self._client, tp.topic, tp.partition, time,
+                               isolation_level=self.settings.isolation_level)
 
     # -- one leader ----------------------------------------------------------------------------
 
@@ -186,7 +192,8 @@ class Fetcher:
                     self._client, node, wanted, max_wait_ms=settings.max_wait_ms,
                     min_bytes=settings.min_bytes, key_deserializer=settings.key_deserializer,
                     value_deserializer=settings.value_deserializer,
-                    statistics=self.statistics, max_bytes=settings.max_bytes)
+                    statistics=self.statistics, max_bytes=settings.max_bytes,
+                    isolation_level=settings.isolation_level)
             except TrilogError as exc:
                 if isinstance(exc, ApiError) and not exc.retriable and \
                         not isinstance(exc, NetworkError):

@@ -41,11 +41,13 @@ class PartitionState:
     """One assigned partition.  ``position``: the next offset to hand out (None until
     known); ``fetch_offset``: the next to fetch; ``epoch`` counts seeks, so that a fetch
     answered after one is dropped.  ``buffered``: fetched answers not handed out yet (Kafka's
-    consumer keeps at most one fetch ahead), ``current``: the one being handed out.
+    consumer keeps at most one fetch ahead), ``current``: the one being handed out, whose
+    records end at ``current_records_end`` and which ends at ``current_end`` (beyond its last
+    record: transaction markers, aborted batches, compacted gaps).
     ``revoking``: being given up, nothing more is handed out."""
 
-    __slots__ = ("buffered", "current", "current_end", "epoch", "fetch_offset", "highwater",
-                 "paused", "position", "revoking", "tp")
+    __slots__ = ("buffered", "current", "current_end", "current_records_end", "epoch",
+                 "fetch_offset", "highwater", "paused", "position", "revoking", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -56,6 +58,7 @@ class PartitionState:
         self.buffered: deque[FetchedRecords] = deque()
         self.current: Iterator[ConsumerRecord] | None = None
         self.current_end = -1
+        self.current_records_end = -1
         self.highwater: int | None = None
         self.epoch = 0
 
@@ -64,6 +67,16 @@ class PartitionState:
         self.buffered.clear()
         self.current = None
         self.epoch += 1
+
+    def settled_position(self) -> int | None:
+        """``position``, or past the end of the fetch being handed out once every record
+        of it has been: the next record comes from beyond its markers and skipped batches
+        (Kafka's consumer moves its position past them as it reads)."""
+        position = self.position
+        if self.current is not None and position is not None and \
+                self.current_records_end <= position < self.current_end:
+            return self.current_end
+        return position
 
     @property
     def deliverable(self) -> bool:
