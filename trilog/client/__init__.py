@@ -46,6 +46,7 @@ from trilog.client.connector import (
 from trilog.client.consumer import (
     Consumer,
     ConsumerConfig,
+    ConsumerGroupMetadata,
     ConsumerRebalanceListener,
     IllegalStateError,
     KafkaConsumerOptions,
@@ -57,6 +58,7 @@ from trilog.client.consumer import (
 )
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client.producer import (
+    AbortableTransactionError,
     BufferFullError,
     DefaultPartitioner,
     Delivery,
@@ -66,6 +68,8 @@ from trilog.client.producer import (
     ProducerConfig,
     ProducerOptions,
     RecordMetadata,
+    TransactionAbortedError,
+    TransactionStateError,
     murmur2,
     open_producer,
     partition_for_key,
@@ -98,6 +102,7 @@ __all__ = [
     "open_consumer_connector",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "IllegalStateError",
     "KafkaConsumerOptions",
@@ -117,6 +122,7 @@ __all__ = [
     "LogDirPartition",
     "BrokerAddress",
     "BrokerConnection",
+    "AbortableTransactionError",
     "BufferFullError",
     "Client",
     "ClusterMetadata",
@@ -136,6 +142,8 @@ __all__ = [
     "SimpleConsumerConfig",
     "SimpleConsumerOptions",
     "TopicInfo",
+    "TransactionAbortedError",
+    "TransactionStateError",
     "murmur2",
     "open_admin",
     "open_client",

@@ -1,8 +1,10 @@
-"""A consumer group's coordinator: the broker that runs the group and keeps its offsets.
+"""A consumer group's coordinator: the broker that runs the group and keeps its offsets;
+or a transactional id's (``key_type=TRANSACTION``): the broker that runs its transactions.
 
-``Coordinator`` finds it (FindCoordinator, seed 001 "Offset management"), holds the
-connection group requests go on, and sends requests to it with retries while it moves or
-loads.  The group consumers, the broker offset store and the groups admin all go through it.
+``Coordinator`` finds it (FindCoordinator, seed 001 "Offset management"; key type 1 for a
+transactional id, KIP-98), holds the connection its requests go on, and sends requests to
+it with retries while it moves or loads.  The group consumers, the broker offset store, the
+groups admin and the transactional producer all go through it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ from trilog.errors import (
     error_for_code,
     raise_for_code,
 )
-from trilog.protocol import FindCoordinatorRequest, Message
+from trilog.protocol import ApiKey, FindCoordinatorRequest, Message
+
+
+#: FindCoordinator's key types: a consumer group, a transactional id (v1+)
+GROUP = 0
+TRANSACTION = 1
 
 
 class Coordinator:
@@ -39,9 +46,11 @@ class Coordinator:
     """
 
     def __init__(self, client: Client, group_id: str, *, nursery: trio.Nursery | None = None,
-                 retry_unreachable: bool = True) -> None:
+                 retry_unreachable: bool = True, key_type: int = GROUP) -> None:
         self._client = client
+        #: the key FindCoordinator asks about: a group id, or a transactional id
         self.group_id = group_id
+        self.key_type = key_type
         self._nursery = nursery
         self._retry_unreachable = retry_unreachable
         self._node: Node | None = None
@@ -59,7 +68,8 @@ class Coordinator:
         if self._node is not None:
             await trio.lowlevel.checkpoint()
             return self._node
-        self._node = await find_coordinator(await self._client.any_connection(), self.group_id)
+        self._node = await find_coordinator(await self._client.any_connection(), self.group_id,
+                                            self.key_type)
         return self._node
 
     async def connection(self) -> BrokerConnection:
@@ -115,7 +125,7 @@ class Coordinator:
                                            client_id=self._client.client_id,
                                            request_timeout_s=self._client.request_timeout_s,
                                            security=self._client.security) as conn:
-                    self._node = await find_coordinator(conn, self.group_id)
+                    self._node = await find_coordinator(conn, self.group_id, self.key_type)
                     return self._node
             except (NetworkError, RequestTimedOutError) as exc:
                 errors.append(str(exc))
@@ -155,12 +165,19 @@ class Coordinator:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-async def find_coordinator(conn: BrokerConnection, group_id: str) -> Node:
-    """Ask the broker at the other end of ``conn`` which broker coordinates ``group_id``."""
-    response = await conn.request(FindCoordinatorRequest(key=group_id, key_type=0))
+async def find_coordinator(conn: BrokerConnection, group_id: str, key_type: int = GROUP
+                           ) -> Node:
+    """Ask the broker at the other end of ``conn`` which broker coordinates ``group_id`` (a
+    transactional id with ``key_type=TRANSACTION``)."""
+    R = FindCoordinatorRequest
+    # v0 has no key type: it would look up a group of that name
+    version = None if key_type == GROUP else conn.version_for(
+        ApiKey.FIND_COORDINATOR, (1, R.MAX_VERSION))
+    response = await conn.request(R(key=group_id, key_type=key_type), version=version)
     if response.error_code:
         err = error_for_code(response.error_code)
-        raise type(err)(f"no coordinator for group {group_id!r}: {err}")
+        what = "group" if key_type == GROUP else "transactional id"
+        raise type(err)(f"no coordinator for {what} {group_id!r}: {err}")
     return Node(response.node_id, response.host, response.port)
 
 

@@ -18,6 +18,7 @@ from trilog.client.consumer._fetcher import Fetcher, FetchSettings
 from trilog.client.consumer._membership import GroupMembership
 from trilog.client.consumer._open import open_consumer
 from trilog.client.consumer._structs import (
+    ConsumerGroupMetadata,
     ConsumerRebalanceListener,
     IllegalStateError,
     NoOffsetForPartitionError,
@@ -31,6 +32,7 @@ __all__ = [
     "Consumer",
     "ConsumerConfig",
     "ConsumerCoordinator",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "CoordinatedConsumer",
     "Fetcher",

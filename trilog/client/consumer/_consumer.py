@@ -55,6 +55,7 @@ from trilog.client.consumer._coordinator import ConsumerCoordinator, tell_listen
 from trilog.client.consumer._fetcher import Fetcher, FetchSettings
 from trilog.client.consumer._membership import REJOIN_ERRORS, GroupMembership
 from trilog.client.consumer._structs import (
+    ConsumerGroupMetadata,
     ConsumerRebalanceListener,
     IllegalStateError,
     OffsetAndMetadata,
@@ -531,6 +532,22 @@ class Consumer:
                 await self._commit_processed()
             except (TrilogError, OSError) as exc:
                 log.warning("auto-commit failed: %s", exc)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The member as its group knows it now (group id, generation, member id, group
+        instance id), for ``producer.send_offsets_to_transaction``: the group's coordinator
+        refuses those offsets once the group has moved on from this generation (KIP-447).
+        With ``assign`` (no group management): generation -1, no member id."""
+        group = self.config.group_id
+        if group is None:
+            raise IllegalStateError("group_metadata() needs a group_id: offsets are a "
+                                    "group's")
+        coordinator = self._coordinator
+        if coordinator is None or self._subscription.manual:
+            return ConsumerGroupMetadata(group, -1, "", self.config.group_instance_id)
+        member = coordinator.membership
+        return ConsumerGroupMetadata(group, member.generation_id, member.member_id,
+                                     member.group_instance_id)
 
     def _need_store(self, what: str) -> BrokerOffsetStore:
         if self._store is None:

@@ -16,8 +16,9 @@ import trio
 from trilog._topic import TopicPartition
 from trilog.errors import TrilogError
 
-__all__ = ["ConsumerRebalanceListener", "IllegalStateError", "NoOffsetForPartitionError",
-           "OffsetAndMetadata", "OffsetAndTimestamp", "TopicPartition"]
+__all__ = ["ConsumerGroupMetadata", "ConsumerRebalanceListener", "IllegalStateError",
+           "NoOffsetForPartitionError", "OffsetAndMetadata", "OffsetAndTimestamp",
+           "TopicPartition"]
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -25,6 +26,19 @@ class OffsetAndMetadata(NamedTuple):
 
     offset: int
     metadata: str = ""
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A group member as its group knows it now (Kafka's ``ConsumerGroupMetadata``), from
+    ``consumer.group_metadata()``, for ``producer.send_offsets_to_transaction``: the group's
+    coordinator takes a transaction's offsets only from this generation and member
+    (KIP-447), so a member the group has moved on from cannot commit them.  Outside group
+    management (``assign``): generation -1 and no member id."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -8,15 +8,16 @@
 - ``_sender.py``: ``Sender``, the task that groups ready batches by leader into Produce
   requests, keeps the in-flight limits, retries and times out, and turns answers into
   outcomes;
-- ``_idempotence.py``: ``Idempotence``, the producer id and epoch and the sequence numbers
-  (where transactions go next);
+- ``_idempotence.py``: ``Idempotence``, the producer id and epoch and the sequence numbers;
+- ``_transactions.py``: ``TransactionManager``, a transactional producer's state (Kafka's
+  states), the partitions and offsets it adds to a transaction, its coordinator requests;
 - ``_producer.py``: the public ``Producer`` and ``open_producer``, which wire them together;
 - ``_batch.py``, ``_delivery.py``, ``_errors.py``, ``_statistics.py``: the batch, the
   ``Delivery`` and ``RecordMetadata`` an application gets, the errors, the counters;
 - ``_partitioner.py``: where a record goes (murmur2 for keys, sticky for the rest).
 
 Imports point one way: the producer module imports the parts, the sender the accumulator,
-the accumulator the idempotence; none imports back.
+the accumulator the transactions, the transactions the idempotence; none imports back.
 """
 
 from trilog.client.producer._batch import Headers
@@ -29,9 +30,12 @@ from trilog.client.producer._config import (
 )
 from trilog.client.producer._delivery import Delivery, OnDelivery, RecordMetadata
 from trilog.client.producer._errors import (
+    AbortableTransactionError,
     BufferFullError,
     DeliveryTimeoutError,
     ProducerClosedError,
+    TransactionAbortedError,
+    TransactionStateError,
 )
 from trilog.client.producer._partitioner import (
     DefaultPartitioner,
@@ -40,9 +44,11 @@ from trilog.client.producer._partitioner import (
     partition_for_key,
 )
 from trilog.client.producer._producer import Producer, open_producer
+from trilog.client.producer._transactions import TransactionManager, TxnState
 
 __all__ = [
     "MAX_RETRIES",
+    "AbortableTransactionError",
     "BufferFullError",
     "DefaultPartitioner",
     "Delivery",
@@ -56,6 +62,10 @@ __all__ = [
     "ProducerOptions",
     "RecordMetadata",
     "Serializer",
+    "TransactionAbortedError",
+    "TransactionManager",
+    "TransactionStateError",
+    "TxnState",
     "murmur2",
     "open_producer",
     "partition_for_key",

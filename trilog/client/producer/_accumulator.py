@@ -19,7 +19,11 @@ It owns every batch from its first record to its outcome:
   ``BufferFullError``; ``wait_for_room`` waits up to ``delivery_timeout_ms`` for some.
 - **outcomes**: ``complete`` sets a batch's outcome once: it wakes the batch's deliveries,
   gives its memory back and calls ``on_delivery`` for each record; ``fail_all`` fails every
-  unfinished batch and closes the accumulator.
+  unfinished batch and closes the accumulator; ``abort_undrained`` fails those the sender
+  has not taken (a transaction aborted or failed).
+- **transactions**: a transactional producer's new batch adds its partition to the
+  transaction (``TransactionManager.maybe_add_partition``, which refuses a send outside
+  one) and is marked transactional; a failed batch is the transaction's to judge.
 
 Invariants: a batch is in one state at a time (open, queued, in a request, done); a
 partition has at most one open batch; memory is given back once per batch, when it (or its
@@ -55,6 +59,7 @@ from trilog.client.producer._partitioner import (
     positional_arity,
 )
 from trilog.client.producer._statistics import ProducerStatistics
+from trilog.client.producer._transactions import TransactionManager
 from trilog.errors import MessageTooLargeError, TrilogError, UnknownTopicOrPartitionError
 from trilog.records import RecordBatch, RecordBatchBuilder
 from trilog.records._v2 import HEADER_SIZE
@@ -99,9 +104,10 @@ class RecordAccumulator:
 
     def __init__(self, config: ProducerConfig, metadata: MetadataView,
                  idempotence: Idempotence, statistics: ProducerStatistics,
-                 wakeup: Wakeup) -> None:
+                 wakeup: Wakeup, transactions: TransactionManager | None = None) -> None:
         self._metadata = metadata
         self._idempotence = idempotence
+        self._transactions = transactions
         self._stats = statistics
         self._wakeup = wakeup
         self._linger_s = config.linger_ms / 1000
@@ -254,14 +260,19 @@ class RecordAccumulator:
 
     def _new_batch(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
                    headers: Headers | None) -> ProducerBatch:
-        """Open a batch for a record, reserving its memory (``BufferFullError`` if none)."""
+        """Open a batch for a record, reserving its memory (``BufferFullError`` if none);
+        in a transaction, its partition joins it (outside one: ``TransactionStateError``)."""
         reserve = self.reservation(key, value, headers)
         if self._buffer_used + reserve > self._buffer_memory:
             raise BufferFullError(
                 f"buffer_memory ({self._buffer_memory} bytes) is full; wait with send()")
+        transactions = self._transactions
+        if transactions is not None:
+            transactions.maybe_add_partition((topic, partition))
         batch = ProducerBatch(
             topic, partition,
-            RecordBatchBuilder(compression_type=self._codec, max_bytes=self._batch_size),
+            RecordBatchBuilder(compression_type=self._codec, max_bytes=self._batch_size,
+                               is_transactional=transactions is not None),
             trio.current_time(), self._delivery_timeout_s)
         batch.size = reserve
         self._buffer_used += reserve
@@ -414,6 +425,7 @@ class RecordAccumulator:
             builder = RecordBatchBuilder(
                 compression_type=self._codec, producer_id=parent.producer_id,
                 producer_epoch=parent.producer_epoch,
+                is_transactional=parent.is_transactional,
                 base_sequence=-1 if first_sequence < 0 else
                 (first_sequence + start) % _SEQUENCE_MOD)
             for record in part:
@@ -452,9 +464,11 @@ class RecordAccumulator:
         """A batch's outcome is known: wake its deliveries, give its memory back, call back."""
         batch.done.set()
         self._unfinished.discard(batch)
-        if batch.error is not None and batch.halves is None and not self.closed and \
-                self._idempotence.batch_failed(batch):
-            self._wakeup.set()  # the sender closes the sequence gap before anything else
+        if batch.error is not None and batch.halves is None and not self.closed:
+            if self._transactions is not None:
+                self._transactions.batch_failed(batch)
+            elif self._idempotence.batch_failed(batch):
+                self._wakeup.set()  # the sender closes the sequence gap before anything else
         parent = batch.parent
         if parent is not None:  # a half: its parent finishes with its last half
             halves = parent.halves or ()
@@ -470,6 +484,26 @@ class RecordAccumulator:
                     self._on_delivery(record_outcome(batch, index))
                 except Exception:
                     log.exception("on_delivery callback failed")
+
+    def abort_undrained(self, error: BaseException) -> None:
+        """Fail with ``error`` every batch the sender has not taken: the open ones, and the
+        queued ones (their sequence numbers given back, ``unsent_dropped``).  Those in
+        flight finish as their answers say.  For a transaction that ends without them."""
+        if not (self._open or self._queued):
+            return
+        for tp, batch in list(self._open.items()):
+            del self._open[tp]
+            if self.sticky_batches.get(batch.topic) is batch:
+                del self.sticky_batches[batch.topic]
+            if self._custom_partitioner is None:
+                self._partitioner.batch_done(batch.topic, batch.partition)
+            self.complete(batch, error=error)
+        queued, self._queued = self._queued, {}
+        for queue in queued.values():
+            if self._transactions is not None:
+                self._transactions.unsent_dropped(list(queue))
+            for batch in queue:
+                self.complete(batch, error=error)
 
     def fail_all(self, error: BaseException) -> None:
         """Fail every unfinished batch and close: every later ``append`` raises

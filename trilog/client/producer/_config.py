@@ -5,7 +5,8 @@ keywords before anything connects (``trilog.client._settings``), and every part 
 producer reads its settings from it.  The dataclass is the one list of names, types and
 defaults; ``__post_init__`` checks every value once (``ValueError`` naming the setting) and
 settles the delivery guarantees: ``acks`` and idempotence as Kafka 3's producer does
-(``producer_guarantees``), with ``acks`` in its wire form in ``guarantees.acks``.
+(``producer_guarantees``), with ``acks`` in its wire form in ``guarantees.acks``; a
+``transactional_id`` (KIP-98) implies both.
 
 ``ProducerOptions`` repeats the names and types for type checkers (``Unpack`` in
 ``open_producer`` and ``trilog.sync.Producer``); it cannot be derived from the dataclass, so
@@ -32,16 +33,28 @@ MAX_RETRIES = 2_147_483_647
 
 
 def producer_guarantees(acks: int | str | None, enable_idempotence: bool | None,
-                        retries: int = MAX_RETRIES
+                        retries: int = MAX_RETRIES, transactional: bool = False
                         ) -> tuple[int | str, bool, bool]:
     """``(acks, enable_idempotence, idempotence_explicit)`` as Kafka 3's producer settles
     them: both unset means ``acks="all"`` with idempotence; ``enable_idempotence=True``
     alone sets ``acks="all"``; an explicit ``acks`` of 0 or 1, or ``retries=0``, turns the
     default idempotence off, and conflicts with an explicit ``enable_idempotence=True``
-    (``ValueError``, as is an ``acks`` other than 0, 1, -1 and ``"all"``)."""
+    (``ValueError``, as is an ``acks`` other than 0, 1, -1 and ``"all"``).  A
+    ``transactional`` producer is idempotent with ``acks="all"``: an explicit setting that
+    says otherwise is a ``ValueError``."""
     if acks is not None and acks not in (-1, 0, 1) and acks != "all":
         raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
     strong = acks is None or acks in (-1, "all")
+    if transactional:
+        if enable_idempotence is False:
+            raise ValueError("transactional_id needs idempotence: it conflicts with "
+                             "enable_idempotence=False (as in Kafka)")
+        if not strong:
+            raise ValueError(f"transactional_id needs acks='all', not acks={acks!r} "
+                             "(as in Kafka)")
+        if retries < 1:
+            raise ValueError("transactional_id needs retries >= 1 (as in Kafka)")
+        return "all", True, True
     if enable_idempotence is None:
         return ("all" if acks is None else acks), strong and retries >= 1, False
     if enable_idempotence and not strong:
@@ -66,7 +79,8 @@ class Guarantees(NamedTuple):
 
 #: settings that must be above zero, and settings that must not be below it
 _POSITIVE = ("buffer_memory", "max_request_size", "delivery_timeout_ms", "request_timeout_ms",
-             "max_in_flight_requests_per_connection", "metadata_max_age_ms")
+             "max_in_flight_requests_per_connection", "metadata_max_age_ms",
+             "transaction_timeout_ms")
 _NOT_NEGATIVE = ("linger_ms", "batch_size", "retries", "retry_backoff_ms")
 _CALLABLE = ("key_serializer", "value_serializer", "partitioner", "on_delivery")
 
@@ -98,10 +112,19 @@ class ProducerConfig:
     enable_idempotence: bool | None = None
     client_id: str = "trilog-producer"
     metadata_max_age_ms: int = 300_000
+    #: makes the producer transactional (KIP-98): ``init_transactions`` and the rest; one
+    #: producer at a time per id (a new one fences the old)
+    transactional_id: str | None = None
+    #: how long the coordinator lets a transaction stay open before it aborts it
+    transaction_timeout_ms: int = 60_000
     #: TLS and SASL of the producer's connections (None: PLAINTEXT)
     security: ClientSecurity | None = None
 
     def __post_init__(self) -> None:
+        if self.transactional_id is not None and (
+                not isinstance(self.transactional_id, str) or not self.transactional_id):
+            raise ValueError(f"transactional_id must be a non-empty string (or None), not "
+                             f"{self.transactional_id!r}")
         for name in _POSITIVE:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
@@ -127,8 +150,9 @@ class ProducerConfig:
     def guarantees(self) -> Guarantees:
         """``acks`` and idempotence, settled as Kafka 3's producer settles them; the one
         place ``acks`` is checked and put in its wire form."""
-        acks, idempotent, explicit = producer_guarantees(self.acks, self.enable_idempotence,
-                                                         self.retries)
+        acks, idempotent, explicit = producer_guarantees(
+            self.acks, self.enable_idempotence, self.retries,
+            transactional=self.transactional_id is not None)
         return Guarantees(-1 if acks == "all" else int(acks), idempotent, explicit)
 
 
@@ -155,3 +179,5 @@ class ProducerOptions(SecurityOptions, total=False):
     enable_idempotence: bool | None
     client_id: str
     metadata_max_age_ms: int
+    transactional_id: str | None
+    transaction_timeout_ms: int

@@ -1,5 +1,6 @@
 """Idempotence: the producer id and epoch, and each partition's sequence numbers (the part
-of Kafka's ``TransactionManager`` an idempotent producer needs; transactions go here next).
+of Kafka's ``TransactionManager`` an idempotent producer needs; ``_transactions`` is the
+rest, and sets the id and epoch of a transactional producer here with ``start``).
 
 - ``init_producer_id`` asks the cluster (``InitProducerId``) for a producer id and epoch;
 - ``stamp`` gives a batch, as it is sealed, the id, the epoch and its partition's next
@@ -8,7 +9,9 @@ of Kafka's ``TransactionManager`` an idempotent producer needs; transactions go 
 - a batch that fails for good under the current id leaves a gap in its partition's
   sequences (``batch_failed``), for which the broker would refuse every later batch of the
   partition; ``renew`` then starts afresh under a new producer id, as Kafka's producer does
-  (by bumping its epoch), and stamps again every sealed batch not sent yet.
+  (by bumping its epoch), and stamps again every sealed batch not sent yet.  (A
+  transactional producer aborts instead: ``rewind`` gives back the numbers of batches
+  dropped unsent, and a new epoch settles the others.)
 
 Invariants: under one producer id, the batches of a partition carry consecutive sequence
 numbers in the order they were sealed (wrapping at int32's end, as the broker's do); a
@@ -72,6 +75,25 @@ class Idempotence:
                 error = exc
             if trio.current_time() >= deadline:
                 raise error
+
+    def start(self, producer_id: int, producer_epoch: int) -> None:
+        """A producer id and epoch got elsewhere (a transactional id's): sequences from 0."""
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self._next_sequence = {}
+        self.gap = False
+
+    def rewind(self, batches: list[ProducerBatch]) -> bool:
+        """The sealed batches of one partition, in the order they were sealed, leave
+        without being sent: the partition's next batch takes the first one's sequence
+        number.  False (nothing done) if one of them was sent: the broker may have it."""
+        if any(batch.attempts for batch in batches):
+            return False
+        first = batches[0].builder
+        if first.producer_id == self.producer_id and \
+                first.producer_epoch == self.producer_epoch and first.base_sequence >= 0:
+            self._next_sequence[(batches[0].topic, batches[0].partition)] = \
+                first.base_sequence
+        return True
 
     def stamp(self, batch: ProducerBatch) -> None:
         """Give a batch being sealed the producer id, epoch and its first sequence number."""

@@ -19,6 +19,12 @@ application calls and wires the parts together:
   idempotence (and a warning), unless ``enable_idempotence=True`` was asked for.
 - Close: leaving the ``async with`` normally flushes first; cancellation stops at once and
   fails what was not acknowledged with ``ProducerClosedError``.
+- Transactions (``transactional_id``, KIP-98): ``init_transactions`` once, then
+  ``begin_transaction``, sends, ``send_offsets_to_transaction``, and
+  ``commit_transaction`` or ``abort_transaction``; the ``TransactionManager``
+  (``_transactions``) holds the state and speaks to the coordinators.  Leaving the ``async
+  with`` (normally, or by an exception) aborts a transaction left open; cancellation leaves
+  it to the coordinator's ``transaction_timeout_ms``.
 - ``statistics()``: plain counters since the producer opened (records and bytes sent, batch
   size, request latency, buffer available, errors, retries), for an application's metrics.
 """
@@ -26,7 +32,7 @@ application calls and wires the parts together:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Unpack
 
@@ -39,11 +45,22 @@ from trilog.client.producer._accumulator import RecordAccumulator, Wakeup
 from trilog.client.producer._batch import Headers
 from trilog.client.producer._config import ProducerConfig, ProducerOptions
 from trilog.client.producer._delivery import Delivery, RecordMetadata
-from trilog.client.producer._errors import BufferFullError, ProducerClosedError
+from trilog.client.consumer._structs import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+from trilog.client.producer._errors import (
+    BufferFullError,
+    ProducerClosedError,
+    TransactionAbortedError,
+    TransactionStateError,
+)
 from trilog.client.producer._idempotence import Idempotence
 from trilog.client.producer._sender import Sender
 from trilog.client.producer._statistics import ProducerStatistics
-from trilog.errors import UnsupportedVersionError
+from trilog.client.producer._transactions import TransactionManager
+from trilog.errors import TrilogError, UnsupportedVersionError
 
 log = logging.getLogger("trilog.producer")
 
@@ -52,7 +69,8 @@ class Producer:
     """See the module docstring.  Create with ``open_producer``; use from its trio run.
 
     ``config`` is its settings; ``client`` the connections and metadata it sends with;
-    ``accumulator``, ``sender`` and ``idempotence`` its parts (see ``trilog.client.producer``).
+    ``accumulator``, ``sender``, ``idempotence`` and ``transactions`` (None without a
+    ``transactional_id``) its parts (see ``trilog.client.producer``).
     """
 
     def __init__(self, client: Client, config: ProducerConfig) -> None:
@@ -61,10 +79,13 @@ class Producer:
         self._wakeup = Wakeup()
         self._stats = ProducerStatistics()
         self.idempotence = Idempotence(client, config)
+        self.transactions = (
+            TransactionManager(client, config, self.idempotence, self._wakeup.set)
+            if config.transactional_id is not None else None)
         self.accumulator = RecordAccumulator(config, client.metadata, self.idempotence,
-                                             self._stats, self._wakeup)
+                                             self._stats, self._wakeup, self.transactions)
         self.sender = Sender(client, config, self.accumulator, self.idempotence, self._stats,
-                             self._wakeup)
+                             self._wakeup, self.transactions)
         # The per-record paths read these without a call or an attribute chain (see
         # send_nowait and send).
         self._sticky_batches = self.accumulator.sticky_batches
@@ -160,6 +181,59 @@ class Producer:
     async def partitions_for(self, topic: str) -> tuple[int, ...]:
         return await self.client.partitions_for(topic)
 
+    # -- transactions ----------------------------------------------------------------------------
+
+    @property
+    def transactional(self) -> bool:
+        """Whether the producer has a ``transactional_id``."""
+        return self.transactions is not None
+
+    def _txn(self, call: str) -> TransactionManager:
+        if self.transactions is None:
+            raise TransactionStateError(
+                f"{call} needs a transactional producer: open it with transactional_id=...")
+        return self.transactions
+
+    async def init_transactions(self) -> None:
+        """Once, before the first transaction: get the producer id and epoch of
+        ``transactional_id`` from its coordinator.  Fences every earlier producer with the
+        same id, and aborts a transaction one of them left open."""
+        await self._txn("init_transactions()").init_transactions()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (no request: the first send to each partition adds it)."""
+        self._txn("begin_transaction()").begin()
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition | tuple[str, int], OffsetAndMetadata | int],
+            group_metadata: ConsumerGroupMetadata | str) -> None:
+        """Commit a consumer group's ``offsets`` (each the next offset to read) as part of
+        the transaction: they count only if it commits.  ``group_metadata`` is the
+        consumer's ``group_metadata()`` (the coordinator refuses the offsets of a member
+        the group has moved on from, KIP-447), or a group id alone."""
+        await self._txn("send_offsets_to_transaction()").send_offsets(offsets, group_metadata)
+
+    async def commit_transaction(self) -> None:
+        """Send what the transaction holds, wait for every record, then commit it.  Raises
+        ``AbortableTransactionError`` when something in it failed (``abort_transaction``
+        then), or a fatal error (``ProducerFencedError``, ...)."""
+        txn = self._txn("commit_transaction()")
+        txn.begin_commit()
+        await self.accumulator.flush()  # seals the open batches at once: no send joins now
+        await txn.end_transaction(commit=True)
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: the records not sent yet fail with
+        ``TransactionAbortedError``, those sent are never read by read_committed consumers,
+        nor are its offsets committed."""
+        txn = self._txn("abort_transaction()")
+        txn.begin_abort()
+        self.accumulator.abort_undrained(TransactionAbortedError(
+            f"transactional id {txn.transactional_id!r}: the transaction was aborted before "
+            "this record was sent"))
+        await self.accumulator.flush()  # what is in flight finishes first
+        await txn.end_transaction(commit=False)
+
     def check_types(self, key: Any, value: Any) -> None:
         """``TypeError`` now for a key or value ``send`` would refuse for its type (the
         blocking facade calls this in the caller's thread).  With serializers, nothing is
@@ -209,7 +283,7 @@ async def _running_producer(bootstrap_servers: str | list[str] | None,
                                metadata_max_age_ms=config.metadata_max_age_ms,
                                security=config.security) as client:
             producer = Producer(client, config)
-            if producer.idempotent:
+            if producer.idempotent and producer.transactions is None:
                 try:
                     await producer.idempotence.init_producer_id()
                 except UnsupportedVersionError as exc:
@@ -220,11 +294,36 @@ async def _running_producer(bootstrap_servers: str | list[str] | None,
                     producer.idempotence.enabled = False
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(producer.sender.run)
+                if producer.transactions is not None:
+                    nursery.start_soon(producer.transactions.run)
                 try:
-                    yield producer
+                    try:
+                        yield producer
+                    except Exception:
+                        # Not cancelled: do not leave a transaction open (read_committed
+                        # consumers would wait for its timeout); a bounded attempt.
+                        with trio.move_on_after(config.request_timeout_ms / 1000):
+                            await _abort_left_open(producer)
+                        raise
+                    await _abort_left_open(producer)
                     await producer.flush()
                 finally:
                     producer.accumulator.fail_all(ProducerClosedError(
                         "the producer was closed (or cancelled) before this record was "
                         "acknowledged; it may or may not have been written"))
                     nursery.cancel_scope.cancel()
+
+
+async def _abort_left_open(producer: Producer) -> None:
+    """Closing: abort the transaction the application left open, as Kafka's producer does
+    (a failure is logged: the coordinator aborts it after ``transaction_timeout_ms``)."""
+    txn = producer.transactions
+    if txn is None or not txn.ongoing:
+        return
+    log.info("producer: transactional id %s: aborting the transaction left open at close",
+             txn.transactional_id)
+    try:
+        await producer.abort_transaction()
+    except TrilogError as exc:
+        log.warning("producer: transactional id %s: could not abort the transaction left "
+                    "open at close: %s", txn.transactional_id, exc)

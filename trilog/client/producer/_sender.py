@@ -20,6 +20,10 @@ until something changes (``Wakeup``), the next linger deadline or the next retry
   has one batch in flight at a time (the accumulator mutes it), so retries keep the order.
 - Partitions without a leader: their topics' metadata is refreshed, at most once per
   ``retry_backoff_ms``, by name (so that the broker may create the topics).
+- Transactions: a partition's batches go once the coordinator knows the partition is in
+  the transaction (``TransactionManager.send_allowed``), in requests that name the
+  transactional id; after a transaction's error, or while it aborts, the batches not taken
+  yet fail at the start of the round (``abort_undrained``).
 
 Every task it starts lives in the nursery of ``run``, which the producer owns.
 """
@@ -40,6 +44,7 @@ from trilog.client.producer._batch import ProducerBatch
 from trilog.client.producer._config import ProducerConfig
 from trilog.client.producer._idempotence import Idempotence
 from trilog.client.producer._statistics import ProducerStatistics
+from trilog.client.producer._transactions import TransactionManager
 from trilog.errors import (
     DuplicateSequenceNumberError,
     MessageTooLargeError,
@@ -64,10 +69,13 @@ class Sender:
 
     def __init__(self, client: Client, config: ProducerConfig,
                  accumulator: RecordAccumulator, idempotence: Idempotence,
-                 statistics: ProducerStatistics, wakeup: Wakeup) -> None:
+                 statistics: ProducerStatistics, wakeup: Wakeup,
+                 transactions: TransactionManager | None = None) -> None:
         self._client = client
         self._accumulator = accumulator
         self._idempotence = idempotence
+        self._transactions = transactions
+        self._transactional_id = config.transactional_id
         self._stats = statistics
         self._wakeup = wakeup
         self._acks = config.guarantees.acks
@@ -87,6 +95,10 @@ class Sender:
             while True:
                 self._wakeup.clear()
                 now = trio.current_time()
+                if self._transactions is not None:
+                    error = self._transactions.undrained_error()
+                    if error is not None:
+                        accumulator.abort_undrained(error)
                 accumulator.expire(now)
                 next_deadline = accumulator.seal_lingering(now)
                 if self._idempotence.gap:  # before anything else is sent
@@ -117,8 +129,12 @@ class Sender:
     def _drain(self, nursery: trio.Nursery, now: float) -> bool:
         """Start Produce requests for ready batches; True if any was started."""
         accumulator = self._accumulator
+        sendable = accumulator.sendable(now)
+        transactions = self._transactions
+        if transactions is not None:  # a partition goes once it is in the transaction
+            sendable = [b for b in sendable if transactions.send_allowed((b.topic, b.partition))]
         by_node, leaderless = self._client.metadata.value.group_by_leader(
-            accumulator.sendable(now), ProducerBatch.topic_partition)
+            sendable, ProducerBatch.topic_partition)
         if leaderless and not self._refreshing:
             self._refreshing = True
             nursery.start_soon(self._refresh_metadata, sorted({b.topic for b in leaderless}))
@@ -216,6 +232,7 @@ class Sender:
             elif batch.parent is None:  # a split batch's halves carry records counted once
                 stats.records_sent += len(batch.builder)
         return ProduceRequest(
+            transactional_id=self._transactional_id,
             acks=self._acks, timeout_ms=int(self._request_timeout_s * 1000),
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
                         for t, p in by_topic.items()])
