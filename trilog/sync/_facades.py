@@ -15,7 +15,7 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Iterator, Self, Sequence, Unpack
 
@@ -24,6 +24,7 @@ import trio
 from trilog.client import (
     LATEST,
     BufferFullError,
+    ConsumerGroupMetadata,
     ConsumerOptions,
     ConsumerRecord,
     KafkaConsumerOptions,
@@ -32,6 +33,7 @@ from trilog.client import (
     Delivery,
     FetchedRecords,
     MessageStream,
+    OffsetAndMetadata,
     ProducerClosedError,
     ProducerOptions,
     RecordMetadata,
@@ -241,7 +243,19 @@ class _Outbox:
 
 
 class Producer(_Facade):
-    """``trilog.open_producer`` for threads: ``send`` returns a ``SyncDelivery``."""
+    """``trilog.open_producer`` for threads: ``send`` returns a ``SyncDelivery``.
+
+    With ``transactional_id``, kafka-python's transactional API::
+
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("out", b"...")
+        producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        producer.commit_transaction()   # or abort_transaction()
+
+    ``send`` outside a transaction raises at once (``TransactionStateError``), as
+    kafka-python's; commit and abort take in every record ``send`` queued before them.
+    """
 
     def __init__(self, bootstrap_servers: str | list[str] | None = None,
                  **options: Unpack[ProducerOptions]) -> None:
@@ -257,6 +271,9 @@ class Producer(_Facade):
         ``SyncDelivery.get``; a key or value of the wrong type raises here."""
         self._portal.check()
         self._producer.check_types(key, value)
+        txn = self._producer.transactions
+        if txn is not None:  # (the loop thread changes the state only in our calls)
+            txn.check_in_transaction(f"send() to {topic}")
         sync = SyncDelivery(None, self._portal, self._outbox)
         fields = {"partition": partition, "timestamp_ms": timestamp_ms, "headers": headers}
         self._outbox.put((topic, value, key, fields, sync))
@@ -301,6 +318,34 @@ class Producer(_Facade):
     def statistics(self) -> dict[str, Any]:
         """``trilog.Producer.statistics()`` (the last counters once closed)."""
         return self._statistics(self._producer.statistics)
+
+    # -- transactions (kafka-python's names) -------------------------------------------------
+
+    def init_transactions(self) -> None:
+        """Once, before the first transaction (fences earlier producers of the id)."""
+        self._portal.run(self._producer.init_transactions)
+
+    def begin_transaction(self) -> None:
+        self._portal.run_sync(self._producer.begin_transaction)
+
+    def send_offsets_to_transaction(
+            self, offsets: Mapping[Any, OffsetAndMetadata | int],
+            group_metadata: ConsumerGroupMetadata | str) -> None:
+        """Commit a group's ``offsets`` (``{TopicPartition: OffsetAndMetadata or offset}``,
+        each the next to read) with the transaction; ``group_metadata``: the consumer's
+        ``group_metadata()``, or the group id alone (kafka-python takes either)."""
+        self._portal.run(self._producer.send_offsets_to_transaction, dict(offsets),
+                         group_metadata)
+
+    def commit_transaction(self) -> None:
+        """Send every record queued before, wait for them, commit (``trilog.Producer``'s
+        ``commit_transaction`` for the errors)."""
+        self._outbox.wait_empty()
+        self._portal.run(self._producer.commit_transaction)
+
+    def abort_transaction(self) -> None:
+        self._outbox.wait_empty()
+        self._portal.run(self._producer.abort_transaction)
 
 
 class SimpleConsumer(_Facade):
@@ -474,6 +519,10 @@ class Consumer(_Facade):
 
     def topics(self) -> set[str]:
         return self._portal.run(self._consumer.topics)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The member as its group knows it now, for ``send_offsets_to_transaction``."""
+        return self._portal.run_sync(self._consumer.group_metadata)
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         return self._portal.run(self._consumer.partitions_for_topic, topic)

@@ -286,13 +286,19 @@ class TransactionManager:
         }.get(self.state, self.state.name)
         return f"transactional id {self.transactional_id!r}: {call}: {why}"
 
+    def check_in_transaction(self, call: str) -> None:
+        """Raise unless a transaction is in progress: ``TransactionStateError`` saying what
+        to call first, or the error of an error state."""
+        if self.state is not TxnState.IN_TRANSACTION:
+            self.check()
+            raise TransactionStateError(self._not_now(call))
+
     def maybe_add_partition(self, tp: PartitionKey) -> None:
         """A batch opens for ``tp``: it joins the transaction (``run`` adds it before any
         batch of it is sent).  Raises for a send outside a transaction, or after an error
         (``TransactionStateError``, or the error)."""
         if self.state is not TxnState.IN_TRANSACTION:
-            self.check()
-            raise TransactionStateError(self._not_now(f"send() to {tp[0]}-{tp[1]}"))
+            self.check_in_transaction(f"send() to {tp[0]}-{tp[1]}")
         if tp in self.partitions or tp in self._pending or tp in self._new:
             return
         self._new.add(tp)
@@ -460,9 +466,7 @@ class TransactionManager:
             ConsumerGroupMetadata(group)
         committed = {(tp[0], tp[1]): (o, "") if isinstance(o, int) else (o.offset, o.metadata)
                      for tp, o in offsets.items()}
-        self.check()
-        if self.state is not TxnState.IN_TRANSACTION:
-            raise TransactionStateError(self._not_now("send_offsets_to_transaction()"))
+        self.check_in_transaction("send_offsets_to_transaction()")
         async with self._lock:
             try:
                 await self._add_offsets(metadata.group_id)
