@@ -54,6 +54,11 @@ def add_parser(sub) -> None:
             "(--from-beginning: the earliest record when the group has none; else only new\n"
             "records), and the offsets of the records printed are committed at exit (also\n"
             "every --commit-interval-ms). Not with --partition or --offset.\n\n"
+            "--isolation-level read_committed prints only the records of committed\n"
+            "transactions (those of open transactions wait until they end, those of aborted\n"
+            "ones are skipped) and starts from the last stable offset instead of the log\n"
+            "end; read_uncommitted (the default) prints every record. Transaction markers\n"
+            "are never printed.\n\n"
             f"--format fields: {', '.join('{' + f + '}' for f in FIELDS)}. key and value are\n"
             "decoded as UTF-8 (undecodable bytes become U+FFFD) and print None when null;\n"
             "timestamp is in ms since the epoch; \\t and \\n in FORMAT are a tab and a newline."
@@ -64,7 +69,8 @@ def add_parser(sub) -> None:
             "  trilog consume --topic events --partition 0 --offset 42 "
             "--format '{offset}\\t{key}\\t{value}'\n"
             "  trilog consume --topic events --from-beginning --timeout-ms 2000 > dump.txt\n"
-            "  trilog consume --topic events --group readers --from-beginning --max-messages 5"
+            "  trilog consume --topic events --group readers --from-beginning --max-messages 5\n"
+            "  trilog consume --topic orders --from-beginning --isolation-level read_committed"
         ),
     )
     p.add_argument("--topic", required=True, help="the topic to read")
@@ -85,6 +91,10 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout-ms", type=int, metavar="MS",
                    help="exit when no new record arrived for MS milliseconds "
                         "(default: wait for ever)")
+    p.add_argument("--isolation-level", default="read_uncommitted",
+                   choices=("read_uncommitted", "read_committed"),
+                   help="read_committed: only records of committed transactions; "
+                        "read_uncommitted: every record (default)")
     p.add_argument("--format", default=DEFAULT_FORMAT, metavar="FORMAT",
                    help=f"a Python format string per record (default {DEFAULT_FORMAT!r}), "
                         "e.g. '{offset} {key} {value}'")
@@ -212,7 +222,8 @@ async def _main(args) -> int:
     async with trio.open_nursery() as nursery:
         await nursery.start(cancel_on_sigint, stop)
         async with open_simple_consumer(**cluster_kwargs(args),
-                                        client_id="trilog-console-consumer") as consumer:
+                                        client_id="trilog-console-consumer",
+                                        isolation_level=args.isolation_level) as consumer:
             with stop:
                 partitions, waited = await wait_for_topic(consumer, args.topic,
                                                           args.timeout_ms, prog)
@@ -277,6 +288,7 @@ async def _consume_group(args, line) -> int:
                     auto_offset_reset="smallest" if args.from_beginning else "largest",
                     auto_commit_interval_ms=args.commit_interval_ms,
                     consumer_timeout_ms=-1 if args.timeout_ms is None else args.timeout_ms,
+                    isolation_level=args.isolation_level,
                     client_id="trilog-console-consumer") as connector:
                 stream = connector.streams[args.topic][0]
                 if limit != 0:

@@ -18,6 +18,7 @@ from trilog.cli import (
     _perf,
     _produce,
     _topics,
+    _transactions,
     _users,
     _zookeeper,
 )
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     _topics.add_parser(sub)
     _configs.add_parser(sub)
     _groups.add_parser(sub)
+    _transactions.add_parser(sub)
     _produce.add_parser(sub)
     _consume.add_parser(sub)
     _get_offsets.add_parser(sub)

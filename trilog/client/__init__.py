@@ -18,6 +18,8 @@ from trilog.client._admin import (
     LogDirPartition,
     PartitionInfo,
     TopicInfo,
+    TransactionDescription,
+    TransactionListing,
     open_admin,
 )
 from trilog.client._brokers import BrokerAddress, parse_bootstrap
@@ -143,6 +145,8 @@ __all__ = [
     "SimpleConsumerOptions",
     "TopicInfo",
     "TransactionAbortedError",
+    "TransactionDescription",
+    "TransactionListing",
     "TransactionStateError",
     "murmur2",
     "open_admin",

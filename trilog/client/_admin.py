@@ -8,6 +8,10 @@ and writes the seeds' layout (``/brokers/topics/<topic>`` assignments over
 same ``Admin`` interface; the ZooKeeper one cannot touch records, log dirs or configs (the
 brokers validate configs: ``describe_configs`` and ``alter_configs`` go through them).
 
+Transactions (KIP-664): ``list_transactions`` asks every broker for the transactional ids it
+coordinates (ListTransactions), ``describe_transactions`` asks each id's coordinator
+(FindCoordinator key type 1, DescribeTransactions); brokers only.
+
 Leader elections are the controller's (ElectLeaders goes to the broker Metadata names as
 controller: brokers only); partition reassignments are plans written to ZooKeeper's
 ``/admin/reassign_partitions`` for the controller to carry out (ZooKeeper only, as
@@ -25,10 +29,12 @@ from typing import TYPE_CHECKING, Any, Unpack
 from trilog._topic import PartitionKey
 from trilog._topic import validate_topic_name
 from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
+from trilog.client._coordinator import TRANSACTION, find_coordinator
 from trilog.client._retry import REQUEST_RETRY
 from trilog.client._settings import config_from_options
 from trilog.net import BrokerConnection, ClientSecurity, SecurityOptions, open_connection
 from trilog.errors import (
+    ApiError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
@@ -44,6 +50,7 @@ from trilog.errors import (
 )
 from trilog.protocol import (
     AccessControlEntry,
+    ApiKey,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -57,8 +64,10 @@ from trilog.protocol import (
     DescribeAclsRequest,
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
+    DescribeTransactionsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
+    ListTransactionsRequest,
     MetadataRequest,
     PatternType,
     ResourcePattern,
@@ -171,6 +180,35 @@ class ConfigResource:
         return {e.name: e.value for e in self.entries if not e.is_default}
 
 
+@dataclass(frozen=True)
+class TransactionListing:
+    """A transactional id as the broker that coordinates it lists it (ListTransactions):
+    its producer id and its state, by Kafka's name (``"Ongoing"``, ``"CompleteCommit"``,
+    ``"Empty"``, ...)."""
+
+    transactional_id: str
+    coordinator: int  # the broker's id
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """A transactional id's state at its coordinator (DescribeTransactions), or Kafka's
+    error name for it (``"TRANSACTIONAL_ID_NOT_FOUND"``; the rest is then empty).
+    ``start_time_ms``: when the transaction open now began (None: none is)."""
+
+    transactional_id: str
+    coordinator: int
+    state: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+    timeout_ms: int = 0
+    start_time_ms: int | None = None
+    partitions: tuple[PartitionKey, ...] = ()
+    error: str | None = None
+
+
 class Admin:
     async def brokers(self) -> list[BrokerAddress]:
         raise NotImplementedError
@@ -270,6 +308,21 @@ class Admin:
     async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
         """Remove the bindings the filters match; returns them (DeleteAcls)."""
         raise _needs_brokers("delete_acls")
+
+    async def list_transactions(self, *, states: Iterable[str] = (),
+                                producer_ids: Iterable[int] = (),
+                                duration_ms: int | None = None) -> list[TransactionListing]:
+        """Every transactional id the brokers coordinate (ListTransactions to each broker),
+        by coordinator then id; only those in ``states`` (Kafka's names) or of
+        ``producer_ids`` when given, and with ``duration_ms`` only transactions open for
+        longer than that (ListTransactions v1).  Needs brokers."""
+        raise _needs_brokers("list_transactions")
+
+    async def describe_transactions(self, transactional_ids: Iterable[str]
+                                    ) -> list[TransactionDescription]:
+        """Each id's state at its coordinator, in the order given; an id the coordinator
+        does not know gets its ``error``.  Needs brokers."""
+        raise _needs_brokers("describe_transactions")
 
 
 def _needs_brokers(what: str) -> TrilogError:
@@ -551,6 +604,82 @@ class _BrokerAdmin(Admin):
                        result.error_message)
 
 
+    async def list_transactions(self, *, states: Iterable[str] = (),
+                                producer_ids: Iterable[int] = (),
+                                duration_ms: int | None = None) -> list[TransactionListing]:
+        R = ListTransactionsRequest
+        request = R(state_filters=list(states), producer_id_filters=list(producer_ids),
+                    duration_filter=-1 if duration_ms is None else duration_ms)
+        out: list[TransactionListing] = []
+        for broker in await self.brokers():
+            conn = await self._connection(broker)
+            version = None
+            if duration_ms is not None:  # v1 carries it: no silent downgrade to "all"
+                version = conn.version_for(ApiKey.LIST_TRANSACTIONS, (1, R.MAX_VERSION))
+            tries = REQUEST_RETRY.attempts()
+            async for _ in tries:
+                response = await conn.request(request, version=version)
+                code = response.error_code
+                if not code or tries.last or not error_for_code(code).retriable:
+                    break
+            _raise_for(response.error_code,
+                       f"cannot list the transactions of broker {broker.node_id}")
+            out += [TransactionListing(t.transactional_id, broker.node_id, t.producer_id,
+                                       t.transaction_state)
+                    for t in response.transaction_states]
+        return sorted(out, key=lambda t: (t.coordinator, t.transactional_id))
+
+    async def describe_transactions(self, transactional_ids: Iterable[str]
+                                    ) -> list[TransactionDescription]:
+        ids = list(dict.fromkeys(transactional_ids))
+        found: dict[str, TransactionDescription] = {}
+        pending = ids
+        tries = REQUEST_RETRY.attempts()
+        async for _ in tries:
+            # Again for the ids answered retriably (a coordinator loading, moved).
+            retry: list[str] = []
+            by_coordinator: dict[BrokerAddress, list[str]] = {}
+            for tid in pending:
+                try:
+                    node = await self._transaction_coordinator(tid)
+                except ApiError as exc:
+                    found[tid] = TransactionDescription(tid, -1, error=exc.name)
+                    continue
+                by_coordinator.setdefault(node, []).append(tid)
+            for node, tids in by_coordinator.items():
+                try:
+                    conn = await self._connection(node)
+                    response = await conn.request(
+                        DescribeTransactionsRequest(transactional_ids=tids))
+                except (NetworkError, RequestTimedOutError):
+                    if tries.last:
+                        raise
+                    retry += tids
+                    continue
+                for t in response.transaction_states:
+                    described = _transaction_description(t, node.node_id)
+                    if described.error and error_for_code(t.error_code).retriable and \
+                            not tries.last:
+                        retry.append(t.transactional_id)
+                    found[t.transactional_id] = described
+            if not retry:
+                break
+            pending = retry
+        return [found.get(tid) or TransactionDescription(tid, -1, error="UNKNOWN_SERVER_ERROR")
+                for tid in ids]
+
+    async def _transaction_coordinator(self, transactional_id: str) -> BrokerAddress:
+        """FindCoordinator (key type 1), retried while the coordinator is not ready."""
+        tries = REQUEST_RETRY.attempts()
+        async for _ in tries:
+            try:
+                node = await find_coordinator(self.conn, transactional_id, TRANSACTION)
+                return BrokerAddress(node.node_id, node.host, node.port)
+            except ApiError as exc:
+                if tries.last or not exc.retriable:
+                    raise
+        raise AssertionError("unreachable: the last try returns or raises")
+
     async def elect_leaders(self, partitions: Iterable[PartitionKey] | None = None,
                             election: str = "preferred") -> dict[PartitionKey, str | None]:
         if election not in ELECTION_TYPES:
@@ -613,6 +742,18 @@ def _config_resource(kind: str, name: str, result: Any) -> ConfigResource:
         entries.append(ConfigEntry(c.name, c.value, source_name, is_default,
                                    bool(c.read_only), bool(c.is_sensitive)))
     return ConfigResource(kind, name, tuple(entries))
+
+
+def _transaction_description(t: Any, coordinator: int) -> TransactionDescription:
+    """One id of a DescribeTransactions answer."""
+    if t.error_code:
+        return TransactionDescription(t.transactional_id, coordinator,
+                                      error=error_for_code(t.error_code).name)
+    start = t.transaction_start_time_ms
+    return TransactionDescription(
+        t.transactional_id, coordinator, t.transaction_state, t.producer_id, t.producer_epoch,
+        t.transaction_timeout_ms, start if start >= 0 else None,
+        tuple(sorted((d.topic, p) for d in t.topics for p in d.partitions)))
 
 
 def _raise_for(code: int, what: str, detail: str | None = None) -> None:
