@@ -435,3 +435,17 @@ async def test_offsets_outside_a_transaction_are_refused():
     txn.state = S.READY
     with pytest.raises(TransactionStateError, match="begin_transaction"):
         await txn.send_offsets({("in", 0): 1}, "readers")
+
+
+def test_group_metadata_may_be_kafka_pythons_or_a_group_id():
+    from kafka.structs import ConsumerGroupMetadata as KafkaPythonMetadata
+
+    from trilog.client.producer._transactions import as_group_metadata
+
+    theirs = KafkaPythonMetadata("g", 4, "m-1", None, None)
+    assert as_group_metadata(theirs) == ConsumerGroupMetadata("g", 4, "m-1", None)
+    assert as_group_metadata("g") == ConsumerGroupMetadata("g", -1, "", None)
+    with pytest.raises(ValueError, match="group"):
+        as_group_metadata(KafkaPythonMetadata(None, -1, "", None, None))
+    with pytest.raises(TypeError, match="group_metadata"):
+        as_group_metadata(42)

@@ -462,8 +462,7 @@ class TransactionManager:
                            group: ConsumerGroupMetadata | str) -> None:
         """``send_offsets_to_transaction``: commit ``offsets`` (each the next offset to
         read) for the group as part of the transaction."""
-        metadata = group if isinstance(group, ConsumerGroupMetadata) else \
-            ConsumerGroupMetadata(group)
+        metadata = as_group_metadata(group)
         committed = {(tp[0], tp[1]): (o, "") if isinstance(o, int) else (o.offset, o.metadata)
                      for tp, o in offsets.items()}
         self.check_in_transaction("send_offsets_to_transaction()")
@@ -608,6 +607,24 @@ class TransactionManager:
             if isinstance(error, ConcurrentTransactionsError):
                 delay = min(delay, 0.05)  # the last transaction's markers: soon written
             await trio.sleep(delay)
+
+
+def as_group_metadata(group: Any) -> ConsumerGroupMetadata:
+    """A group id, or a consumer's group metadata (trilog's, or any object with the same
+    fields, as kafka-python's ``ConsumerGroupMetadata``)."""
+    if isinstance(group, str):
+        metadata = ConsumerGroupMetadata(group)
+    else:
+        try:
+            metadata = ConsumerGroupMetadata(group.group_id, group.generation_id,
+                                             group.member_id, group.group_instance_id)
+        except AttributeError:
+            raise TypeError("group_metadata must be a consumer's group_metadata() or a group "
+                            f"id, not {type(group).__name__}") from None
+    if not isinstance(metadata.group_id, str) or not metadata.group_id:
+        raise ValueError("send_offsets_to_transaction needs a group: the consumer has no "
+                         "group_id")
+    return metadata
 
 
 def _named(error: BaseException, what: str) -> Any:
