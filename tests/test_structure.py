@@ -4,7 +4,9 @@
 - the layers' arrows: ``trilog.broker`` imports nothing from ``trilog.client`` and the
   client nothing from the broker; ``net/``, ``storage/``, ``records/`` and ``protocol/``
   import none of the layers above them;
-- no function over 80 lines (the documented hot-path decoder aside), no class over 700.
+- no function over 80 lines (the documented hot-path decoder aside), no class over 700;
+- no two test modules share a file name (pytest imports them by basename: a second one
+  stops the collection of the whole suite).
 """
 
 from __future__ import annotations
@@ -148,6 +150,14 @@ def test_no_function_over_80_lines():
             if not isinstance(node, ast.ClassDef) and lines > MAX_FUNCTION_LINES
             and (module, node.name) not in LONG_FUNCTIONS]
     assert long == []
+
+
+def test_test_modules_have_unique_names():
+    tests = Path(__file__).parent
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
 
 
 def test_no_class_over_700_lines():
