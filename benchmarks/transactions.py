@@ -11,6 +11,8 @@ alternate the phases so the machine's drift hits each alike:
                          transactions (one aborted in ten) from offset 0 to its end
   read_committed         the same with ``isolation.level=read_committed`` (it skips the
                          aborted transactions and the markers)
+  trilog ...             the same four with trilog's producer (``send_nowait``, acks=all,
+                         ``linger_ms`` 5) and trilog's consumer (``getmany``, assigned)
 
 The consumers' figures are records *of the log* per second (both read all of it; the
 read_committed one is handed nine in ten).
@@ -93,6 +95,72 @@ def produce_transactional(bootstrap: str, topic: str, n: int, commit_ms: int,
     return sent / (time.perf_counter() - started), sent, aborted
 
 
+def trilog_produce(bootstrap: str, topic: str, n: int, commit_ms: int | None) -> float:
+    """trilog's producer (idempotent by default; with ``commit_ms`` transactional, a commit
+    every ``commit_ms``): records/s."""
+    import trio
+
+    import trilog
+
+    async def send_all(producer, count: int) -> None:
+        for i in range(count):
+            try:
+                producer.send_nowait(topic, VALUE, partition=0)
+            except trilog.BufferFullError:
+                await producer.send(topic, VALUE, partition=0)
+            if i % 1024 == 0:
+                await trio.lowlevel.checkpoint()
+
+    async def main() -> float:
+        extra = {} if commit_ms is None else {"transactional_id": f"bench-{uuid.uuid4().hex}"}
+        async with trilog.open_producer(bootstrap, acks="all", linger_ms=5, **extra) as producer:
+            await producer.partitions_for(topic)
+            if commit_ms is not None:
+                await producer.init_transactions()
+            started = time.perf_counter()
+            if commit_ms is None:
+                await send_all(producer, n)
+                await producer.flush()
+            else:
+                sent = 0
+                while sent < n:
+                    producer.begin_transaction()
+                    end = time.perf_counter() + commit_ms / 1000
+                    while time.perf_counter() < end and sent < n:
+                        await send_all(producer, min(1000, n - sent))
+                        sent += min(1000, n - sent)
+                    await producer.commit_transaction()
+            return n / (time.perf_counter() - started)
+
+    return trio.run(main)
+
+
+def trilog_consume(bootstrap: str, topic: str, isolation: str, expect: int) -> float:
+    """Seconds for trilog's consumer (``getmany``) to be handed ``expect`` records."""
+    import trio
+
+    import trilog
+
+    async def main() -> float:
+        async with trilog.open_consumer(bootstrap_servers=bootstrap,
+                                        group_id=f"bench-{uuid.uuid4().hex[:6]}",
+                                        isolation_level=isolation, enable_auto_commit=False,
+                                        max_partition_fetch_bytes=4 << 20) as consumer:
+            consumer.assign([trilog.TopicPartition(topic, 0)])
+            consumer.seek(trilog.TopicPartition(topic, 0), 0)
+            got = 0
+            started = time.perf_counter()
+            while got < expect and time.perf_counter() - started < 120:
+                for records in (await consumer.getmany(timeout_ms=1000,
+                                                       max_records=500)).values():
+                    got += len(records)
+            if got < expect:
+                raise RuntimeError(f"trilog {isolation}: {got} of {expect} records")
+            return time.perf_counter() - started
+
+    return trio.run(main)
+
+
 def consume(bootstrap: str, topic: str, isolation: str, expect: int) -> float:
     """Seconds to be handed ``expect`` records from offset 0."""
     import confluent_kafka
@@ -136,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                                                           args.commit_ms, abort_every=10)
         results: dict[str, list[float]] = {k: [] for k in (
             "idempotent produce", "transactional produce", "read_uncommitted",
-            "read_committed")}
+            "read_committed", "trilog idempotent produce", "trilog transactional produce",
+            "trilog read_uncommitted", "trilog read_committed")}
         for r in range(args.rounds):
             for phase in ("produce", "consume"):
                 if phase == "produce":
@@ -149,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
                     results["transactional produce"].append(
                         produce_transactional(bootstrap, topic2, args.records,
                                               args.commit_ms)[0])
+                    for name, commit_ms in (("trilog idempotent produce", None),
+                                            ("trilog transactional produce", args.commit_ms)):
+                        topic3 = f"tr-{r}-{uuid.uuid4().hex[:6]}"
+                        create_topic(broker.address, topic3)
+                        results[name].append(
+                            trilog_produce(bootstrap, topic3, args.records, commit_ms))
                 else:
                     # Both read the whole log: records of the log per second.
                     in_log = committed + aborted
@@ -156,19 +231,24 @@ def main(argv: list[str] | None = None) -> int:
                         in_log / consume(bootstrap, source, "read_uncommitted", in_log))
                     results["read_committed"].append(
                         in_log / consume(bootstrap, source, "read_committed", committed))
+                    results["trilog read_uncommitted"].append(in_log / trilog_consume(
+                        bootstrap, source, "read_uncommitted", in_log))
+                    results["trilog read_committed"].append(in_log / trilog_consume(
+                        bootstrap, source, "read_committed", committed))
     print(f"{args.records:,} records of 100 bytes per phase, one partition, "
           f"{args.rounds} rounds, commit every {args.commit_ms} ms (2 CPUs)")
-    print(f"{'phase':24} {'median records/s':>17}   rounds")
+    print(f"{'phase':30} {'median records/s':>17}   rounds")
     med = {}
     for name, values in results.items():
         med[name] = statistics.median(values)
-        print(f"{name:24} {med[name]:>17,.0f}   " + ", ".join(f"{v:,.0f}" for v in values))
-    produce_ratio = med["transactional produce"] / med["idempotent produce"]
-    consume_ratio = med["read_committed"] / med["read_uncommitted"]
-    print(f"transactional / idempotent produce: {produce_ratio:.2f}x (target >= 0.7x: "
-          f"{'met' if produce_ratio >= 0.7 else 'MISSED'})")
-    print(f"read_committed / read_uncommitted:   {consume_ratio:.2f}x (target >= 0.9x: "
-          f"{'met' if consume_ratio >= 0.9 else 'MISSED'})")
+        print(f"{name:30} {med[name]:>17,.0f}   " + ", ".join(f"{v:,.0f}" for v in values))
+    for who, prefix in (("librdkafka", ""), ("trilog", "trilog ")):
+        produce_ratio = med[prefix + "transactional produce"] / med[prefix + "idempotent produce"]
+        consume_ratio = med[prefix + "read_committed"] / med[prefix + "read_uncommitted"]
+        print(f"{who}: transactional / idempotent produce {produce_ratio:.2f}x (target >= 0.7x: "
+              f"{'met' if produce_ratio >= 0.7 else 'MISSED'}); read_committed / "
+              f"read_uncommitted {consume_ratio:.2f}x (target >= 0.9x: "
+              f"{'met' if consume_ratio >= 0.9 else 'MISSED'})")
     return 0
 
 
