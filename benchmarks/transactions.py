@@ -69,9 +69,11 @@ def produce_idempotent(bootstrap: str, topic: str, n: int) -> float:
 
 
 def produce_transactional(bootstrap: str, topic: str, n: int, commit_ms: int,
-                          abort_every: int = 0) -> tuple[float, int, int]:
-    """Committed records/s with a commit every ``commit_ms``; with ``abort_every`` k, every
-    k-th transaction is aborted.  Also: the records committed, and those aborted."""
+                          abort_every: int = 0, per_txn: int | None = None
+                          ) -> tuple[float, int, int]:
+    """Committed records/s with a commit every ``commit_ms`` (or every ``per_txn``
+    records); with ``abort_every`` k, every k-th transaction is aborted.  Also: the records
+    committed, and those aborted."""
     producer = _producer(bootstrap, **{"transactional.id": f"bench-{uuid.uuid4().hex[:8]}"})
     producer.init_transactions(30)
     started = time.perf_counter()
@@ -82,7 +84,8 @@ def produce_transactional(bootstrap: str, topic: str, n: int, commit_ms: int,
         aborting = abort_every and txn % abort_every == 0
         end = time.perf_counter() + commit_ms / 1000
         batch = 0
-        while time.perf_counter() < end and (aborting or sent + batch < n):
+        while (batch < per_txn if per_txn else time.perf_counter() < end) and (
+                aborting or sent + batch < n):
             _produce_all(producer, topic, 1000)
             batch += 1000
         if aborting:
@@ -197,11 +200,12 @@ def main(argv: list[str] | None = None) -> int:
             BrokerProcess(tmp, {"transaction.state.log.num.partitions": 1,
                                 "offsets.topic.num.partitions": 1}) as broker:
         bootstrap = f"{broker.host}:{broker.port}"
-        # The topic the consumers read: committed transactions, one aborted in ten.
+        # The topic the consumers read: transactions of 5,000 records, one in ten aborted.
         source = f"source-{uuid.uuid4().hex[:6]}"
         create_topic(broker.address, source)
-        _rate, committed, aborted = produce_transactional(bootstrap, source, args.records,
-                                                          args.commit_ms, abort_every=10)
+        _rate, committed, aborted = produce_transactional(
+            bootstrap, source, args.records, args.commit_ms, abort_every=10, per_txn=5000)
+        print(f"source: {committed:,} committed records, {aborted:,} aborted", flush=True)
         results: dict[str, list[float]] = {k: [] for k in (
             "idempotent produce", "transactional produce", "read_uncommitted",
             "read_committed", "trilog idempotent produce", "trilog transactional produce",
