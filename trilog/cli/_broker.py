@@ -1,5 +1,10 @@
 """``trilog broker``: run a broker, like Kafka's ``kafka-server-start.sh``.
 
+Without a properties file the broker runs the embedded development configuration: the
+properties' defaults (Kafka's) but for ``DEVELOPMENT_DEFAULTS``, the settings Kafka's
+quickstart ``config/server.properties`` changes for a broker on one's own machine.  With a
+file, every property the file does not set has Kafka's default, as in production.
+
 Logging: ``--log-level`` configures stderr logging; ``--log-config FILE`` hands the whole
 setup to a standard ``logging.config.dictConfig`` file instead (JSON, or YAML when PyYAML
 happens to be installed), as Kafka's ``log4j.properties`` does.
@@ -24,6 +29,11 @@ from trilog.broker import BrokerConfig, ConfigError, serve_broker
 from trilog.broker.configs._broker_config import properties_help
 from trilog.errors import TrilogError
 
+#: What ``trilog broker`` without a properties file (``make run``) sets, as Kafka's quickstart
+#: server.properties does: a group's first rebalance waits for nobody (the default, 3000 ms,
+#: is as long as many a script's consumer_timeout_ms: it read nothing).
+DEVELOPMENT_DEFAULTS = {"group.initial.rebalance.delay.ms": "0"}
+
 _SHORT_FLAGS = {
     "port": "port",
     "host": "host.name",
@@ -42,7 +52,11 @@ def add_parser(sub) -> None:
             "Run a trilog broker. With no arguments: one standalone broker on 127.0.0.1:9092,\n"
             "data in ./trilog-data, topics auto-created. Settings come from an optional\n"
             "Kafka-style server.properties file, then --override key=value pairs, then the\n"
-            "short flags. SIGINT/SIGTERM shut it down cleanly."
+            "short flags. SIGINT/SIGTERM shut it down cleanly.\n\n"
+            "Without a properties file the broker is a development broker, as Kafka's\n"
+            "quickstart server.properties makes it: "
+            + ", ".join(f"{k}={v}" for k, v in DEVELOPMENT_DEFAULTS.items()) + ".\n"
+            "With a file, every property it does not set has the default listed below."
         ),
         epilog="properties (Kafka's names):\n" + properties_help(),
     )
@@ -66,12 +80,21 @@ def add_parser(sub) -> None:
 
 
 def config_from_args(args) -> BrokerConfig:
-    overrides = list(args.override)
+    overrides = [] if args.properties is not None else \
+        [f"{key}={value}" for key, value in DEVELOPMENT_DEFAULTS.items()]
+    overrides += args.override
     for attr, key in _SHORT_FLAGS.items():
         value = getattr(args, attr)
         if value is not None:
             overrides.append(f"{key}={value}")
     return BrokerConfig.from_sources(args.properties, overrides)
+
+
+def build_config(argv: list[str]) -> BrokerConfig:
+    """The configuration ``trilog broker ARGV...`` would run with (for tests and tools)."""
+    parser = argparse.ArgumentParser(prog="trilog")
+    add_parser(parser.add_subparsers())
+    return config_from_args(parser.parse_args(["broker", *argv]))
 
 
 class LogConfigError(TrilogError):
