@@ -118,6 +118,7 @@ __all__ = [
     "MismatchedEndpointTypeError",
     "NetworkError",
     "NewLeaderElectedError",
+    "NoBrokersAvailableError",
     "NoReassignmentInProgressError",
     "NonEmptyGroupError",
     "NotControllerError",
@@ -362,6 +363,12 @@ class OffsetMetadataTooLargeError(ApiError, code=12):
 
 class NetworkError(ApiError, code=13, name="NETWORK_EXCEPTION", retriable=True):
     """The server disconnected before a response was received."""
+
+
+class NoBrokersAvailableError(NetworkError):
+    """No bootstrap server answered while a client was opening (within its
+    ``bootstrap_timeout_ms``): kafka-python's ``NoBrokersAvailable``.  The message names each
+    server and why it did not answer."""
 
 
 class CoordinatorLoadInProgressError(ApiError, code=14, retriable=True):

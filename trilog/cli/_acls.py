@@ -9,9 +9,9 @@ from itertools import product
 from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
-    add_security_arg,
+    add_connection_args,
     run_tool,
-    security_kwargs,
+    connection_kwargs,
 )
 from trilog.client import open_admin
 from trilog.protocol import (
@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
                    help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP})")
-    add_security_arg(p)
+    add_connection_args(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--add", action="store_true", help="add the ACLs described")
     action.add_argument("--remove", action="store_true",
@@ -125,7 +125,7 @@ async def _main(args) -> int:
     pattern_name = (args.resource_pattern_type or ("any" if args.list else "literal")).upper()
     pattern_type = PatternType.parse(pattern_name)
     async with open_admin(args.bootstrap_server or DEFAULT_BOOTSTRAP, client_id="trilog-acls",
-                          **security_kwargs(args)) as admin:
+                          **connection_kwargs(args)) as admin:
         if args.add:
             if pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
                 raise UsageError("--add takes --resource-pattern-type literal or prefixed")

@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.errors import ApiError, TrilogError
+from trilog.errors import ApiError, NoBrokersAvailableError, TrilogError
 from trilog.records import CODEC_NAMES, codec_for_name, is_available
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -32,10 +32,19 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                        help=f"broker(s) to start from (default {DEFAULT_BOOTSTRAP})")
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                        help="find the brokers in ZooKeeper instead")
-    add_security_arg(p)
+    add_connection_args(p)
 
 
-def add_security_arg(p: argparse.ArgumentParser) -> None:
+#: how long a tool tries to reach the cluster: shorter than the library's 30 s, since a
+#: person waits for the answer, long enough for a broker that is still starting
+CLI_BOOTSTRAP_TIMEOUT_MS = 5000
+
+
+def add_connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-timeout-ms", type=_positive_ms, default=CLI_BOOTSTRAP_TIMEOUT_MS,
+                   metavar="MS",
+                   help="how long to try to reach a broker before giving up (default "
+                        f"{CLI_BOOTSTRAP_TIMEOUT_MS}; the library's bootstrap_timeout_ms)")
     p.add_argument("--command-config", metavar="FILE",
                    help="client properties for TLS and SASL, with Kafka's (or librdkafka's) "
                         "names: security.protocol, sasl.mechanism, sasl.jaas.config or "
@@ -43,18 +52,31 @@ def add_security_arg(p: argparse.ArgumentParser) -> None:
                         "ssl.certificate.location, ssl.key.location (PEM files)")
 
 
-def security_kwargs(args) -> dict[str, Any]:
-    """``{"security": ClientSecurity}`` from ``--command-config`` (empty without it)."""
+def _positive_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of milliseconds")
+    return value
+
+
+def connection_kwargs(args) -> dict[str, Any]:
+    """The openers' ``bootstrap_timeout_ms`` (``--bootstrap-timeout-ms``) and
+    ``security`` (a ``ClientSecurity`` from ``--command-config``, when given)."""
+    timeout = {"bootstrap_timeout_ms": getattr(args, "bootstrap_timeout_ms",
+                                               CLI_BOOTSTRAP_TIMEOUT_MS)}
     path = getattr(args, "command_config", None)
     if path is None:
-        return {}
+        return timeout
     from trilog.broker.configs._broker_config import ConfigError, parse_properties
     from trilog.client import ClientSecurity, SecurityConfigError
 
     try:
         with open(path, encoding="utf-8") as f:
             props = parse_properties(f.read(), path)
-        return {"security": ClientSecurity.from_properties(props)}
+        return {**timeout, "security": ClientSecurity.from_properties(props)}
     except OSError as exc:
         raise UsageError(f"cannot read --command-config {path}: {exc.strerror}") from None
     except (ConfigError, SecurityConfigError) as exc:
@@ -63,9 +85,9 @@ def security_kwargs(args) -> dict[str, Any]:
 
 def cluster_kwargs(args) -> dict[str, Any]:
     if args.zookeeper is not None:
-        return {"zookeeper": args.zookeeper, **security_kwargs(args)}
+        return {"zookeeper": args.zookeeper, **connection_kwargs(args)}
     return {"bootstrap_servers": args.bootstrap_server or DEFAULT_BOOTSTRAP,
-            **security_kwargs(args)}
+            **connection_kwargs(args)}
 
 
 def where(args) -> str:
@@ -192,6 +214,11 @@ def run_tool(prog: str, main: Callable[..., Awaitable[int]], *args,
 def describe(exc: BaseException) -> str:
     """One line for an error: its message, and Kafka's name for a broker's error code."""
     text = str(exc) or type(exc).__name__
+    if isinstance(exc, NoBrokersAvailableError):
+        if "security_protocol" in text:  # the library's hint, in the tools' words
+            text += ("; trilog's tools take them from --command-config FILE "
+                     "(security.protocol=SASL_SSL, ssl.ca.location=..., ...)")
+        return text.replace("(bootstrap_timeout_ms)", "(--bootstrap-timeout-ms)")
     if isinstance(exc, ApiError) and exc.code > 0 and exc.name not in text:
         text += f" [{exc.name}]"
     return text

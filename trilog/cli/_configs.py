@@ -11,9 +11,9 @@ from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
     parse_config_pairs,
-    add_security_arg,
+    add_connection_args,
     run_tool,
-    security_kwargs,
+    connection_kwargs,
     split_config_list,
 )
 from trilog.client import ConfigEntry, ConfigResource, open_admin
@@ -50,7 +50,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
                    help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP})")
-    add_security_arg(p)
+    add_connection_args(p)
     p.add_argument("--entity-type", choices=sorted(_KINDS),
                    help="what to describe or alter: topics or brokers")
     p.add_argument("--entity-name", metavar="NAME",
@@ -118,7 +118,7 @@ async def _main(args) -> int:
     if kind == "broker" and name is not None and not name.lstrip("-").isdigit():
         raise UsageError(f"a broker is named by its id, a number, not {name!r}")
     async with open_admin(args.bootstrap_server or DEFAULT_BOOTSTRAP,
-                          client_id="trilog-configs", **security_kwargs(args)) as admin:
+                          client_id="trilog-configs", **connection_kwargs(args)) as admin:
         if args.alter:
             assert name is not None
             if kind == "topic":

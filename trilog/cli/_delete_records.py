@@ -11,9 +11,9 @@ from typing import Any
 from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
-    add_security_arg,
+    add_connection_args,
     run_tool,
-    security_kwargs,
+    connection_kwargs,
 )
 from trilog.client import open_admin
 
@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
                    help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP})")
-    add_security_arg(p)
+    add_connection_args(p)
     p.add_argument("--offset-json-file", "--offsets-json", dest="offsets_json", required=True,
                    metavar="FILE", help="the JSON file of partitions and offsets ('-': stdin)")
     p.set_defaults(run=run)
@@ -93,7 +93,7 @@ async def _main(args) -> int:
     offsets = read_offsets_json(args.offsets_json)
     print("Executing records delete operation")
     async with open_admin(args.bootstrap_server or DEFAULT_BOOTSTRAP,
-                          client_id="trilog-delete-records", **security_kwargs(args)) as admin:
+                          client_id="trilog-delete-records", **connection_kwargs(args)) as admin:
         results = await admin.delete_records(offsets)
     print("Records delete operation completed:")
     failed = 0

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
-    add_security_arg,
+    add_connection_args,
     run_tool,
-    security_kwargs,
+    connection_kwargs,
 )
 from trilog.client import EARLIEST, LATEST, GroupDescription, ResetPlan, open_group_admin
 
@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
                             "that brokers coordinate")
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                        help="groups of the ZooKeeper consumer connector (/consumers/...)")
-    add_security_arg(p)
+    add_connection_args(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="list group names")
     action.add_argument("--describe", action="store_true",
@@ -191,7 +191,7 @@ async def _main(args) -> int:
              {"bootstrap_servers": args.bootstrap_server or DEFAULT_BOOTSTRAP})
     async with open_group_admin(**where, request_timeout_ms=args.timeout_ms,
                                 connect_timeout_ms=args.timeout_ms,
-                                **security_kwargs(args)) as admin:
+                                **connection_kwargs(args)) as admin:
         if args.list:
             for name in await admin.list_groups():
                 print(name)

@@ -8,10 +8,10 @@ import argparse
 
 from trilog.cli._common import (
     UsageError,
-    add_security_arg,
+    add_connection_args,
     parse_config_pairs,
     run_tool,
-    security_kwargs,
+    connection_kwargs,
 )
 from trilog.cli._reassign import elect_leaders, reassign
 from trilog.client import Admin, TopicInfo, open_admin
@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
                        help="a broker to talk to (default 127.0.0.1:9092)")
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                        help="work on ZooKeeper's /brokers/topics directly (no --config there)")
-    add_security_arg(p)
+    add_connection_args(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="create --topic")
     action.add_argument("--list", action="store_true", help="list topic names")
@@ -148,7 +148,7 @@ async def _main(args) -> int:
     configs = _check(args)
     async with open_admin(args.bootstrap_server or (None if args.zookeeper else
                                                     "127.0.0.1:9092"),
-                          zookeeper=args.zookeeper, **security_kwargs(args)) as admin:
+                          zookeeper=args.zookeeper, **connection_kwargs(args)) as admin:
         if args.list:
             for t in await admin.describe_topics():
                 if t.error is None and not (args.exclude_internal and t.internal):

@@ -26,9 +26,16 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
+import trio
+
 from trilog._topic import PartitionKey
 from trilog._topic import validate_topic_name
-from trilog.client._brokers import BrokerAddress, parse_bootstrap, registered_brokers
+from trilog.client._brokers import (
+    BrokerAddress,
+    parse_bootstrap,
+    reach_cluster,
+    registered_brokers,
+)
 from trilog.client._coordinator import TRANSACTION, find_coordinator
 from trilog.client._retry import REQUEST_RETRY
 from trilog.client._settings import config_from_options
@@ -936,12 +943,18 @@ class AdminConfig:
     client_id: str = "trilog-admin"
     #: how long a request to a broker may take
     request_timeout_s: float = 30.0
+    #: how long opening tries to reach a bootstrap server (kafka-python's; then
+    #: ``NoBrokersAvailableError``)
+    bootstrap_timeout_ms: int = 30_000
     #: TLS and SASL of the connections to the brokers (None: PLAINTEXT)
     security: ClientSecurity | None = None
 
     def __post_init__(self) -> None:
         if not self.request_timeout_s > 0:
             raise ValueError(f"request_timeout_s must be positive, not {self.request_timeout_s!r}")
+        if not self.bootstrap_timeout_ms > 0:
+            raise ValueError(f"bootstrap_timeout_ms must be positive, not "
+                             f"{self.bootstrap_timeout_ms!r}")
 
 
 class AdminOptions(SecurityOptions, total=False):
@@ -952,6 +965,7 @@ class AdminOptions(SecurityOptions, total=False):
     zookeeper: str | None
     client_id: str
     request_timeout_s: float
+    bootstrap_timeout_ms: int
 
 
 def open_admin(bootstrap_servers: str | list[str] | None = None,
@@ -975,17 +989,16 @@ async def _running_admin(bootstrap_servers: str | list[str] | None,
             yield _ZooKeeperAdmin(zk)
         return
     assert bootstrap_servers is not None  # exactly one of the two, checked by open_admin
-    errors = []
     async with AsyncExitStack() as stack:
-        conn = None
-        for host, port in parse_bootstrap(bootstrap_servers):
-            try:
-                conn = await stack.enter_async_context(open_connection(
-                    host, port, client_id=config.client_id,
-                    request_timeout_s=config.request_timeout_s, security=config.security))
-                break
-            except NetworkError as exc:
-                errors.append(str(exc))
-        if conn is None:
-            raise NetworkError("no bootstrap server answered: " + "; ".join(errors))
+
+        async def connect(server: tuple[str, int], deadline: float) -> BrokerConnection:
+            # Entered into the stack, so not under a cancel scope: connecting stops at the
+            # deadline by itself (the versions' exchange after it has the request timeout).
+            left = max(deadline - trio.current_time(), 0.001)
+            return await stack.enter_async_context(open_connection(
+                *server, client_id=config.client_id, connect_timeout_s=min(left, 10.0),
+                request_timeout_s=config.request_timeout_s, security=config.security))
+
+        conn = await reach_cluster(parse_bootstrap(bootstrap_servers), connect,
+                                   timeout_ms=config.bootstrap_timeout_ms)
         yield _BrokerAdmin(conn, stack)

@@ -1,16 +1,32 @@
 """Where the brokers are: a bootstrap list, or the registrations under ZooKeeper's
-``/brokers/ids`` (seed 002).  Every client-side module that starts from either uses these."""
+``/brokers/ids`` (seed 002).  Every client-side module that starts from either uses these.
+
+``reach_cluster`` is every opener's first contact with the cluster (kafka-python's
+bootstrap): the bootstrap servers are tried in turn, round after round, until one answers
+or ``bootstrap_timeout_ms`` has passed; then ``NoBrokersAvailableError`` names each server
+and why it did not answer.  An opener never hangs on a wrong address.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from trilog.errors import TrilogError
+import trio
+
+from trilog.client._retry import Backoff
+from trilog.errors import NetworkError, NoBrokersAvailableError, ProtocolError, TrilogError
 
 if TYPE_CHECKING:  # trilog.zk imports kazoo: only a client that uses ZooKeeper pays for it
     from trilog.zk import ZooKeeper
+
+_T = TypeVar("_T")
+
+#: kafka-python's ``bootstrap_timeout_ms``: how long an opener tries to reach the cluster
+DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
+#: the wait between two rounds over the bootstrap servers
+_ROUNDS = Backoff(first_s=0.05, max_s=1.0, jitter=0.2)
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,56 @@ def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
     if not out:
         raise ValueError("no bootstrap servers given")
     return out
+
+
+async def reach_cluster(servers: list[tuple[str, int]],
+                        attempt: Callable[[tuple[str, int], float], Awaitable[_T]], *,
+                        timeout_ms: float, rounds: Backoff = _ROUNDS) -> _T:
+    """``attempt(server, deadline)`` on each bootstrap server in turn, in rounds
+    (``rounds`` apart), until one returns, for at most ``timeout_ms``: its result, or
+    ``NoBrokersAvailableError`` naming each server and its last failure.
+
+    A server that does not answer (refused, closed, timed out, not Kafka) is tried again in
+    the next round (a broker may be starting); an authentication error is raised at once.
+    ``attempt`` gives up by the trio time ``deadline`` (``trio.TooSlowError``); it is not
+    run under a cancel scope of ours, so it may enter a context that outlives it (the
+    admin's connection)."""
+    deadline = trio.current_time() + timeout_ms / 1000
+    failures: dict[tuple[str, int], TrilogError] = {}
+    failed_rounds = 0
+    while trio.current_time() < deadline:
+        for server in servers:
+            if trio.current_time() >= deadline:
+                break
+            try:
+                return await attempt(server, deadline)
+            except (NetworkError, ProtocolError) as exc:
+                failures[server] = exc
+            except trio.TooSlowError:  # cut by the deadline: the last real failure says more
+                failures.setdefault(server, NetworkError(
+                    f"{server[0]}:{server[1]} did not answer in {timeout_ms / 1000:g} s"))
+        failed_rounds += 1
+        await trio.sleep_until(min(deadline,
+                                   trio.current_time() + rounds.delay(failed_rounds)))
+    raise NoBrokersAvailableError(_no_answer(servers, failures, timeout_ms))
+
+
+def _no_answer(servers: list[tuple[str, int]], failures: dict[tuple[str, int], TrilogError],
+               timeout_ms: float) -> str:
+    where = ", ".join(f"{h}:{p}" for h, p in servers)
+    reasons = "; ".join(str(failures[s]) if s in failures else f"{s[0]}:{s[1]} did not answer"
+                        for s in servers)
+    text = (f"no broker answered at {where} within {timeout_ms / 1000:g} s "
+            f"(bootstrap_timeout_ms): {reasons}")
+    closed = [f for f in failures.values() if "closed the connection" in str(f)]
+    if closed:
+        # What a plaintext client meets at a TLS or SASL listener.
+        text += ("; a broker that closes the connection before answering may be a TLS or "
+                 "SASL listener: connect with its security_protocol (SSL, SASL_PLAINTEXT, "
+                 "SASL_SSL) and the ssl_*/sasl_* settings")
+    elif any(isinstance(f, ProtocolError) for f in failures.values()):
+        text += "; is that a Kafka broker's port?"
+    return text
 
 
 async def registered_brokers(zk: ZooKeeper, ids: Iterable[str] | None = None

@@ -23,7 +23,12 @@ import trio
 from trio_util import AsyncValue
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.client._brokers import parse_bootstrap, registered_brokers
+from trilog.client._brokers import (
+    DEFAULT_BOOTSTRAP_TIMEOUT_MS,
+    parse_bootstrap,
+    reach_cluster,
+    registered_brokers,
+)
 from trilog.net import BrokerConnection, open_connection
 from trilog.client._metadata import ClusterMetadata, Node
 from trilog.client._retry import Backoff
@@ -145,6 +150,21 @@ class Client:
             except NetworkError as exc:
                 errors.append(str(exc))
         raise NetworkError("no broker reachable: " + "; ".join(errors or ["no brokers known"]))
+
+    async def bootstrap(self, timeout_ms: float) -> None:
+        """The first contact (``reach_cluster``): the bootstrap servers in turn until one
+        answers a Metadata request; ``NoBrokersAvailableError`` after ``timeout_ms``."""
+
+        async def ask(server: tuple[str, int], deadline: float) -> None:
+            with trio.fail_at(deadline):  # the connection's task is the client's
+                conn = await self.connection(server)
+                # No topics: the brokers and the cluster are what an opener needs to know.
+                response = await conn.request(MetadataRequest(topics=[],
+                                                              allow_auto_topic_creation=False))
+            fresh = ClusterMetadata.from_response(response)
+            self.metadata.value = self.metadata.value.merge(fresh, [])
+
+        await reach_cluster(self._bootstrap, ask, timeout_ms=timeout_ms)
 
     # -- metadata ---------------------------------------------------------------------------------
 
@@ -292,9 +312,12 @@ async def open_client(
     reconnect_backoff_max_ms: int = 1000,
     allow_auto_create_topics: bool = True,
     security: ClientSecurity | None = None,
+    bootstrap_timeout_ms: float = DEFAULT_BOOTSTRAP_TIMEOUT_MS,
 ) -> AsyncIterator[Client]:
     """A ``Client`` for the body of the ``async with``; every connection closes on exit
-    (``security``: TLS and SASL, see ``ClientSecurity``)."""
+    (``security``: TLS and SASL, see ``ClientSecurity``).  With ``bootstrap_servers`` the
+    body starts once a bootstrap server has answered (``Client.bootstrap``):
+    ``NoBrokersAvailableError`` after ``bootstrap_timeout_ms`` without an answer."""
     if (bootstrap_servers is None) == (zookeeper is None):
         raise ValueError("give exactly one of bootstrap_servers and zookeeper")
     bootstrap = parse_bootstrap(bootstrap_servers) if bootstrap_servers is not None else []
@@ -314,6 +337,8 @@ async def open_client(
 
                     zk = await _enter(nursery, open_zookeeper(zookeeper))
                     await nursery.start(client._follow_zookeeper, zk)
+                else:
+                    await client.bootstrap(bootstrap_timeout_ms)
                 nursery.start_soon(client._refresh_periodically)
                 yield client
             finally:

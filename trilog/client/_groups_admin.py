@@ -668,11 +668,14 @@ class GroupAdminConfig:
     request_timeout_ms: int = 30_000
     #: how long connecting to a broker (or to ZooKeeper) may take
     connect_timeout_ms: int = 10_000
+    #: how long opening tries to reach a bootstrap server (kafka-python's; then
+    #: ``NoBrokersAvailableError``)
+    bootstrap_timeout_ms: int = 30_000
     #: TLS and SASL of the connections to the brokers (None: PLAINTEXT)
     security: ClientSecurity | None = None
 
     def __post_init__(self) -> None:
-        for name in ("request_timeout_ms", "connect_timeout_ms"):
+        for name in ("request_timeout_ms", "connect_timeout_ms", "bootstrap_timeout_ms"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
 
@@ -686,6 +689,7 @@ class GroupAdminOptions(SecurityOptions, total=False):
     client_id: str
     request_timeout_ms: int
     connect_timeout_ms: int
+    bootstrap_timeout_ms: int
 
 
 def open_group_admin(bootstrap_servers: str | list[str] | None = None,
@@ -707,6 +711,7 @@ async def _running_group_admin(bootstrap_servers: str | list[str] | None,
         return open_client(servers, client_id=config.client_id,
                            request_timeout_ms=config.request_timeout_ms,
                            connect_timeout_ms=config.connect_timeout_ms,
+                           bootstrap_timeout_ms=config.bootstrap_timeout_ms,
                            allow_auto_create_topics=False, security=config.security)
 
     async with AsyncExitStack() as stack:

@@ -294,6 +294,9 @@ class SimpleConsumerConfig:
     max_partition_fetch_bytes: int = 1 << 20
     allow_auto_create_topics: bool = True
     request_timeout_ms: int = 30_000
+    #: how long opening tries to reach a bootstrap server (kafka-python's; then
+    #: ``NoBrokersAvailableError``)
+    bootstrap_timeout_ms: int = 30_000
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
     metadata_max_age_ms: int = 300_000
@@ -303,7 +306,7 @@ class SimpleConsumerConfig:
 
     def __post_init__(self) -> None:
         self.isolation  # noqa: B018 - checks isolation_level now, before anything connects
-        for name in ("max_partition_fetch_bytes", "request_timeout_ms"):
+        for name in ("max_partition_fetch_bytes", "request_timeout_ms", "bootstrap_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         for name in ("fetch_max_wait_ms", "fetch_min_bytes", "metadata_max_age_ms"):
@@ -736,6 +739,7 @@ class SimpleConsumerOptions(SecurityOptions, total=False):
     max_partition_fetch_bytes: int
     allow_auto_create_topics: bool
     request_timeout_ms: int
+    bootstrap_timeout_ms: int
     key_deserializer: Callable[[bytes], Any] | None
     value_deserializer: Callable[[bytes], Any] | None
     metadata_max_age_ms: int
@@ -763,6 +767,7 @@ async def _opened(bootstrap_servers: str | list[str] | None, config: SimpleConsu
         async with open_client(bootstrap_servers, zookeeper=config.zookeeper,
                                client_id=config.client_id,
                                request_timeout_ms=config.request_timeout_ms,
+                               bootstrap_timeout_ms=config.bootstrap_timeout_ms,
                                metadata_max_age_ms=config.metadata_max_age_ms,
                                allow_auto_create_topics=False,
                                security=config.security) as client:

@@ -374,7 +374,8 @@ async def open_connection(
         raise NetworkError(f"connecting to {host}:{port} timed out after "
                            f"{connect_timeout_s:.1f} s") from None
     except OSError as exc:
-        raise NetworkError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+        raise NetworkError(f"cannot connect to {host}:{port}: {_connect_failure(exc)}"
+                           ) from None
     conn = BrokerConnection(stream, host, port, client_id=client_id,
                             request_timeout_s=request_timeout_s,
                             max_response_bytes=max_response_bytes, security=security)
@@ -388,3 +389,11 @@ async def open_connection(
                 yield conn
             finally:
                 await conn.aclose()
+
+
+def _connect_failure(exc: OSError) -> str:
+    """Why a connection could not be made, in the system's words ("Connection refused"):
+    trio reports every address it tried under one "all attempts ... failed"."""
+    causes = getattr(exc.__cause__, "exceptions", ())
+    reasons = [os.strerror(c.errno) for c in causes if isinstance(c, OSError) and c.errno]
+    return ", ".join(dict.fromkeys(reasons)) or exc.strerror or str(exc)

@@ -214,6 +214,7 @@ async def open_broker_consumer(wanted: ConnectorSubscription, config: GroupConfi
                                else None,
                                client_id=config.client_name(wanted.group_id),
                                request_timeout_ms=config.request_timeout_ms,
+                               bootstrap_timeout_ms=config.bootstrap_timeout_ms,
                                metadata_max_age_ms=config.metadata_max_age_ms,
                                allow_auto_create_topics=False,
                                security=config.security) as client:

@@ -74,6 +74,9 @@ class GroupConfig:
     request_timeout_ms: int = 30_000
     #: "read_committed": only committed transactions' records (as ``KafkaConsumer``'s)
     isolation_level: str = "read_uncommitted"
+    #: how long opening tries to reach a bootstrap server (kafka-python's; then
+    #: ``NoBrokersAvailableError``)
+    bootstrap_timeout_ms: int = 30_000
     #: TLS and SASL of the consumer's connections (the security keywords; None: PLAINTEXT)
     security: ClientSecurity | None = None
 
@@ -93,7 +96,7 @@ class GroupConfig:
             raise ValueError("auto_offset_reset must be 'smallest' or 'largest'")
         for name in ("num_streams", "auto_commit_interval_ms", "fetch_max_bytes",
                      "request_timeout_ms", "metadata_max_age_ms",
-                     "zookeeper_session_timeout_ms"):
+                     "zookeeper_session_timeout_ms", "bootstrap_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         for name in ("queued_max_chunks", "fetch_max_wait_ms", "rebalance_max_retries",
@@ -195,3 +198,4 @@ class ConsumerOptions(SecurityOptions, total=False):
     retry_backoff_ms: int
     request_timeout_ms: int
     isolation_level: str
+    bootstrap_timeout_ms: int

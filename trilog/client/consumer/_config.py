@@ -58,6 +58,9 @@ class ConsumerConfig:
     isolation_level: str = "read_uncommitted"
     consumer_timeout_ms: float = float("inf")
     request_timeout_ms: int = 30_000
+    #: how long opening tries to reach a bootstrap server (kafka-python's; then
+    #: ``NoBrokersAvailableError``)
+    bootstrap_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
     metadata_max_age_ms: int = 300_000
     exclude_internal_topics: bool = True
@@ -80,7 +83,7 @@ class ConsumerConfig:
                              "session_timeout_ms")
         for name in ("max_poll_records", "max_poll_interval_ms", "auto_commit_interval_ms",
                      "max_partition_fetch_bytes", "fetch_max_bytes", "request_timeout_ms",
-                     "metadata_max_age_ms"):
+                     "metadata_max_age_ms", "bootstrap_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         for name in ("fetch_max_wait_ms", "fetch_min_bytes", "retry_backoff_ms"):
@@ -140,6 +143,7 @@ class KafkaConsumerOptions(SecurityOptions, total=False):
     isolation_level: str
     consumer_timeout_ms: float
     request_timeout_ms: int
+    bootstrap_timeout_ms: int
     retry_backoff_ms: int
     metadata_max_age_ms: int
     exclude_internal_topics: bool

@@ -51,6 +51,7 @@ async def _opened(topics: list[str], config: ConsumerConfig) -> AsyncIterator[Co
     with unwrap_exception_group():
         async with open_client(config.bootstrap_servers, client_id=config.client_id,
                                request_timeout_ms=config.request_timeout_ms,
+                               bootstrap_timeout_ms=config.bootstrap_timeout_ms,
                                metadata_max_age_ms=config.metadata_max_age_ms,
                                allow_auto_create_topics=False,
                                security=config.security) as client:

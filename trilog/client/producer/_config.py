@@ -80,7 +80,7 @@ class Guarantees(NamedTuple):
 #: settings that must be above zero, and settings that must not be below it
 _POSITIVE = ("buffer_memory", "max_request_size", "delivery_timeout_ms", "request_timeout_ms",
              "max_in_flight_requests_per_connection", "metadata_max_age_ms",
-             "transaction_timeout_ms")
+             "transaction_timeout_ms", "bootstrap_timeout_ms")
 _NOT_NEGATIVE = ("linger_ms", "batch_size", "retries", "retry_backoff_ms")
 _CALLABLE = ("key_serializer", "value_serializer", "partitioner", "on_delivery")
 
@@ -105,6 +105,9 @@ class ProducerConfig:
     retry_backoff_ms: int = 100
     delivery_timeout_ms: int = 120_000
     request_timeout_ms: int = 30_000
+    #: how long opening tries to reach a bootstrap server (kafka-python's; then
+    #: ``NoBrokersAvailableError``)
+    bootstrap_timeout_ms: int = 30_000
     max_in_flight_requests_per_connection: int = 5
     max_request_size: int = 1048576
     on_delivery: OnDelivery | None = None
@@ -173,6 +176,7 @@ class ProducerOptions(SecurityOptions, total=False):
     retry_backoff_ms: int
     delivery_timeout_ms: int
     request_timeout_ms: int
+    bootstrap_timeout_ms: int
     max_in_flight_requests_per_connection: int
     max_request_size: int
     on_delivery: OnDelivery | None

@@ -280,6 +280,7 @@ async def _running_producer(bootstrap_servers: str | list[str] | None,
         async with open_client(bootstrap_servers, zookeeper=config.zookeeper,
                                client_id=config.client_id,
                                request_timeout_ms=config.request_timeout_ms,
+                               bootstrap_timeout_ms=config.bootstrap_timeout_ms,
                                metadata_max_age_ms=config.metadata_max_age_ms,
                                security=config.security) as client:
             producer = Producer(client, config)
