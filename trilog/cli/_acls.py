@@ -32,7 +32,6 @@ _OPERATIONS = [op.title for op in AclOperation if op.value > 1]
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "acls",
-        help="add, remove or list ACLs",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Manage the ACLs of a cluster whose brokers run an authorizer\n"

@@ -46,7 +46,6 @@ _SHORT_FLAGS = {
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "broker",
-        help="run a broker",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Run a trilog broker. With no arguments: one standalone broker on 127.0.0.1:9092,\n"

@@ -70,7 +70,7 @@ def connection_kwargs(args) -> dict[str, Any]:
     path = getattr(args, "command_config", None)
     if path is None:
         return timeout
-    from trilog.broker.configs._broker_config import ConfigError, parse_properties
+    from trilog._properties import PropertiesError, parse_properties
     from trilog.client import ClientSecurity, SecurityConfigError
 
     try:
@@ -79,7 +79,7 @@ def connection_kwargs(args) -> dict[str, Any]:
         return {**timeout, "security": ClientSecurity.from_properties(props)}
     except OSError as exc:
         raise UsageError(f"cannot read --command-config {path}: {exc.strerror}") from None
-    except (ConfigError, SecurityConfigError) as exc:
+    except (PropertiesError, SecurityConfigError) as exc:
         raise UsageError(f"--command-config {path}: {exc}") from None
 
 

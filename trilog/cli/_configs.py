@@ -24,7 +24,6 @@ _KINDS = {"topics": "topic", "brokers": "broker"}
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "configs",
-        help="describe or change topic and broker configs",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Show or change the settings of a topic or a broker, through the brokers, like\n"

@@ -40,7 +40,6 @@ _FETCH_BYTES = 1 << 20
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "consume",
-        help="print the records of a topic",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Print the records of --topic, one line each, as they arrive: every partition\n"

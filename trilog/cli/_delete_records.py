@@ -23,7 +23,6 @@ EXAMPLE_JSON = '{"partitions": [{"topic": "orders", "partition": 0, "offset": 10
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "delete-records",
-        help="delete the records of partitions below given offsets",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Move each listed partition's log start offset to the given offset: the records\n"

@@ -47,7 +47,6 @@ _TIME_ENTRY = struct.Struct(">qi")
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "dump-log",
-        help="print the batches and records of segment files (.log, .index, .timeindex)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Print what segment files hold, like Kafka's DumpLogSegments. For a .log file,\n"

@@ -17,7 +17,6 @@ _NAMED_TIMES = {"earliest": EARLIEST, "-2": EARLIEST, "latest": LATEST, "-1": LA
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "get-offsets",
-        help="print a topic's offsets by time (earliest, latest, or at a timestamp)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Print one line per partition of --topic, `topic:partition:offset`, like Kafka's\n"

@@ -25,7 +25,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "groups",
-        help="list, describe and delete consumer groups, reset their offsets",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Consumer groups coordinated by brokers (--bootstrap-server: Kafka's group\n"

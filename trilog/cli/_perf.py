@@ -56,7 +56,6 @@ _PROGRESS_S = 1.0
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "perf",
-        help="measure produce or consume throughput and latency",
         description="Load tests in the style of Kafka's kafka-producer-perf-test.sh and "
         "kafka-consumer-perf-test.sh. `trilog perf produce --help` and "
         "`trilog perf consume --help` for each.",

@@ -28,7 +28,6 @@ _MAX_ERROR_LINES = 10
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "produce",
-        help="send lines from stdin as records",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Read lines from stdin and send each as one record to --topic (the line without\n"

@@ -21,7 +21,6 @@ from trilog.errors import TopicAlreadyExistsError
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "topics",
-        help="create, list, describe, alter or delete topics",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Manage topics through a broker (--bootstrap-server) or directly in ZooKeeper\n"

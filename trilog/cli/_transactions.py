@@ -27,7 +27,6 @@ DESCRIBE_HEADERS = ("CoordinatorId", "TransactionalId", "ProducerId", "ProducerE
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "transactions",
-        help="list and describe transactions",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "The transactions of transactional producers (a producer with a\n"

@@ -21,7 +21,6 @@ from trilog.protocol import ScramCredential
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "users",
-        help="add, delete or list SASL users (SCRAM credentials)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Manage the users that may log in on a broker's SASL listeners (SASL_PLAINTEXT,\n"

@@ -13,7 +13,6 @@ from trilog.errors import TrilogError
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "zookeeper",
-        help="run a standalone ZooKeeper for development",
         description="Start a standalone ZooKeeper from an installed ZooKeeper "
         "($ZOOKEEPER_HOME, Debian's zookeeper package, or the jars in the pyspark wheel), "
         "wait until it serves, and stop it when this command is interrupted "

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from trilog._properties import PropertiesError
+from trilog._properties import parse_properties as java_properties
 from trilog.broker.network._listeners import (
     Listener,
     ListenerError,
@@ -400,40 +402,12 @@ PROPERTIES_BY_NAME: dict[str, Property] = {p.name: p for p in PROPERTIES}
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
-    """Java ``.properties`` syntax to a dict of raw strings (last one wins)."""
-    result: dict[str, str] = {}
-    logical: list[str] = []
-    lines = text.splitlines()
-    for lineno, raw in enumerate(lines, 1):
-        line = raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        # A line ending in an odd number of backslashes continues on the next line.
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            logical.append(line[:-1])
-            continue
-        logical.append(line)
-        entry, logical = "".join(logical), []
-        key, value = _split_entry(entry)
-        if not key:
-            raise ConfigError(f"{source}:{lineno}: a line with no key: {raw!r}")
-        result[key] = value
-    if logical:
-        key, value = _split_entry("".join(logical))
-        result[key] = value
-    return result
-
-
-def _split_entry(entry: str) -> tuple[str, str]:
-    """Java's rule: the key ends at the first ``=``, ``:`` or blank; one separator follows."""
-    i = 0
-    while i < len(entry) and entry[i] not in "=:" and not entry[i].isspace():
-        i += 1
-    rest = entry[i:].lstrip()
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:]
-    return entry[:i], rest.strip()
+    """Java ``.properties`` syntax to a dict of raw strings (last one wins); ``ConfigError``
+    for a line without a key (the syntax: ``trilog._properties``)."""
+    try:
+        return java_properties(text, source)
+    except PropertiesError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def suggest(name: str) -> str:
