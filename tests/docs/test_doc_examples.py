@@ -1,16 +1,24 @@
-"""Every page of docs/ (but five, whose examples need a cluster, Spark or a benchmark run)
-starts with a runnable example: its first ```python block, run as a user would run it
-against ``make run``'s broker.
+"""Every page of docs/ that has Python starts with a runnable example: its first ```python
+block, run as a user would run it against ``make run``'s broker.
 
 The example's ``127.0.0.1:9092`` becomes a real broker process's address (a standalone broker
 with the embedded defaults, as ``make run`` starts: topics auto-created, no ZooKeeper).  Each
 example runs twice against the same broker, as a user runs it again against a broker that
 keeps its data, and each run must end by itself with status 0.
+
+Two pages need more than ``make run``'s broker, and get it here as the page itself says:
+security.md's example runs against the secured broker that the page's own shell commands
+set up (openssl certificates, a SCRAM user, four listeners); spark.md's makes its own local
+Spark session, with nothing set in the environment (``PYSPARK_PYTHON`` unset: the data
+source must find trilog in its Python workers by itself).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -18,15 +26,16 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-# Pages whose first example is not Python for the `make run` broker: shell commands and
-# property tables, Spark (tested in tests/spark), and the contributors' walk through the code.
-NOT_HERE = {"operations.md", "broker-config.md", "performance.md", "spark.md", "internals.md",
-            # a secured broker with its certificates: tests/broker/test_security.py
-            "security.md"}
-PAGES = sorted(p.name for p in DOCS.glob("*.md") if p.name not in NOT_HERE)
+#: Pages without a Python example: shell commands, property tables, figures, the
+#: contributors' walk through the code (a test below keeps them without one).
+NO_PYTHON = {"operations.md", "broker-config.md", "performance.md", "internals.md"}
+#: Pages whose example needs more than make run's broker: a test of their own below.
+OWN_TEST = {"security.md", "spark.md"}
+PAGES = sorted(p.name for p in DOCS.glob("*.md") if p.name not in NO_PYTHON | OWN_TEST)
 MAKE_RUN_BROKER = "127.0.0.1:9092"
 _GUARD_S = 60  # a failure guard for an example that never ends, not a speed assertion
 _FIRST_PYTHON = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_FIRST_SH = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def first_example(page: str) -> str:
@@ -40,27 +49,99 @@ def first_example(page: str) -> str:
 
 def test_the_pages_are_found():
     assert {"index.md", "client.md", "consumer.md", "sync.md", "admin.md"} <= set(PAGES)
+    assert {p.name for p in DOCS.glob("*.md")} == set(PAGES) | NO_PYTHON | OWN_TEST
+
+
+@pytest.mark.parametrize("page", sorted(NO_PYTHON))
+def test_the_pages_without_python_have_none(page):
+    assert _FIRST_PYTHON.search((DOCS / page).read_text()) is None, \
+        f"docs/{page} has a Python example now: run it here (move it out of NO_PYTHON)"
+
+
+def run_twice(page: str, code: str, cwd: Path, *, env: dict[str, str] | None = None,
+              guard_s: float = _GUARD_S) -> str:
+    """Run ``code`` as a script in ``cwd``, twice; each run must end by itself with status 0
+    and no traceback.  What the second run printed."""
+    script = cwd / f"example_{page.removesuffix('.md')}.py"
+    script.write_text(code)
+    for run in ("first", "second"):
+        try:
+            done = subprocess.run([sys.executable, str(script)], cwd=cwd,
+                                  capture_output=True, text=True, timeout=guard_s,
+                                  stdin=subprocess.DEVNULL, check=False, env=env)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"docs/{page}'s first example ({run} run) did not end within "
+                                 f"{guard_s} s; it printed:\n{exc.stdout}\n{exc.stderr}"
+                                 ) from None
+        assert done.returncode == 0, (f"docs/{page}'s first example ({run} run) failed:\n"
+                                      f"{done.stdout}\n{done.stderr}")
+        assert "Traceback" not in done.stderr, done.stderr
+    return done.stdout
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_the_first_example_runs_against_a_standalone_broker(page, broker_process, tmp_path):
     code = first_example(page)
-    broker = broker_process()
-    script = tmp_path / f"example_{page.removesuffix('.md')}.py"
-    script.write_text(code.replace(MAKE_RUN_BROKER, broker.bootstrap))
-    for run in ("first", "second"):
-        try:
-            done = subprocess.run([sys.executable, str(script)], cwd=tmp_path,
-                                  capture_output=True, text=True, timeout=_GUARD_S,
-                                  stdin=subprocess.DEVNULL, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise AssertionError(f"docs/{page}'s first example ({run} run) did not end within "
-                                 f"{_GUARD_S} s; it printed:\n{exc.stdout}\n{exc.stderr}"
-                                 ) from None
-        assert done.returncode == 0, (f"docs/{page}'s first example ({run} run) failed:\n"
-                                      f"{done.stdout}\n{done.stderr}")
-        assert "Traceback" not in done.stderr, done.stderr
     assert MAKE_RUN_BROKER in code, f"docs/{page}'s first example does not use make run's broker"
+    broker = broker_process()
+    run_twice(page, code.replace(MAKE_RUN_BROKER, broker.bootstrap), tmp_path)
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_security_md_runs_against_the_broker_its_commands_set_up(broker_process, tmp_path):
+    """The page's shell block, as written (its fixed ports moved to free ones), makes the
+    certificates with openssl, the user alice and secure.properties; a broker started from
+    that file serves the page's Python example on its SASL_SSL listener."""
+    text = (DOCS / "security.md").read_text()
+    commands = _FIRST_SH.search(text)
+    assert commands is not None
+    *setup, start = commands.group(1).rstrip().splitlines()
+    assert start == "trilog broker secure.properties"
+    ports = dict(zip(("9092", "9093", "9094", "9095"), map(str, _free_ports(4))))
+    shell = "\n".join(setup)
+    for fixed, free in ports.items():
+        shell = shell.replace(f"127.0.0.1:{fixed}", f"127.0.0.1:{free}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    trilog = bin_dir / "trilog"  # the command, as `make` installs it into .venv/bin
+    trilog.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; from trilog.cli "
+                      f"import main; sys.exit(main())' \"$@\"\n")
+    trilog.chmod(trilog.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euc", shell], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"security.md's commands failed:\n{done.stdout}\n{done.stderr}"
+    broker_process(tmp_path / "trilog-data", str(tmp_path / "secure.properties"),
+                   port=int(ports["9092"]), cwd=tmp_path)
+    code = first_example("security.md")
+    assert "127.0.0.1:9095" in code
+    printed = run_twice("security.md", code.replace("127.0.0.1:9095",
+                                                    f"127.0.0.1:{ports['9095']}"), tmp_path)
+    assert printed.splitlines()[-1] == "1 b'paid'"  # the second run reads both records
+
+
+@pytest.mark.slow
+def test_spark_md_runs_with_nothing_set_in_the_environment(broker_process, tmp_path):
+    pytest.importorskip("pyspark")
+    code = first_example("spark.md")
+    assert MAKE_RUN_BROKER in code
+    broker = broker_process(overrides={"num.partitions": 2})
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the test machine's, not the example's
+    printed = run_twice("spark.md", code.replace(MAKE_RUN_BROKER, broker.bootstrap), tmp_path,
+                        env=env, guard_s=300)
+    assert "'checkout'" in printed and "Row(" in printed
 
 
 _LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -15,17 +15,13 @@ from trilog.spark._cluster import DataLossError
 from trilog.spark._options import OptionError
 from trilog.spark._read import row_schema
 from trilog.spark._source import TrilogBatchReader, TrilogDataSource, TrilogStreamReader
+from trilog.spark._workers import SparkSetupError, register
 from trilog.spark._write import TrilogCommitMessage, TrilogStreamWriter, TrilogWriter
-
-
-def register(spark) -> None:
-    """Register the ``trilog`` format with a ``SparkSession``."""
-    spark.dataSource.register(TrilogDataSource)
-
 
 __all__ = [
     "DataLossError",
     "OptionError",
+    "SparkSetupError",
     "TrilogBatchReader",
     "TrilogCommitMessage",
     "TrilogDataSource",
