@@ -87,9 +87,11 @@ from trilog.client._groups_admin import (
     ResetPlan,
     open_group_admin,
 )
+from trilog.client._settings import IgnoredSettingWarning
 from trilog.net import ClientSecurity, SecurityConfigError, SecurityOptions
 
 __all__ = [
+    "IgnoredSettingWarning",
     "Blacklist",
     "BrokerConsumerConnector",
     "ConsumerOptions",

@@ -12,6 +12,7 @@ which queues the record for the loop thread and returns (see ``_Outbox``).  Thre
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections import deque
@@ -45,17 +46,32 @@ from trilog.client import (
     open_simple_consumer,
 )
 from trilog.client import Consumer as AsyncConsumer
+from trilog.client._settings import called_as
 from trilog.client.producer import Headers
 from trilog.errors import UnknownTopicOrPartitionError
 from trilog.sync._portal import Portal
+
+log = logging.getLogger("trilog.sync")
+
+
+def _open(facade: str, opener: Callable[..., Any], *args: Any, **options: Any) -> Any:
+    """``opener(*args, **options)``, its messages about keywords naming the function the
+    caller used (``trilog.sync.Producer()``, not ``open_producer()``)."""
+    token = called_as.set(f"trilog.sync.{facade}")
+    try:
+        return opener(*args, **options)
+    finally:
+        called_as.reset(token)
 
 
 class _Facade:
     _portal: Portal
 
-    def close(self) -> None:
-        """Close (a producer flushes first) and release the loop thread.  Idempotent."""
-        self._portal.close()
+    def close(self, timeout: float | None = None) -> None:
+        """Close (a producer flushes first) and release the loop thread.  Idempotent.
+        ``timeout``: at most this many seconds (kafka-python's ``close(timeout=)``); then
+        the closing is cut short."""
+        self._portal.close(timeout)
 
     @property
     def closed(self) -> bool:
@@ -75,15 +91,23 @@ class _Facade:
         self.close()
 
 
+#: guards every ``SyncDelivery``'s callbacks (rarely contended: taken to add one, and once
+#: when a watched delivery finishes)
+_CALLBACKS = threading.Lock()
+
+
 class SyncDelivery:
-    """The blocking view of a ``Delivery``: ``get(timeout=None) -> RecordMetadata``.
+    """The blocking view of a ``Delivery``: ``get(timeout=None) -> RecordMetadata``, and
+    kafka-python's ``FutureRecordMetadata`` methods (``add_callback``, ``add_errback``,
+    ``is_done``, ``succeeded()``, ``failed()``, ``value``, ``exception``).
 
     A record from ``Producer.send`` reaches the producer a moment after ``send`` returns
     (see ``_Outbox``); until then its delivery is pending, and an error of the send itself
     (an unknown topic, a record too large, a closed producer) is raised by ``get``.
     """
 
-    __slots__ = ("_delivery", "_error", "_outbox", "_portal")
+    __slots__ = ("_delivery", "_error", "_outbox", "_portal", "_callbacks", "_handed",
+                 "_outcome")
 
     def __init__(self, delivery: Delivery | None, portal: Portal,
                  outbox: _Outbox | None = None) -> None:
@@ -91,11 +115,104 @@ class SyncDelivery:
         self._error: BaseException | None = None
         self._portal = portal
         self._outbox = outbox
+        #: (is an errback, function) waiting for the outcome; None: nobody asked
+        self._callbacks: list[tuple[bool, Callable[[Any], Any]]] | None = None
+        #: set by the outbox when it hands the record over (only when callbacks wait)
+        self._handed: trio.Event | None = None
+        #: once the callbacks have run: (failed, the exception or the metadata)
+        self._outcome: tuple[bool, Any] | None = None
 
     def done(self) -> bool:
         if self._delivery is None:
             return self._error is not None
         return self._delivery.done()
+
+    # -- kafka-python's FutureRecordMetadata ---------------------------------------------------
+
+    @property
+    def is_done(self) -> bool:
+        """kafka-python's attribute: ``done()``."""
+        return self.done()
+
+    def succeeded(self) -> bool:
+        """Done and acknowledged."""
+        return self.done() and self._failure() is None
+
+    def failed(self) -> bool:
+        """Done and failed."""
+        return self.done() and self._failure() is not None
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The error of a failed delivery; None while pending or once acknowledged."""
+        return self._failure() if self.done() else None
+
+    @property
+    def value(self) -> RecordMetadata | None:
+        """The ``RecordMetadata`` of an acknowledged record; None otherwise."""
+        if not self.succeeded():
+            return None
+        assert self._delivery is not None
+        return self._delivery.result()
+
+    def _failure(self) -> BaseException | None:
+        if self._error is not None:
+            return self._error
+        assert self._delivery is not None
+        return self._delivery.exception()
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Self:
+        """Call ``fn(*args, metadata, **kwargs)`` once the record is acknowledged (at once
+        if it is already).  Callbacks run in the facades' loop thread, as kafka-python's
+        run in its I/O thread: keep them short, and make no blocking trilog.sync call in
+        them; an exception they raise is logged."""
+        self._add(False, functools.partial(fn, *args, **kwargs) if args or kwargs else fn)
+        return self
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Self:
+        """Call ``fn(*args, exception, **kwargs)`` if the delivery fails (as
+        ``add_callback``)."""
+        self._add(True, functools.partial(fn, *args, **kwargs) if args or kwargs else fn)
+        return self
+
+    def _add(self, errback: bool, fn: Callable[[Any], Any]) -> None:
+        with _CALLBACKS:
+            outcome = self._outcome
+            if outcome is None:
+                start = self._callbacks is None
+                if start:
+                    self._callbacks = []
+                self._callbacks.append((errback, fn))  # type: ignore[union-attr]
+        if outcome is not None:
+            failed, result = outcome
+            if failed == errback:
+                _call(fn, result)
+        elif start:
+            self._portal.call_soon(lambda: self._portal.spawn(self._watch))
+
+    async def _watch(self) -> None:  # in the loop thread
+        if self._delivery is None and self._error is None:  # still in the outbox
+            self._handed = trio.Event()
+            await self._handed.wait()
+        failure = self._error
+        metadata = None
+        if failure is None:
+            assert self._delivery is not None
+            try:
+                metadata = await self._delivery.wait()
+            except Exception as exc:  # noqa: BLE001 - the errbacks get it
+                failure = exc
+        outcome = (True, failure) if failure is not None else (False, metadata)
+        with _CALLBACKS:
+            self._outcome = outcome
+            callbacks, self._callbacks = self._callbacks or [], []
+        for errback, fn in callbacks:
+            if errback == outcome[0]:
+                _call(fn, outcome[1])
+
+    def _handed_over(self) -> None:  # in the loop thread, by the outbox
+        if self._handed is not None:
+            self._handed.set()
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait for the acknowledgement; ``TimeoutError`` after ``timeout`` seconds."""
@@ -119,6 +236,13 @@ class SyncDelivery:
             return self._portal.run(wait)
         except trio.TooSlowError:
             raise TimeoutError(f"no acknowledgement within {timeout} s") from None
+
+
+def _call(fn: Callable[[Any], Any], argument: Any) -> None:
+    try:
+        fn(argument)
+    except Exception:  # noqa: BLE001 - one callback's failure must not stop the others
+        log.exception("a SyncDelivery callback failed")
 
 
 class _Outbox:
@@ -193,6 +317,8 @@ class _Outbox:
                             sync._delivery = await producer.send(topic, value, key, **kwargs)
                     except Exception as exc:  # noqa: BLE001 - the caller's get() raises it
                         sync._error = exc
+                    if sync._handed is not None:  # callbacks wait for it
+                        sync._handed.set()
                     batch[i] = None
                 self._handed_over(base + len(batch))
                 batch = []
@@ -205,6 +331,7 @@ class _Outbox:
                     if sync._delivery is None and sync._error is None:
                         sync._error = ProducerClosedError(
                             "the producer closed before this record was handed to it")
+                    sync._handed_over()
                 self._handed = self._queued  # every record is handed over or failed
                 self._draining = False
                 self._changed.notify_all()
@@ -226,14 +353,15 @@ class _Outbox:
                     lambda: sync._delivery is not None or sync._error is not None, timeout):
                 raise TimeoutError(f"the record was not even queued within {timeout} s")
 
-    def wait_empty(self) -> None:
-        """Block until every record put before this call has been handed to the producer."""
+    def wait_empty(self, timeout: float | None = None) -> bool:
+        """Block until every record put before this call has been handed to the producer
+        (False: ``timeout`` seconds passed first)."""
         self._portal.check()
         with self._changed:
             ticket = self._queued
             if self._handed < ticket:
                 self._refuse_loop_thread()
-            self._changed.wait_for(lambda: self._handed >= ticket)
+            return self._changed.wait_for(lambda: self._handed >= ticket, timeout)
 
     def _refuse_loop_thread(self) -> None:
         if self._portal.in_loop_thread():
@@ -259,7 +387,8 @@ class Producer(_Facade):
 
     def __init__(self, bootstrap_servers: str | list[str] | None = None,
                  **options: Unpack[ProducerOptions]) -> None:
-        self._portal = Portal(open_producer(bootstrap_servers, **options), "trilog.sync.Producer")
+        self._portal = Portal(_open("Producer", open_producer, bootstrap_servers, **options),
+                              "trilog.sync.Producer")
         self._producer = self._portal.value
         self._outbox = _Outbox(self._portal, self._producer)
 
@@ -302,15 +431,32 @@ class Producer(_Facade):
             self._producer.send_and_wait, topic, value, key, partition=partition,
             timestamp_ms=timestamp_ms, headers=headers))
 
-    def flush(self) -> None:
-        self._outbox.wait_empty()
-        self._portal.run(self._producer.flush)
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every record sent so far is acknowledged or failed;
+        ``TimeoutError`` after ``timeout`` seconds (kafka-python's ``flush(timeout=)``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._outbox.wait_empty(timeout):
+            raise TimeoutError(f"flush did not finish within {timeout} s")
+        left = float("inf") if deadline is None else max(deadline - time.monotonic(), 0)
+        flush = self._producer.flush
 
-    def close(self) -> None:
-        """Hand over what ``send`` queued, flush, close (see ``_Facade.close``)."""
+        async def flush_within() -> None:
+            with trio.fail_after(left):
+                await flush()
+
+        try:
+            self._portal.run(flush_within)
+        except trio.TooSlowError:
+            raise TimeoutError(f"flush did not finish within {timeout} s") from None
+
+    def close(self, timeout: float | None = None) -> None:
+        """Hand over what ``send`` queued, flush, close (see ``_Facade.close``).  With
+        ``timeout`` (seconds, kafka-python's ``close(timeout=)``), the records not
+        acknowledged by then fail with ``ProducerClosedError``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         if not self.closed and not self._portal.forked:
-            self._outbox.wait_empty()
-        super().close()
+            self._outbox.wait_empty(timeout)
+        super().close(None if deadline is None else max(deadline - time.monotonic(), 0))
 
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         return self._portal.run(self._producer.partitions_for, topic)
@@ -353,8 +499,8 @@ class SimpleConsumer(_Facade):
 
     def __init__(self, bootstrap_servers: str | list[str] | None = None,
                  **options: Unpack[SimpleConsumerOptions]) -> None:
-        self._portal = Portal(open_simple_consumer(bootstrap_servers, **options),
-                              "trilog.sync.SimpleConsumer")
+        self._portal = Portal(_open("SimpleConsumer", open_simple_consumer, bootstrap_servers,
+                                    **options), "trilog.sync.SimpleConsumer")
         self._consumer = self._portal.value
 
     def partitions_for(self, topic: str) -> tuple[int, ...]:
@@ -438,7 +584,8 @@ class Consumer(_Facade):
 
     def __init__(self, *topics: str | Iterable[str],
                  **options: Unpack[KafkaConsumerOptions]) -> None:
-        self._portal = Portal(open_consumer(*topics, **options), "trilog.sync.Consumer")
+        self._portal = Portal(_open("Consumer", open_consumer, *topics, **options),
+                              "trilog.sync.Consumer")
         self._consumer: AsyncConsumer = self._portal.value
         self.config = self._consumer.config
 
@@ -546,9 +693,11 @@ class ConsumerConnector(_Facade):
                  **options: Unpack[ConsumerOptions]) -> None:
         opened: Any
         if topic_filter is None and topics is not None:
-            opened = open_consumer_connector(group_id, topics=topics, **options)
+            opened = _open("ConsumerConnector", open_consumer_connector, group_id,
+                           topics=topics, **options)
         elif topics is None and topic_filter is not None:
-            opened = open_consumer_connector(group_id, topic_filter=topic_filter, **options)
+            opened = _open("ConsumerConnector", open_consumer_connector, group_id,
+                           topic_filter=topic_filter, **options)
         else:
             raise ValueError("give exactly one of topics and topic_filter")
         self._portal = Portal(opened, "trilog.sync.ConsumerConnector")

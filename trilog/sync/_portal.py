@@ -99,6 +99,7 @@ class Portal:
         self._loop = _acquire_loop()
         self._closed = False
         self._close_event: trio.Event | None = None
+        self._scope: trio.CancelScope | None = None  # the holder's, to cut a close short
         self._done = threading.Event()
         self._close_error: BaseException | None = None
         try:
@@ -115,11 +116,12 @@ class Portal:
     async def _hold(self, context: AbstractAsyncContextManager, *, task_status) -> None:
         started = False
         try:
-            async with context as value:
-                task_status.started(value)
-                started = True
-                assert self._close_event is not None
-                await self._close_event.wait()
+            with trio.CancelScope() as self._scope:
+                async with context as value:
+                    task_status.started(value)
+                    started = True
+                    assert self._close_event is not None
+                    await self._close_event.wait()
         except Exception as exc:
             if not started:
                 raise  # nursery.start hands it to the facade's constructor
@@ -199,9 +201,12 @@ class Portal:
         self._check()
         return trio.from_thread.run_sync(fn, *args, trio_token=self._loop.token)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Leave the held context (it flushes/cleans up as its ``async with`` does) and
-        release the loop; the loop's thread ends with its last facade.  Idempotent."""
+        release the loop; the loop's thread ends with its last facade.  Idempotent.
+
+        ``timeout``: seconds the context's exit may take; after them it is cancelled (a
+        producer fails the records it could not deliver yet with ``ProducerClosedError``)."""
         if self._closed or os.getpid() != self._pid:
             self._closed = True
             return
@@ -209,7 +214,10 @@ class Portal:
         try:
             assert self._close_event is not None
             trio.from_thread.run_sync(self._close_event.set, trio_token=self._loop.token)
-            self._done.wait()
+            if not self._done.wait(timeout):
+                assert self._scope is not None  # set before the constructor returned
+                trio.from_thread.run_sync(self._scope.cancel, trio_token=self._loop.token)
+                self._done.wait()
         finally:
             _release_loop(self._loop)
         if self._close_error is not None:
