@@ -73,7 +73,7 @@ async def test_produce_keyed_lines_and_consume_them_back(bootstrap):
 
 async def test_produce_with_idempotence(bootstrap):
     refused = await cli("produce", "--topic", "idem", "--bootstrap-server", bootstrap,
-                        "--idempotence", stdin=b"x\n")
+                        "--idempotence", "--acks", "1", stdin=b"x\n")
     assert refused.returncode == 2 and "--idempotence needs --acks all" in refused.stderr
     produced = await cli("produce", "--topic", "idem", "--bootstrap-server", bootstrap,
                          "--idempotence", "--acks", "all", "--partition", "0",

@@ -10,8 +10,9 @@ from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
     add_connection_args,
-    run_tool,
+    bootstrap_list,
     connection_kwargs,
+    run_tool,
 )
 from trilog.client import open_admin
 from trilog.protocol import (
@@ -53,7 +54,7 @@ def add_parser(sub) -> None:
             "  trilog acls --remove --allow-principal User:alice --operation Write --topic orders"
         ),
     )
-    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", type=bootstrap_list,
                    help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP})")
     add_connection_args(p)
     action = p.add_mutually_exclusive_group(required=True)

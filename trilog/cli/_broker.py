@@ -13,10 +13,12 @@ happens to be installed), as Kafka's ``log4j.properties`` does.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
 import logging.config
+import os
 import signal
 import sys
 from pathlib import Path
@@ -27,6 +29,7 @@ import trio
 from trilog._concurrency import unwrap_exception_group
 from trilog.broker import BrokerConfig, ConfigError, serve_broker
 from trilog.broker.configs._broker_config import properties_help
+from trilog.cli._common import port_number
 from trilog.errors import TrilogError
 
 #: What ``trilog broker`` without a properties file (``make run``) sets, as Kafka's quickstart
@@ -62,7 +65,7 @@ def add_parser(sub) -> None:
     p.add_argument("properties", nargs="?", help="a server.properties file")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="set a property (repeatable)")
-    p.add_argument("--port", type=int, help="listener port (port)")
+    p.add_argument("--port", type=port_number, help="listener port, 0-65535; 0 picks a free one (port)")
     p.add_argument("--host", help="listener address (host.name)")
     p.add_argument("--log-dir", help="data directory (log.dirs)")
     p.add_argument("--broker-id", type=int, help="this broker's id (broker.id)")
@@ -129,11 +132,25 @@ def load_log_config(path: str) -> dict[str, Any]:
     return loaded
 
 
+class _Announced(logging.Filter):
+    """Leaves out of the stderr log what the command prints on stdout when the broker is
+    ready (``_main``), so that a terminal shows the ready line once.  A ``--log-config``
+    setup keeps them: a log file should say when the broker was ready."""
+
+    _READY = ("broker %d listening on ", "listener %s (%s) on ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "trilog.broker" and isinstance(record.msg, str)
+                    and record.msg.startswith(self._READY))
+
+
 def configure_logging(level: str | None, config_file: str | None) -> None:
     """``--log-level`` and ``--log-config`` (see the module docstring)."""
     if config_file is None:
         logging.basicConfig(level=level or "INFO", stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_Announced())
         return
     config = load_log_config(config_file)
     # trilog's loggers exist before the file is read (they are made at import): unless the
@@ -156,6 +173,7 @@ def run(args) -> int:
         return 2
     try:
         config = config_from_args(args)
+        check_log_dirs(config.log_dirs)
     except ConfigError as exc:
         print(f"trilog broker: {exc}", file=sys.stderr)
         return 2
@@ -168,9 +186,33 @@ def run(args) -> int:
         print(f"trilog broker: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"trilog broker: {exc}", file=sys.stderr)
+        print(f"trilog broker: {describe_os_error(exc, config.log_dirs)}", file=sys.stderr)
         return 1
     return 0
+
+
+def check_log_dirs(log_dirs: list[str]) -> None:
+    """``ConfigError`` for a log directory that cannot be one: a file, or under a file."""
+    for d in log_dirs:
+        path = Path(d).absolute()
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            where = "is" if existing == path else f"cannot be created: {existing} is"
+            raise ConfigError(f"log directory {d} (--log-dir, log.dirs) {where} a file, not a "
+                              "directory; choose another path")
+
+
+def describe_os_error(exc: OSError, log_dirs: list[str]) -> str:
+    """An OS error in one line that says which of the broker's paths it is about."""
+    path = exc.filename
+    if path is None:
+        return str(exc.strerror or exc)
+    mine = [d for d in log_dirs if os.path.abspath(str(path)).startswith(os.path.abspath(d))]
+    if mine:
+        return (f"log directory {mine[0]} (--log-dir, log.dirs): {exc.strerror}: {path}"
+                + ("; the broker's user must be able to write it"
+                   if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""))
+    return f"{path}: {exc.strerror}"
 
 
 async def _main(config: BrokerConfig) -> None:

@@ -28,7 +28,7 @@ _CODEC_LIBRARIES = {"snappy": "pip install --force-reinstall cramjam (a dependen
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", type=bootstrap_list,
                        help=f"broker(s) to start from (default {DEFAULT_BOOTSTRAP})")
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                        help="find the brokers in ZooKeeper instead")
@@ -50,6 +50,30 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
                         "names: security.protocol, sasl.mechanism, sasl.jaas.config or "
                         "sasl.username/sasl.password, ssl.ca.location, "
                         "ssl.certificate.location, ssl.key.location (PEM files)")
+
+
+def bootstrap_list(text: str) -> str:
+    """argparse's type of ``--bootstrap-server``: ``host:port[,host:port...]``, else exit 2
+    naming what is wrong."""
+    from trilog.client import parse_bootstrap
+
+    try:
+        parse_bootstrap(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (e.g. 127.0.0.1:9092)") from None
+    return text
+
+
+def port_number(text: str) -> int:
+    """argparse's type of a ``--port``: 0-65535 (0: a free port), else exit 2 naming it."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535; 0 picks a "
+                                         "free port)")
+    return port
 
 
 def _positive_ms(text: str) -> int:
@@ -95,10 +119,10 @@ def where(args) -> str:
         (args.bootstrap_server or DEFAULT_BOOTSTRAP)
 
 
-def add_producer_args(p: argparse.ArgumentParser, *, acks_default: str = "1") -> None:
-    p.add_argument("--acks", default=acks_default, choices=list(_ACKS),
-                   help=f"acknowledgements to wait for: 0 none, 1 the leader, -1/all every "
-                        f"in-sync replica (default {acks_default})")
+def add_producer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--acks", default="all", choices=list(_ACKS),
+                   help="acknowledgements to wait for: 0 none, 1 the leader, -1/all every "
+                        "in-sync replica (default all, as the library's and Kafka 3's)")
     p.add_argument("--compression", default="none", metavar="CODEC",
                    help=f"batch compression: {', '.join(COMPRESSION_CHOICES)} (default none)")
     p.add_argument("--linger-ms", type=float, default=5, metavar="MS",
@@ -109,7 +133,7 @@ def add_producer_args(p: argparse.ArgumentParser, *, acks_default: str = "1") ->
                    help="give up on a record not acknowledged within this (default 120000)")
     p.add_argument("--idempotence", action="store_true",
                    help="an idempotent producer: retries never write a record twice "
-                        "(needs --acks all)")
+                        "(needs --acks all; with it, the default, as in the library)")
 
 
 def producer_kwargs(args) -> dict[str, Any]:
@@ -122,7 +146,8 @@ def producer_kwargs(args) -> dict[str, Any]:
         "linger_ms": args.linger_ms,
         "batch_size": args.batch_size,
         "delivery_timeout_ms": args.delivery_timeout_ms,
-        "enable_idempotence": args.idempotence,
+        # None: the library's default (idempotent with acks=all, as Kafka 3's producer)
+        "enable_idempotence": True if args.idempotence else None,
     }
 
 

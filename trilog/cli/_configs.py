@@ -10,10 +10,11 @@ import sys
 from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
-    parse_config_pairs,
     add_connection_args,
-    run_tool,
+    bootstrap_list,
     connection_kwargs,
+    parse_config_pairs,
+    run_tool,
     split_config_list,
 )
 from trilog.client import ConfigEntry, ConfigResource, open_admin
@@ -47,7 +48,7 @@ def add_parser(sub) -> None:
             "  trilog configs --entity-type brokers --entity-name 0 --describe --all"
         ),
     )
-    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", type=bootstrap_list,
                    help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP})")
     add_connection_args(p)
     p.add_argument("--entity-type", choices=sorted(_KINDS),

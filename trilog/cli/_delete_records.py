@@ -12,8 +12,9 @@ from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
     add_connection_args,
-    run_tool,
+    bootstrap_list,
     connection_kwargs,
+    run_tool,
 )
 from trilog.client import open_admin
 
@@ -36,7 +37,7 @@ def add_parser(sub) -> None:
         ),
         epilog="example:\n  trilog delete-records --offset-json-file delete.json",
     )
-    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", type=bootstrap_list,
                    help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP})")
     add_connection_args(p)
     p.add_argument("--offset-json-file", "--offsets-json", dest="offsets_json", required=True,

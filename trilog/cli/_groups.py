@@ -14,8 +14,9 @@ from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
     add_connection_args,
-    run_tool,
+    bootstrap_list,
     connection_kwargs,
+    run_tool,
 )
 from trilog.client import EARLIEST, LATEST, GroupDescription, ResetPlan, open_group_admin
 
@@ -53,7 +54,7 @@ def add_parser(sub) -> None:
         ),
     )
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", type=bootstrap_list,
                        help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP}): groups "
                             "that brokers coordinate")
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",

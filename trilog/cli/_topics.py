@@ -9,9 +9,10 @@ import argparse
 from trilog.cli._common import (
     UsageError,
     add_connection_args,
+    bootstrap_list,
+    connection_kwargs,
     parse_config_pairs,
     run_tool,
-    connection_kwargs,
 )
 from trilog.cli._reassign import elect_leaders, reassign
 from trilog.client import Admin, TopicInfo, open_admin
@@ -42,7 +43,7 @@ def add_parser(sub) -> None:
         ),
     )
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", type=bootstrap_list,
                        help="a broker to talk to (default 127.0.0.1:9092)")
     where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                        help="work on ZooKeeper's /brokers/topics directly (no --config there)")
@@ -159,7 +160,9 @@ async def _main(args) -> int:
             except TopicAlreadyExistsError:
                 if not args.if_not_exists:
                     raise
-            print(f"Created topic {args.topic}.")
+                print(f"Topic {args.topic} already exists; not created (--if-not-exists).")
+            else:
+                print(f"Created topic {args.topic}.")
         elif args.alter:
             await admin.create_partitions(args.topic, args.partitions)
             print(f"Topic {args.topic} now has {args.partitions} partitions.")

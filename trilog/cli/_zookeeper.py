@@ -6,7 +6,9 @@ import signal
 import sys
 import threading
 
+from trilog.cli._common import port_number
 from trilog.zk import ZooKeeperServer, find_zookeeper_classpath
+from trilog.zk._server import free_port
 from trilog.errors import TrilogError
 
 
@@ -18,7 +20,8 @@ def add_parser(sub) -> None:
         "wait until it serves, and stop it when this command is interrupted "
         "(Ctrl-C or SIGTERM).",
     )
-    p.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    p.add_argument("--port", type=port_number, default=2181,
+                   help="client port (default 2181; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument(
         "--data-dir",
@@ -42,7 +45,8 @@ def run(args) -> int:
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        with ZooKeeperServer(port=args.port, data_dir=args.data_dir, host=args.host) as zk:
+        port = args.port or free_port(args.host)
+        with ZooKeeperServer(port=port, data_dir=args.data_dir, host=args.host) as zk:
             print(
                 f"ZooKeeper serving on {zk.connect_string} (data in {zk.data_dir}, "
                 f"from {zk.source}); Ctrl-C stops it",

@@ -401,6 +401,10 @@ class _BrokerAdmin(Admin):
         response = await self.conn.request(DeleteTopicsRequest(topic_names=[name],
                                                                timeout_ms=30_000))
         for result in response.responses:
+            if result.error_code == UnknownTopicOrPartitionError.code:
+                raise UnknownTopicOrPartitionError(f"cannot delete topic {name!r}: no such "
+                                                   "topic (list the topics with "
+                                                   "describe_topics or trilog topics --list)")
             _raise_for(result.error_code, f"cannot delete topic {name!r}")
 
     async def create_acls(self, bindings: Iterable[AclBinding]) -> None:

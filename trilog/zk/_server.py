@@ -117,6 +117,7 @@ class ZooKeeperServer:
 
     def start(self, timeout: float = 60.0) -> None:
         classpath, self.source = find_zookeeper_classpath()
+        self._check_port_free()
         java = shutil.which("java")
         if java is None:
             raise ZooKeeperNotFoundError("`java` is not on PATH; ZooKeeper needs Java 11 or later")
@@ -154,6 +155,19 @@ class ZooKeeperServer:
         except BaseException:
             self.stop()
             raise
+
+    def _check_port_free(self) -> None:
+        """``ZooKeeperStartError`` when something listens on the port already: the probe
+        of ``wait_until_serving`` would find that server and take it for ours."""
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Java binds
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as exc:
+                raise ZooKeeperStartError(
+                    f"cannot serve on {self.connect_string}: {exc.strerror} (another "
+                    "ZooKeeper, or another program, listens there); choose another port"
+                ) from None
 
     @property
     def _log_path(self) -> Path | str:

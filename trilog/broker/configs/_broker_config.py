@@ -44,7 +44,10 @@ def _bool(text: str) -> bool:
 
 
 def _int(text: str) -> int:
-    return int(text.strip().replace("_", ""))
+    try:
+        return int(text.strip().replace("_", ""))
+    except ValueError:
+        raise ValueError("expected a whole number, such as 3") from None
 
 
 def _str(text: str) -> str:
@@ -52,7 +55,10 @@ def _str(text: str) -> str:
 
 
 def _float(text: str) -> float:
-    return float(text.strip())
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ValueError("expected a number, such as 0.5") from None
 
 
 def _ratio(text: str) -> float:
@@ -128,6 +134,7 @@ class Property:
     default: Any
     doc: str
     low: int | None = None  # for ints: the smallest legal value
+    high: int | None = None  # for ints: the largest legal value
 
 
 _MB = 1 << 20
@@ -143,7 +150,8 @@ PROPERTIES: tuple[Property, ...] = (
              "NAME:PROTOCOL pairs for listeners with names of their own (e.g. "
              "INTERNAL:SASL_SSL); Kafka's four protocol names map to themselves."),
     Property("host.name", _str, None, "Old-style listener host (used with port when listeners is not set)."),
-    Property("port", _int, None, "Old-style listener port (used with host.name when listeners is not set).", low=0),
+    Property("port", _int, None, "Old-style listener port (used with host.name when listeners is not set).", low=0,
+             high=65535),
     Property("advertised.listeners", _str, None,
              "The addresses clients are told to use, per listener name, if not the "
              "listeners' own (e.g. behind NAT): NAME://host:port, ..."),
@@ -393,7 +401,8 @@ PROPERTIES: tuple[Property, ...] = (
              "On SIGINT/SIGTERM, how long in-flight requests get before connections are cut.", low=0),
     Property("metrics.port", _int, None,
              "Serve Prometheus metrics at http://metrics.host:metrics.port/metrics (see "
-             "operations.md). Unset: no metrics server; 0 picks a free port.", low=0),
+             "operations.md). Unset: no metrics server; 0 picks a free port.", low=0,
+             high=65535),
     Property("metrics.host", _str, "127.0.0.1",
              "The address of the metrics server (0.0.0.0: every interface)."),
 )
@@ -427,6 +436,8 @@ def _coerce(raw: Mapping[str, str], source: str) -> dict[str, Any]:
             raise ConfigError(f"{source}: {key}={text!r} is not valid: {exc}") from None
         if prop.low is not None and value is not None and value < prop.low:
             raise ConfigError(f"{source}: {key}={value} is below its minimum {prop.low}")
+        if prop.high is not None and value is not None and value > prop.high:
+            raise ConfigError(f"{source}: {key}={value} is above its maximum {prop.high}")
         values[key] = value
     return values
 

@@ -45,7 +45,10 @@ class TopicConfig:
 
 def _long(low: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        value = int(text.strip())
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError("must be a whole number, such as 3600000") from None
         if low is not None and value < low:
             raise ValueError(f"must be at least {low}")
         return value
@@ -53,7 +56,10 @@ def _long(low: int | None = None) -> Callable[[str], int]:
 
 
 def _ratio(text: str) -> float:
-    value = float(text.strip())
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("must be a number between 0 and 1, such as 0.5") from None
     if not 0.0 <= value <= 1.0:
         raise ValueError("must be between 0 and 1")
     return value
