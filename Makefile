@@ -1,21 +1,30 @@
 # trilog: `make run` starts a broker on the embedded default; `make test` runs the whole suite.
-# Both create .venv, install trilog with its extras, and make sure a ZooKeeper is installed.
+# Both create .venv. `make run` installs what a broker needs and nothing more (no Spark, no
+# test tools); `make test` adds the `spark` and `test` extras and makes sure a ZooKeeper and
+# kcat are installed.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# the package's build inputs: a change to any of them installs again
+BUILD_INPUTS := pyproject.toml setup.py trilog/records/_speedups.c
 
-.PHONY: install compiler zookeeper kcat run test bench clean
+.PHONY: install install-all compiler zookeeper kcat run cluster test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 
-# The stamp is rebuilt whenever the package's build inputs change.
-$(VENV)/.installed: pyproject.toml setup.py trilog/records/_speedups.c | $(BIN)/python compiler
-	$(BIN)/pip install -e '.[spark,test]'
+# A broker's install: trilog and its dependencies (editable: this is its repository).
+$(VENV)/.installed: $(BUILD_INPUTS) | $(BIN)/python compiler
+	$(BIN)/pip install -e .
 	touch $@
+
+# Everything: the Spark data source's pyspark and pyarrow, and the tools the tests use.
+$(VENV)/.installed-all: $(BUILD_INPUTS) | $(BIN)/python compiler
+	$(BIN)/pip install -e '.[spark,test]'
+	touch $(VENV)/.installed $@
 
 # trilog's optional C module needs a C compiler and Python's headers: install Debian's when
 # they are missing (if that fails, the install goes on and trilog runs in pure Python).
@@ -26,10 +35,12 @@ compiler:
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y gcc python3-dev || \
 	  echo "could not install them: trilog will run its pure-Python code"; }
 
-install: $(VENV)/.installed zookeeper
+install: $(VENV)/.installed
 
-# ZooKeeper comes from ZOOKEEPER_HOME, Debian's package, or the jars in the pyspark wheel;
-# install Debian's package only when none of those is there.
+install-all: $(VENV)/.installed-all zookeeper
+
+# ZooKeeper (for clusters and the tests) comes from ZOOKEEPER_HOME, Debian's package, or the
+# jars in the pyspark wheel; install Debian's package only when none of those is there.
 zookeeper: $(VENV)/.installed
 	@$(BIN)/trilog zookeeper --check || { \
 	  echo "installing Debian's zookeeper package"; \
@@ -46,10 +57,14 @@ kcat:
 run: install
 	$(BIN)/trilog broker
 
-test: install kcat
+# A local cluster: ZooKeeper and three brokers, data in ./trilog-cluster (Ctrl-C stops it).
+cluster: install zookeeper
+	$(BIN)/trilog cluster --brokers 3
+
+test: install-all kcat
 	$(BIN)/python -m pytest
 
-bench: install
+bench: install-all
 	$(BIN)/python benchmarks/storage_append.py
 
 clean:
