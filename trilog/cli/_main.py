@@ -23,6 +23,8 @@ class Command(NamedTuple):
 
 COMMANDS: dict[str, Command] = {
     "broker": Command("_broker", "run a broker"),
+    "cluster": Command("_cluster", "run ZooKeeper and N brokers on this machine, supervised, "
+                                   "as one foreground process"),
     "topics": Command("_topics", "create, list, describe, alter or delete topics"),
     "configs": Command("_configs", "describe or change topic and broker configs"),
     "groups": Command("_groups", "list, describe and delete consumer groups, reset their "
