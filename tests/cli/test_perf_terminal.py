@@ -8,6 +8,7 @@ The timeouts are failure guards for a tool that hangs, not speed assertions.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -132,6 +133,10 @@ def test_perf_produce_on_a_terminal_ends_with_its_summary(broker, terminal):
                    "--bootstrap-server", broker.bootstrap)
     run.wait_for_output(_PROGRESS)
     assert run.wait() == 0, run.stderr
+    # done/total, the share, the rate and the time left
+    assert re.search(rb"\r\x1b\[K\d+/3000 records sent \(\d+\.\d%\), \d+\.\d records/sec "
+                     rb"\([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max latency, "
+                     rb"\d+ s left", run.output), run.output
     summary = _summary(run.output, b"sent")
     assert summary.startswith(b"3000 records sent, ") and summary.endswith(b"ms 99.9th."), \
         run.output
@@ -174,7 +179,7 @@ def test_perf_consume_on_a_terminal_stops_at_one_ctrl_c(broker, terminal):
     # More records than there are, and a long idle timeout: only Ctrl-C ends this run.
     run = terminal("perf", "consume", "--topic", "perf-read", "--messages", "1000000",
                    "--timeout-ms", "600000", "--bootstrap-server", broker.bootstrap)
-    run.wait_for_output(b"2000 records consumed")  # the progress line caught up
+    run.wait_for_output(b"2000/1000000 records consumed (0.2%)")  # the progress line caught up
     run.proc.send_signal(signal.SIGINT)
     assert run.wait() == 130, run.stderr
     summary = _summary(run.output, b"consumed")
@@ -182,3 +187,35 @@ def test_perf_consume_on_a_terminal_stops_at_one_ctrl_c(broker, terminal):
         run.output
     assert "interrupted after 2000 of 1000000 records" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_perf_produce_off_a_terminal_logs_progress_to_stderr(broker):
+    """Piped (a log, a CI job): a progress line on stderr every 5 s; stdout keeps only the
+    summary."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MAIN, "perf", "produce", "--topic", "perf-log",
+         "--num-records", "1300", "--record-size", "10", "--throughput", "200",
+         "--bootstrap-server", broker.bootstrap],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("1300 records sent, ") and done.stdout.count("\n") == 1
+    lines = done.stderr.splitlines()
+    assert 1 <= len(lines) <= 2, done.stderr  # about 6.5 s: one line at 5 s
+    assert re.fullmatch(r"\d+/1300 records sent \(\d+\.\d%\), \d+\.\d records/sec "
+                        r"\([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max latency, "
+                        r"\d+ s left", lines[0]), lines
+    assert "\x1b" not in done.stderr + done.stdout
+
+
+def test_progress_lines_and_time_left():
+    from trilog.cli._perf import progress_line, time_left
+
+    assert progress_line(250, 1000, "consumed", 98.76, 2.5) == \
+        "250/1000 records consumed (25.0%), 98.8 records/sec, 8 s left"
+    assert progress_line(0, 1000, "sent", 0.0, 1.0) == \
+        "0/1000 records sent (0.0%), 0.0 records/sec, time left unknown"
+    assert progress_line(10, 10, "sent", 5.0, 2.0, " (x)") == \
+        "10/10 records sent (100.0%), 5.0 records/sec (x), 0 s left"
+    assert [time_left(s) for s in (None, 0.4, 59.6, 61, 3599, 3661, 90000)] == [
+        "time left unknown", "0 s left", "1 min 00 s left", "1 min 01 s left", "59 min 59 s left",
+        "1 h 01 min left", "25 h 00 min left"]

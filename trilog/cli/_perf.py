@@ -50,7 +50,10 @@ from trilog.errors import TrilogError
 
 MB = 1024 * 1024
 _MAX_SAMPLES = 500_000
+#: seconds between progress lines: redrawn in place on a terminal, and printed to stderr,
+#: one under the other, when stdout is not a terminal (a log, a CI job)
 _PROGRESS_S = 1.0
+_LOGGED_PROGRESS_S = 5.0
 
 
 def add_parser(sub) -> None:
@@ -72,9 +75,10 @@ def add_parser(sub) -> None:
             "  N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency,\n"
             "  P50 ms 50th, P95 ms 95th, P99 ms 99th, P999 ms 99.9th.\n\n"
             "Latency is from the send to the acknowledgement (acks=0: to the request's\n"
-            "write). MB is 2**20 bytes of values. On a terminal a progress line is updated\n"
-            "every second. Ctrl-C stops the run and prints the summary of what was sent\n"
-            "(exit status 130). Exit status 1 if any record failed."
+            "write). MB is 2**20 bytes of values. Progress (done/total, rate, time left)\n"
+            "is a line updated every second on a terminal, else a line on stderr every 5 s.\n"
+            "Ctrl-C stops the run and prints the summary of what was sent (exit status\n"
+            "130). Exit status 1 if any record failed."
         ),
     )
     pp.add_argument("--topic", required=True, help="the topic to write")
@@ -99,10 +103,11 @@ def add_parser(sub) -> None:
             "earliest offset (--from-latest: only new records), with one multifetch per\n"
             "round for all partitions, each record decoded. Then print:\n\n"
             "  N records consumed, R records/sec (M MB/sec), S MB in T s, F fetches.\n\n"
-            "MB counts keys and values (2**20 bytes). On a terminal a progress line is\n"
-            "updated every second. Ctrl-C stops the run and prints the summary of what was\n"
-            "read (exit status 130). Exit status 1 if --timeout-ms passed without a record\n"
-            "before --messages were read."
+            "MB counts keys and values (2**20 bytes). Progress (done/total, rate, time\n"
+            "left) is a line updated every second on a terminal, else a line on stderr\n"
+            "every 5 s. Ctrl-C stops the run and prints the summary of what was read (exit\n"
+            "status 130). Exit status 1 if --timeout-ms passed without a record before\n"
+            "--messages were read."
         ),
     )
     pc.add_argument("--topic", required=True, help="the topic to read")
@@ -125,16 +130,56 @@ def _check_positive(**values) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
 
 
-def _progress_enabled() -> bool:
+def _on_terminal() -> bool:
     try:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
 
 
-def _show(line: str) -> None:
-    sys.stdout.write("\r\x1b[K" + line)
-    sys.stdout.flush()
+class Progress:
+    """Where progress lines go: redrawn in place on stdout when it is a terminal (every
+    second), else printed to stderr every few seconds, so that stdout keeps only the
+    summary."""
+
+    def __init__(self) -> None:
+        self.terminal = _on_terminal()
+        self.interval = _PROGRESS_S if self.terminal else _LOGGED_PROGRESS_S
+        self.started = time.perf_counter()
+
+    def show(self, line: str) -> None:
+        if self.terminal:
+            sys.stdout.write("\r\x1b[K" + line)
+            sys.stdout.flush()
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def end(self) -> None:
+        """Before the summary: the terminal's progress line is cleared."""
+        if self.terminal:
+            sys.stdout.write("\r\x1b[K")
+
+
+def progress_line(done: int, total: int, what: str, rate: float, elapsed: float,
+                  detail: str = "") -> str:
+    """``1500/3000 records sent (50.0%), 1498.2 records/sec<detail>, 1 s left``: the rate
+    is the last interval's, the time left comes from the run's average so far."""
+    share = 100.0 * done / total if total else 100.0
+    average = done / elapsed if elapsed > 0 else 0.0
+    left = (total - done) / average if average > 0 else None
+    return (f"{done}/{total} records {what} ({share:.1f}%), {rate:.1f} records/sec{detail}, "
+            f"{time_left(left)}")
+
+
+def time_left(seconds: float | None) -> str:
+    if seconds is None:
+        return "time left unknown"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s left"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s left"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min left"
 
 
 # -- perf produce -------------------------------------------------------------------------------
@@ -263,7 +308,7 @@ async def _produce(args) -> int:
     sent_at: list[float] = []
     deliveries: list[Delivery] = []
     errors: dict[str, int] = {}
-    progress = _progress_enabled()
+    progress = Progress()
     state = {"sent": 0}
 
     def on_error(exc: BaseException) -> None:
@@ -291,9 +336,8 @@ async def _produce(args) -> int:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_collect, stats, sent_at, deliveries, finished.is_set,
                                        on_error)
-                    if progress:
-                        nursery.start_soon(_produce_progress, stats, state, args.record_size,
-                                           finished)
+                    nursery.start_soon(_produce_progress, progress, stats, state, n,
+                                       args.record_size, finished)
                     await _send_paced(producer, topic, payload, n, args.throughput, t0,
                                       sent_at, deliveries, state)
                     await producer.flush()
@@ -302,8 +346,7 @@ async def _produce(args) -> int:
             if t0 is not None:
                 elapsed = pc() - t0
         outer.cancel_scope.cancel()
-    if progress:
-        sys.stdout.write("\r\x1b[K")
+    progress.end()
     sent = state["sent"]
     print(produce_summary(sent, elapsed, args.record_size, stats), flush=True)
     if stop.cancelled_caught:
@@ -346,24 +389,26 @@ async def _send_paced(producer: Producer, topic: str, payload: bytes, n: int,
         await trio.lowlevel.checkpoint()
 
 
-async def _produce_progress(stats: LatencyStats, state: dict, record_size: int,
-                            finished: trio.Event) -> None:
+async def _produce_progress(progress: Progress, stats: LatencyStats, state: dict, total: int,
+                            record_size: int, finished: trio.Event) -> None:
     last, last_t = 0, time.perf_counter()
-    while await _wait_for_tick(finished):
+    while await _wait_for_tick(progress, finished):
         now = time.perf_counter()
         sent = state["sent"]
-        count, total, peak = stats.take_window()
+        count, latency, peak = stats.take_window()
         rate = (sent - last) / (now - last_t)
-        avg = total / count * 1000 if count else 0.0
-        _show(f"{sent} records sent, {rate:.1f} records/sec ({rate * record_size / MB:.2f} "
-              f"MB/sec), {avg:.1f} ms avg latency, {peak * 1000:.1f} ms max latency.")
+        avg = latency / count * 1000 if count else 0.0
+        progress.show(progress_line(
+            sent, total, "sent", rate, now - progress.started,
+            f" ({rate * record_size / MB:.2f} MB/sec), {avg:.1f} ms avg latency, "
+            f"{peak * 1000:.1f} ms max latency"))
         last, last_t = sent, now
 
 
-async def _wait_for_tick(finished: trio.Event) -> bool:
+async def _wait_for_tick(progress: Progress, finished: trio.Event) -> bool:
     """Wait for the next progress line: True when it is due, False when the run finished
     (the progress task then returns, so the run's nursery can close)."""
-    with trio.move_on_after(_PROGRESS_S):
+    with trio.move_on_after(progress.interval):
         await finished.wait()
     return not finished.is_set()
 
@@ -388,7 +433,7 @@ async def _consume(args) -> int:
     _check_positive(messages=args.messages, fetch_size=args.fetch_size,
                     timeout_ms=args.timeout_ms)
     topic, wanted = args.topic, args.messages
-    progress = _progress_enabled()
+    progress = Progress()
     state = {"count": 0, "bytes": 0}
     fetches = 0
     timed_out = False
@@ -414,8 +459,7 @@ async def _consume(args) -> int:
                 size = args.fetch_size
                 t0 = idle_since = pc()
                 async with trio.open_nursery() as nursery:
-                    if progress:
-                        nursery.start_soon(_consume_progress, state, finished)
+                    nursery.start_soon(_consume_progress, progress, state, wanted, finished)
                     count = nbytes = 0
                     while count < wanted:
                         left = args.timeout_ms / 1000 - (pc() - idle_since)
@@ -446,8 +490,7 @@ async def _consume(args) -> int:
                 # a timed-out run is timed up to its last record, not through the idle wait
                 elapsed = (idle_since if timed_out else pc()) - t0
         outer.cancel_scope.cancel()
-    if progress:
-        sys.stdout.write("\r\x1b[K")
+    progress.end()
     count = state["count"]
     print(consume_summary(count, state["bytes"], elapsed, fetches), flush=True)
     if stop.cancelled_caught:
@@ -461,12 +504,14 @@ async def _consume(args) -> int:
     return 0
 
 
-async def _consume_progress(state: dict, finished: trio.Event) -> None:
+async def _consume_progress(progress: Progress, state: dict, total: int,
+                            finished: trio.Event) -> None:
     last, last_bytes, last_t = 0, 0, time.perf_counter()
-    while await _wait_for_tick(finished):
+    while await _wait_for_tick(progress, finished):
         now = time.perf_counter()
         count, nbytes = state["count"], state["bytes"]
         dt = now - last_t
-        _show(f"{count} records consumed, {(count - last) / dt:.1f} records/sec "
-              f"({(nbytes - last_bytes) / MB / dt:.2f} MB/sec).")
+        progress.show(progress_line(count, total, "consumed", (count - last) / dt,
+                                    now - progress.started,
+                                    f" ({(nbytes - last_bytes) / MB / dt:.2f} MB/sec)"))
         last, last_bytes, last_t = count, nbytes, now
