@@ -1,10 +1,14 @@
-"""Every page of docs/ that has Python starts with a runnable example: its first ```python
-block, run as a user would run it against ``make run``'s broker.
+"""Every page of docs/ that has Python starts with a runnable example (its first ```python
+block), and every example on it that is a program (a block that starts with its imports;
+the others are fragments that continue one) runs as a user would run it against ``make
+run``'s broker, in page order.
 
 The example's ``127.0.0.1:9092`` becomes a real broker process's address (a standalone broker
-with the embedded defaults, as ``make run`` starts: topics auto-created, no ZooKeeper).  Each
-example runs twice against the same broker, as a user runs it again against a broker that
-keeps its data, and each run must end by itself with status 0.
+with the embedded defaults, as ``make run`` starts: topics auto-created, no ZooKeeper; in
+ZooKeeper mode for a page whose examples find the brokers through ``127.0.0.1:2181/trilog``,
+which becomes a real ZooKeeper's).  Each example runs twice against the same broker, as a
+user runs it again against a broker that keeps its data, and each run must end by itself
+with status 0.
 
 Two pages need more than ``make run``'s broker, and get it here as the page itself says:
 security.md's example runs against the secured broker that the page's own shell commands
@@ -36,6 +40,19 @@ MAKE_RUN_BROKER = "127.0.0.1:9092"
 _GUARD_S = 60  # a failure guard for an example that never ends, not a speed assertion
 _FIRST_PYTHON = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _FIRST_SH = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_ZOOKEEPER = "127.0.0.1:2181/trilog"  # where the pages' ZooKeeper examples find the brokers
+
+
+def programs(page: str) -> list[str]:
+    """The page's examples that are whole programs: blocks whose first line of code is an
+    import."""
+    found = []
+    for block in _FIRST_PYTHON.findall((DOCS / page).read_text()):
+        code = [line for line in block.splitlines() if line.strip() and
+                not line.lstrip().startswith("#")]
+        if code and code[0].startswith(("import ", "from ")):
+            found.append(block)
+    return found
 
 
 def first_example(page: str) -> str:
@@ -59,7 +76,7 @@ def test_the_pages_without_python_have_none(page):
 
 
 def run_twice(page: str, code: str, cwd: Path, *, env: dict[str, str] | None = None,
-              guard_s: float = _GUARD_S) -> str:
+              guard_s: float = _GUARD_S, which: str = "first example") -> str:
     """Run ``code`` as a script in ``cwd``, twice; each run must end by itself with status 0
     and no traceback.  What the second run printed."""
     script = cwd / f"example_{page.removesuffix('.md')}.py"
@@ -70,21 +87,30 @@ def run_twice(page: str, code: str, cwd: Path, *, env: dict[str, str] | None = N
                                   capture_output=True, text=True, timeout=guard_s,
                                   stdin=subprocess.DEVNULL, check=False, env=env)
         except subprocess.TimeoutExpired as exc:
-            raise AssertionError(f"docs/{page}'s first example ({run} run) did not end within "
-                                 f"{guard_s} s; it printed:\n{exc.stdout}\n{exc.stderr}"
-                                 ) from None
-        assert done.returncode == 0, (f"docs/{page}'s first example ({run} run) failed:\n"
-                                      f"{done.stdout}\n{done.stderr}")
+            raise AssertionError(f"docs/{page}'s {which} ({run} run) did not end within "
+                                 f"{guard_s} s; it printed:\n{exc.stdout[-2000:]}\n"
+                                 f"{exc.stderr}") from None
+        assert done.returncode == 0, (f"docs/{page}'s {which} ({run} run) failed:\n"
+                                      f"{done.stdout[-2000:]}\n{done.stderr}")
         assert "Traceback" not in done.stderr, done.stderr
     return done.stdout
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_the_first_example_runs_against_a_standalone_broker(page, broker_process, tmp_path):
-    code = first_example(page)
-    assert MAKE_RUN_BROKER in code, f"docs/{page}'s first example does not use make run's broker"
-    broker = broker_process()
-    run_twice(page, code.replace(MAKE_RUN_BROKER, broker.bootstrap), tmp_path)
+def test_every_example_runs_against_make_runs_broker(page, broker_process, tmp_path, request):
+    first = first_example(page)
+    assert MAKE_RUN_BROKER in first, f"docs/{page}'s first example does not use make run's broker"
+    examples = programs(page)
+    assert examples[0] == first
+    if any(_ZOOKEEPER in code for code in examples):
+        zookeeper = request.getfixturevalue("zookeeper")
+        broker = broker_process(zookeeper=zookeeper)
+    else:
+        zookeeper, broker = _ZOOKEEPER, broker_process()
+    for n, code in enumerate(examples, 1):
+        run_twice(page, code.replace(MAKE_RUN_BROKER, broker.bootstrap)
+                  .replace(_ZOOKEEPER, zookeeper), tmp_path,
+                  which=f"example {n} of {len(examples)}")
 
 
 def _free_ports(n: int) -> list[int]:
