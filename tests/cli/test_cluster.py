@@ -234,3 +234,18 @@ def test_bad_options_and_a_busy_zookeeper_port(tmp_path):
         f"trilog cluster: cannot serve on 127.0.0.1:{port}: Address already in use (another "
         "ZooKeeper, or another program, listens there); choose another port")
     assert processes_using(tmp_path / "c") == {}
+    ports = run("--port", "65535", "--brokers", "2")
+    assert ports.returncode == 2 and "no room for 2 brokers below 65536" in ports.stderr
+
+
+def test_a_broker_option_it_refuses_stops_the_cluster_at_once(tmp_path):
+    data = tmp_path / "c"
+    done = subprocess.run([sys.executable, "-c", _CLI, "cluster", "--brokers", "2",
+                           "--data-dir", str(data), "--port", "0", "--zookeeper-port", "0",
+                           "--override", "num.partitions=abc"], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert re.search(r"trilog cluster: broker \d refused its options: trilog broker: override: "
+                     r"num.partitions='abc' is not valid: expected a whole number",
+                     done.stderr), done.stderr
+    assert processes_using(data) == {}  # ZooKeeper and the other broker stopped too

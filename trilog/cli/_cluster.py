@@ -109,6 +109,10 @@ def run(args) -> int:
         if "=" not in item:
             print(f"{PROG}: --override {item!r} is not KEY=VALUE", file=sys.stderr)
             return 2
+    if args.port and args.port + args.brokers - 1 > 65535:
+        print(f"{PROG}: --port {args.port} leaves no room for {args.brokers} brokers below "
+              "65536", file=sys.stderr)
+        return 2
     try:
         data.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -190,6 +194,9 @@ async def _supervise(broker: _Broker, args, zookeeper: str, stopping: trio.Event
         code = await _run_broker(broker, args, zookeeper, stopping)
         if stopping.is_set():
             return
+        if code == 2 and not broker.ready.is_set():  # its options: no start will do better
+            raise ClusterError(f"broker {broker.broker_id} refused its options: "
+                               f"{_last_line(broker.log_path)}")
         failures = 1 if trio.current_time() - started > _STABLE_S else failures + 1
         delay = min(2.0 ** (failures - 1), 10.0)
         why = f" ({_last_line(broker.log_path)})" if code > 0 else ""
