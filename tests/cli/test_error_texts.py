@@ -91,7 +91,7 @@ async def test_deleting_a_topic_that_does_not_exist(broker):
     done = await cli("topics", "--bootstrap-server", broker.bootstrap, "--delete",
                      "--topic", "nope")
     assert done.returncode == 1
-    assert "cannot delete topic 'nope': no such topic" in done.stderr
+    assert "cannot delete topic 'nope': it does not exist" in done.stderr
     assert "does not host this topic-partition" not in done.stderr
 
 

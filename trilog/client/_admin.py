@@ -402,9 +402,9 @@ class _BrokerAdmin(Admin):
                                                                timeout_ms=30_000))
         for result in response.responses:
             if result.error_code == UnknownTopicOrPartitionError.code:
-                raise UnknownTopicOrPartitionError(f"cannot delete topic {name!r}: no such "
-                                                   "topic (list the topics with "
-                                                   "describe_topics or trilog topics --list)")
+                raise UnknownTopicOrPartitionError(
+                    f"cannot delete topic {name!r}: it does not exist (describe_topics or "
+                    "trilog topics --list shows the topics there are)")
             _raise_for(result.error_code, f"cannot delete topic {name!r}")
 
     async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
