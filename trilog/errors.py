@@ -47,6 +47,7 @@ __all__ = [
     "ApiError",
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
+    "BrokerUnreachableError",
     "ClusterAuthorizationFailedError",
     "ConcurrentTransactionsError",
     "CoordinatorLoadInProgressError",
@@ -363,6 +364,11 @@ class OffsetMetadataTooLargeError(ApiError, code=12):
 
 class NetworkError(ApiError, code=13, name="NETWORK_EXCEPTION", retriable=True):
     """The server disconnected before a response was received."""
+
+
+class BrokerUnreachableError(NetworkError):
+    """No connection to a broker could be made: refused, unreachable or timed out (nothing
+    listens there, or not yet)."""
 
 
 class NoBrokersAvailableError(NetworkError):

@@ -5,6 +5,7 @@ within the time is found."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -168,15 +169,46 @@ def test_a_broker_that_starts_late_is_found(broker_process):
 
 async def test_a_plaintext_client_at_a_tls_listener_is_told_about_security_protocol(
         broker_process, tmp_path):
+    """A broker that is there and closes the connection before answering turns the client
+    away: no point in trying for 30 s, the opener fails at once with the likely cause."""
     certs = make_certs(tmp_path)
     broker = broker_process(overrides={"listeners": "SSL://127.0.0.1:0",
                                        "ssl.certfile": certs["server"],
-                                       "ssl.cafile": certs["ca"]})
+                                       "ssl.cafile": certs["ca"], "ssl.client.auth": "required"})
+    start = trio.current_time()
     with trio.fail_after(20), pytest.raises(NoBrokersAvailableError) as caught:
-        await _open_and_use("producer", broker.bootstrap, bootstrap_timeout_ms=_SHORT)
-    assert "closed the connection" in str(caught.value)
-    assert "TLS or SASL listener: connect with its security_protocol" in str(caught.value)
-    # and with it, the same address works
+        await _open_and_use("producer", broker.bootstrap)  # the default: 30 s
+    assert trio.current_time() - start < 10
+    message = str(caught.value)
+    assert message.startswith(f"no broker answered at {broker.bootstrap}: broker "
+                              f"{broker.bootstrap} closed the connection")
+    assert "may be a TLS or SASL listener: connect with its security_protocol" in message
+    # With TLS but no client certificate, where the listener requires one: said too.
+    with trio.fail_after(20), pytest.raises(NoBrokersAvailableError) as caught:
+        async with trilog.open_admin(broker.bootstrap, security_protocol="SSL",
+                                     ssl_cafile=certs["ca"]) as admin:
+            await admin.list_topics()
+    assert "or a TLS listener that requires a client certificate (ssl_certfile, " \
+           "ssl_keyfile)" in str(caught.value)
+    # And with everything it needs, the same address works.
     async with trilog.open_admin(broker.bootstrap, security_protocol="SSL",
-                                 ssl_cafile=certs["ca"]) as admin:
+                                 ssl_cafile=certs["ca"], ssl_certfile=certs["client_cert"],
+                                 ssl_keyfile=certs["client_key"]) as admin:
         await admin.list_topics()
+
+
+async def test_something_that_is_not_a_broker_turns_the_client_away_at_once():
+    """An HTTP server's answer is not Kafka's protocol: the opener says so at once."""
+    async def http(stream: trio.SocketStream) -> None:
+        await stream.receive_some(1024)
+        await stream.send_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(functools.partial(trio.serve_tcp, http, 0,
+                                                           host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        with trio.fail_after(10), pytest.raises(NoBrokersAvailableError) as caught:
+            await _open_and_use("admin", f"127.0.0.1:{port}")
+        nursery.cancel_scope.cancel()
+    assert str(caught.value).startswith(f"no broker answered at 127.0.0.1:{port}: ")

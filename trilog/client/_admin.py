@@ -1004,5 +1004,6 @@ async def _running_admin(bootstrap_servers: str | list[str] | None,
                 request_timeout_s=config.request_timeout_s, security=config.security))
 
         conn = await reach_cluster(parse_bootstrap(bootstrap_servers), connect,
-                                   timeout_ms=config.bootstrap_timeout_ms)
+                                   timeout_ms=config.bootstrap_timeout_ms,
+                                   security=config.security)
         yield _BrokerAdmin(conn, stack)

@@ -164,7 +164,7 @@ class Client:
             fresh = ClusterMetadata.from_response(response)
             self.metadata.value = self.metadata.value.merge(fresh, [])
 
-        await reach_cluster(self._bootstrap, ask, timeout_ms=timeout_ms)
+        await reach_cluster(self._bootstrap, ask, timeout_ms=timeout_ms, security=self.security)
 
     # -- metadata ---------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from trilog.net._sasl import authenticate
 from trilog.net._security import ClientSecurity
 from trilog.errors import (
     AuthenticationError,
+    BrokerUnreachableError,
     NetworkError,
     ProtocolError,
     RemoteProtocolError,
@@ -371,11 +372,11 @@ async def open_connection(
                         f"TLS handshake with {host}:{port} failed: {exc.__cause__ or exc}"
                     ) from None
     except trio.TooSlowError:
-        raise NetworkError(f"connecting to {host}:{port} timed out after "
-                           f"{connect_timeout_s:.1f} s") from None
+        raise BrokerUnreachableError(f"connecting to {host}:{port} timed out after "
+                                     f"{connect_timeout_s:.1f} s") from None
     except OSError as exc:
-        raise NetworkError(f"cannot connect to {host}:{port}: {_connect_failure(exc)}"
-                           ) from None
+        raise BrokerUnreachableError(f"cannot connect to {host}:{port}: "
+                                     f"{_connect_failure(exc)}") from None
     conn = BrokerConnection(stream, host, port, client_id=client_id,
                             request_timeout_s=request_timeout_s,
                             max_response_bytes=max_response_bytes, security=security)
