@@ -11,9 +11,10 @@ import time
 from trilog.cli._common import (
     DEFAULT_BOOTSTRAP,
     UsageError,
-    add_security_arg,
+    add_connection_args,
+    bootstrap_list,
+    connection_kwargs,
     run_tool,
-    security_kwargs,
 )
 from trilog.client import TransactionDescription, TransactionListing, open_admin
 
@@ -51,9 +52,9 @@ def add_parser(sub) -> None:
             "  trilog transactions --describe --transactional-id orders-app-0"
         ),
     )
-    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", type=bootstrap_list,
                    help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP})")
-    add_security_arg(p)
+    add_connection_args(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true",
                         help="list the transactional ids every broker coordinates")
@@ -88,7 +89,7 @@ async def _main(args) -> int:
     _check(args)
     async with open_admin(args.bootstrap_server or DEFAULT_BOOTSTRAP,
                           request_timeout_s=args.timeout_ms / 1000,
-                          **security_kwargs(args)) as admin:
+                          **connection_kwargs(args)) as admin:
         if args.list:
             duration = args.duration_filter
             listed = await admin.list_transactions(
