@@ -18,10 +18,11 @@ def produce(bootstrap: str, topic: str, records, *, timestamp_ms=None, headers=N
         return [d.get(timeout=30) for d in deliveries]
 
 
-def read_back(bootstrap: str, topic: str) -> list:
-    """Every record of every partition of ``topic``, through the sync consumer."""
+def read_back(bootstrap: str, topic: str, isolation_level: str = "read_uncommitted") -> list:
+    """Every record of every partition of ``topic``, through the sync consumer (with
+    read_committed: to the last stable offset, without aborted records)."""
     out = []
-    with ts.SimpleConsumer(bootstrap) as consumer:
+    with ts.SimpleConsumer(bootstrap, isolation_level=isolation_level) as consumer:
         for partition in consumer.partitions_for(topic):
             end = consumer.offsets_before(topic, partition)[0]
             start = consumer.offsets_before(topic, partition, time=-2)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -123,6 +124,47 @@ def test_write_options():
     assert parse_write_options({"bootstrap.servers": "h:1"}).producer == {"acks": "all"}
     with pytest.raises(OptionError, match="acks=0 is not allowed"):
         parse_write_options({"bootstrap.servers": "h:1", "acks": "0"})
+
+
+def test_delivery_guarantee_and_its_transactions():
+    plain = parse_write_options({"bootstrap.servers": "h:1"})
+    assert (plain.delivery_guarantee, plain.exactly_once) == ("at_least_once", False)
+    eos = parse_write_options({"bootstrap.servers": "h:1", "deliveryguarantee": "Exactly-Once",
+                               "transactionalIdPrefix": " etl ",
+                               "kafka.transaction.timeout.ms": "90000"})
+    assert (eos.delivery_guarantee, eos.exactly_once) == ("exactly_once", True)
+    assert eos.transactional_id_prefix == "etl"
+    assert eos.producer == {"acks": "all", "transaction_timeout_ms": 90000}
+    assert parse_write_options({"bootstrap.servers": "h:1", "deliveryGuarantee": "exactly_once"}
+                               ).transactional_id_prefix == "trilog-spark"
+    for options, message in [
+        ({"deliveryGuarantee": "twice"}, "must be at_least_once (the default) or exactly_once"),
+        ({"transactionalIdPrefix": "p"}, "needs deliveryGuarantee=exactly_once"),
+        ({"kafka.transaction.timeout.ms": "1"}, "needs deliveryGuarantee=exactly_once"),
+        ({"deliveryGuarantee": "exactly_once", "acks": "1"}, "needs acks=all"),
+        ({"deliveryGuarantee": "exactly_once", "enable.idempotence": "false"},
+         "needs enable.idempotence=true"),
+        ({"deliveryGuarantee": "exactly_once", "kafka.retries": "0"}, "needs retries >= 1"),
+        ({"deliveryGuarantee": "exactly_once", "transactionalIdPrefix": " "}, "is empty"),
+    ]:
+        with pytest.raises(OptionError, match=re.escape(message)):
+            parse_write_options({"bootstrap.servers": "h:1", **options})
+    with pytest.raises(OptionError, match="needs bootstrap.servers, not zookeeper.connect"):
+        parse_write_options({"zookeeper.connect": "h:2181", "deliveryGuarantee": "exactly_once"})
+
+
+def test_isolation_level_reaches_the_consumer():
+    def level(**options):
+        return parse_read_options({**BASE, **options}, streaming=False).consumer.get(
+            "isolation_level")
+
+    assert level() is None  # the client's default, read_uncommitted
+    assert level(**{"kafka.isolation.level": "READ_COMMITTED"}) == "read_committed"
+    assert level(**{"isolation.level": "read_uncommitted"}) == "read_uncommitted"
+    with pytest.raises(OptionError, match="must be read_committed or read_uncommitted"):
+        level(**{"kafka.isolation.level": "serializable"})
+    with pytest.raises(OptionError, match="is for reading"):
+        parse_write_options({"bootstrap.servers": "h:1", "kafka.isolation.level": "x"})
 
 
 @pytest.mark.parametrize("name, suggestion", [
@@ -254,7 +296,7 @@ def test_kafka_client_settings_pass_through_to_the_producer():
      "offsets to the cluster: they live in Spark's checkpoint"),
     ({"kafka.value.deserializer": "x"}, False, "deserialize them with DataFrame operations"),
     ({"kafka.key.serializer": "x"}, True, "serialize with DataFrame operations"),
-    ({"kafka.transactional.id": "t"}, True, "trilog's producer has no transactions"),
+    ({"kafka.transactional.id": "t"}, True, "set deliveryGuarantee=exactly_once"),
     ({"kafka.fetch.min.bytes": "1"}, False,
      "'kafka.fetch.min.bytes' is not passed to trilog's client: the source has no such "
      "setting; a read passes kafka.bootstrap.servers, kafka.client.id, "),

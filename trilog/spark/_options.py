@@ -120,11 +120,26 @@ class ReadOptions:
     consumer: dict = field(default_factory=lambda: {"client_id": DEFAULT_CLIENT_ID})
 
 
+#: ``deliveryGuarantee``'s values.
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE = "exactly_once"
+#: The start of the transactional ids an exactly-once write uses (``transactionalIdPrefix``).
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "trilog-spark"
+
+
 @dataclass(frozen=True)
 class WriteOptions:
     connection: Connection
     topic: str | None = None
     producer: dict = field(default_factory=dict)
+    #: ``AT_LEAST_ONCE`` (the default, as Spark's Kafka sink) or ``EXACTLY_ONCE``: each task
+    #: writes in one transaction and records its batch id in it (see ``_write``).
+    delivery_guarantee: str = AT_LEAST_ONCE
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery_guarantee == EXACTLY_ONCE
 
 
 # -- which names a read and a write take ------------------------------------------------------
@@ -136,6 +151,7 @@ _CONSUMER_SETTINGS = {
     "client.id": ("client_id", str, None),
     "request.timeout.ms": ("request_timeout_ms", int, 1),
     "metadata.max.age.ms": ("metadata_max_age_ms", int, 0),
+    "isolation.level": ("isolation_level", str, None),
 }
 _PRODUCER_SETTINGS = {
     "client.id": ("client_id", str, None),
@@ -150,6 +166,7 @@ _PRODUCER_SETTINGS = {
     "max.in.flight.requests.per.connection": ("max_in_flight_requests_per_connection", int, 1),
     "metadata.max.age.ms": ("metadata_max_age_ms", int, 0),
     "enable.idempotence": ("enable_idempotence", bool, None),
+    "transaction.timeout.ms": ("transaction_timeout_ms", int, 1),
 }
 #: TLS and SASL: Kafka's Java client names (PEM files where Java takes keystores) and
 #: librdkafka's, as ``ClientSecurity.from_properties`` reads them.
@@ -188,7 +205,8 @@ READ_OPTIONS = _CONNECTION + (
 
 #: Every option a write takes.  ``checkpointLocation`` is Spark's own: a streaming write hands
 #: it to the sink with the others.
-WRITE_OPTIONS = _CONNECTION + ("topic", "checkpointLocation") + _both_spellings(_WRITE_CLIENT)
+WRITE_OPTIONS = _CONNECTION + ("topic", "checkpointLocation", "deliveryGuarantee",
+                               "transactionalIdPrefix") + _both_spellings(_WRITE_CLIENT)
 
 _PEM_ONLY = ("trilog's client reads PEM files: give ssl.truststore.location (or "
              "ssl.ca.location) and ssl.keystore.location/ssl.key.location as PEM, without "
@@ -216,7 +234,8 @@ _REFUSED = {
     "value.serializer": "the sink sends the key and value columns' bytes: serialize with "
                         "DataFrame operations (cast, to_json)",
     "interceptor.classes": "trilog's client has no interceptors",
-    "transactional.id": "trilog's producer has no transactions",
+    "transactional.id": "the sink names its transactions itself: set deliveryGuarantee="
+                        "exactly_once (and transactionalIdPrefix to choose their prefix)",
 }
 _REFUSED_WRITE = {
     "group.id": "a write joins no consumer group",
@@ -227,7 +246,7 @@ _REFUSED_WRITE = {
 #: source does not take (so they are never taken for typos of ones it does).
 _KAFKA_NOT_TAKEN = frozenset({
     "fetch.min.bytes", "fetch.max.wait.ms", "max.poll.records", "max.poll.interval.ms",
-    "session.timeout.ms", "heartbeat.interval.ms", "isolation.level", "check.crcs",
+    "session.timeout.ms", "heartbeat.interval.ms", "check.crcs",
     "reconnect.backoff.ms", "reconnect.backoff.max.ms",
     "connections.max.idle.ms", "default.api.timeout.ms", "client.dns.lookup",
     "receive.buffer.bytes", "send.buffer.bytes", "socket.connection.setup.timeout.ms",
@@ -610,7 +629,20 @@ def _consumer_settings(opts: dict[str, str]) -> dict:
         if value is not None:
             consumer.setdefault("client_id", str(value).strip())
     consumer.setdefault("client_id", DEFAULT_CLIENT_ID)
+    level = consumer.get("isolation_level")
+    if level is not None:
+        consumer["isolation_level"] = level = level.lower()
+        if level not in _ISOLATION_LEVELS:
+            raise OptionError(f"option {_spelled(opts, 'isolation.level')}={level!r} must be "
+                              "read_committed or read_uncommitted")
     return consumer
+
+
+#: Kafka's ``isolation.level``: read_committed reads only committed transactions' records
+#: (what an exactly-once sink's readers need), read_uncommitted (the default) every record.
+_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+_GUARANTEES = {"at_least_once": AT_LEAST_ONCE, "at-least-once": AT_LEAST_ONCE,
+               "exactly_once": EXACTLY_ONCE, "exactly-once": EXACTLY_ONCE}
 
 
 _ACKS = {"all": "all", "-1": "all", "1": 1, "0": 0}
@@ -649,5 +681,40 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             raise OptionError("option enable.idempotence=true needs acks=all")
         if producer.get("retries") == 0:
             raise OptionError("option enable.idempotence=true needs retries >= 1")
+    guarantee, prefix = _delivery_guarantee(opts, producer)
     return WriteOptions(connection=connection, topic=topic.strip() if topic else None,
-                        producer=producer)
+                        producer=producer, delivery_guarantee=guarantee,
+                        transactional_id_prefix=prefix)
+
+
+def _delivery_guarantee(opts: dict[str, str], producer: dict) -> tuple[str, str]:
+    """``deliveryGuarantee`` and ``transactionalIdPrefix``, checked against the producer
+    settings (a transactional producer is idempotent with acks=all, as in Kafka)."""
+    raw = _first(opts, "deliveryGuarantee")
+    guarantee = AT_LEAST_ONCE if raw is None else _GUARANTEES.get(str(raw).strip().lower(), "")
+    if not guarantee:
+        raise OptionError(f"option deliveryGuarantee={raw!r} must be at_least_once (the "
+                          "default) or exactly_once")
+    prefix = _first(opts, "transactionalIdPrefix")
+    if guarantee == AT_LEAST_ONCE:
+        given = [n for n in ("transactionalIdPrefix",) if n.lower() in opts] + \
+            [s for s in (_spelled(opts, "transaction.timeout.ms"),) if s is not None]
+        if given:
+            raise OptionError(f"option {given[0]} is for transactions: it needs "
+                              "deliveryGuarantee=exactly_once")
+        return guarantee, DEFAULT_TRANSACTIONAL_ID_PREFIX
+    if prefix is not None and not prefix.strip():
+        raise OptionError("option transactionalIdPrefix is empty")
+    if _first(opts, "zookeeper.connect", "kafka.zookeeper.connect") is not None:
+        # A task reads its recorded batch id with Kafka's consumer, which takes brokers only.
+        raise OptionError("deliveryGuarantee=exactly_once needs bootstrap.servers, not "
+                          "zookeeper.connect")
+    if producer["acks"] != "all":
+        raise OptionError("deliveryGuarantee=exactly_once needs acks=all (the default): a "
+                          "transactional producer waits for every replica")
+    if producer.get("enable_idempotence") is False:
+        raise OptionError("deliveryGuarantee=exactly_once needs enable.idempotence=true (a "
+                          "transactional producer is idempotent)")
+    if producer.get("retries") == 0:
+        raise OptionError("deliveryGuarantee=exactly_once needs retries >= 1")
+    return guarantee, (prefix.strip() if prefix else DEFAULT_TRANSACTIONAL_ID_PREFIX)

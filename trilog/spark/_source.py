@@ -14,6 +14,7 @@ in ``end`` but not in ``start`` is new (a new partition, or a new topic matching
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -92,7 +93,9 @@ class TrilogDataSource(DataSource):
             raise OptionError("the trilog sink only appends to a log; use mode('append')")
         options = parse_write_options(self.options)
         check_write_schema(schema, options)
-        return TrilogWriter(options)
+        # Exactly once, the write's transactional ids need a name that every attempt of a
+        # task shares and no other write has.
+        return TrilogWriter(options, uuid.uuid4().hex if options.exactly_once else None)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TrilogStreamWriter:
         # Complete mode (overwrite) appends each batch's full result, as Spark's Kafka sink.
