@@ -2,7 +2,8 @@
 commits and aborts, and trilog's, kafka-python's and confluent-kafka's consumers read what
 their isolation level lets them; a second producer with the same transactional id fences
 the first; a consume-transform-produce loop moves its input offsets and its output records
-together (``send_offsets_to_transaction``).
+together (``send_offsets_to_transaction``); a prepared transaction, left open at close, is
+ended by its ids without its producer (``prepare_transaction``, ``end_transaction``).
 
 The broker needs its transaction coordinator (and, for read_committed, the log's last stable
 offset and aborted-transaction index): against one without, the module is skipped.
@@ -21,9 +22,10 @@ from trilog.client import (
     TopicPartition,
     TransactionAbortedError,
     TransactionStateError,
+    end_transaction,
     open_client,
 )
-from trilog.errors import ProducerFencedError
+from trilog.errors import InvalidTxnStateError, ProducerFencedError
 from trilog.protocol import ApiKey
 
 TP = TopicPartition
@@ -278,3 +280,53 @@ async def test_closing_aborts_a_transaction_left_open(txn_broker):
             while (await c.offsets_before("left", 0)) != [2]:  # the record and its marker
                 await trio.sleep(0.05)
     assert await read_all_one(txn_broker, "left", "read_committed") == []
+
+
+async def _stable(broker, topic: str, end: int) -> None:
+    """Wait until read_committed can read up to ``end`` (the transaction has ended)."""
+    async with trilog.open_simple_consumer(broker.bootstrap,
+                                           isolation_level="read_committed") as c:
+        with trio.fail_after(10):
+            while (await c.offsets_before(topic, 0)) != [end]:
+                await trio.sleep(0.05)
+
+
+async def test_a_prepared_transaction_is_ended_without_its_producer(txn_broker):
+    await create_topic(txn_broker.bootstrap, "two-phase", 1)
+    prepared = []
+    for i, tid in enumerate(("tx-2pc-commit", "tx-2pc-abort")):
+        async with producer(txn_broker, tid) as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            await p.send("two-phase", b"p%d" % i)
+            prepared.append(await p.prepare_transaction())
+            with pytest.raises(TransactionStateError, match="prepared"):
+                p.begin_transaction()
+        # closed: left open, the partition stays unstable
+    assert [t.transactional_id for t in prepared] == ["tx-2pc-commit", "tx-2pc-abort"]
+    assert not any(t.empty for t in prepared)
+    assert await read_all_one(txn_broker, "two-phase", "read_committed") == []
+    async with open_client(txn_broker.bootstrap) as client:
+        for _ in range(2):  # a repeat is answered as done
+            await end_transaction(client, prepared[0], commit=True)
+            await end_transaction(client, prepared[1], commit=False)
+        with pytest.raises(InvalidTxnStateError):
+            await end_transaction(client, prepared[0], commit=False)
+    await _stable(txn_broker, "two-phase", 4)  # two records, two markers
+    assert await read_all_one(txn_broker, "two-phase", "read_committed") == [b"p0"]
+
+
+async def test_init_transactions_aborts_a_prepared_transaction(txn_broker):
+    await create_topic(txn_broker.bootstrap, "two-phase-2", 1)
+    async with producer(txn_broker, "tx-2pc-fenced") as p:
+        await p.init_transactions()
+        p.begin_transaction()
+        await p.send("two-phase-2", b"prepared")
+        prepared = await p.prepare_transaction()
+    async with producer(txn_broker, "tx-2pc-fenced") as p:
+        await p.init_transactions()  # a new attempt: aborts the prepared one
+    async with open_client(txn_broker.bootstrap) as client:
+        with pytest.raises(ProducerFencedError):
+            await end_transaction(client, prepared, commit=True)
+    await _stable(txn_broker, "two-phase-2", 2)
+    assert await read_all_one(txn_broker, "two-phase-2", "read_committed") == []

@@ -20,12 +20,14 @@ from trilog.client.producer import (
 )
 from trilog.client.producer._batch import ProducerBatch
 from trilog.client.producer._idempotence import Idempotence
+from trilog.client.producer import PreparedTransaction, end_transaction
 from trilog.client.producer._transactions import TRANSITIONS, is_transition_valid
 from trilog.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     IllegalGenerationError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     NetworkError,
     NotCoordinatorError,
     OperationNotAttemptedError,
@@ -143,6 +145,12 @@ def test_the_transitions_are_kafkas():
     assert not is_transition_valid(S.ABORTABLE_ERROR, S.COMMITTING)
     assert not is_transition_valid(S.UNINITIALIZED, S.IN_TRANSACTION)
     assert set(TRANSITIONS) == set(S)
+    # two phases: prepared, then ended by its owner (or by anyone with its ids)
+    assert is_transition_valid(S.IN_TRANSACTION, S.PREPARED)
+    assert is_transition_valid(S.PREPARED, S.COMMITTING)
+    assert is_transition_valid(S.PREPARED, S.ABORTING)
+    assert not is_transition_valid(S.READY, S.PREPARED)
+    assert not is_transition_valid(S.PREPARED, S.IN_TRANSACTION)
 
 
 def test_calls_out_of_order_say_what_to_call():
@@ -343,6 +351,58 @@ async def test_commit_and_abort_send_end_txn(autojump_clock):
         await txn.end_transaction(commit=commit)
         assert txn.state is S.READY and not txn.partitions
     assert [r.committed for r in coordinator.sent("EndTxn")] == [True, True, False]
+
+
+async def test_a_prepared_transaction_is_left_open_with_its_ids(autojump_clock):
+    coordinator = StandIn(InitProducerId=[init_ok(42, 3)],
+                          AddPartitionsToTxn=[added([("t", 0)])])
+    txn, _ = manager(coordinator)
+    await ready(txn)
+    txn.begin()
+    txn.maybe_add_partition(("t", 0))
+    await txn._add_partitions()
+    txn.begin_prepare()
+    assert txn.prepared() == PreparedTransaction("tx-1", 42, 3)
+    assert txn.state is S.PREPARED and not txn.ongoing  # closing does not abort it
+    with pytest.raises(TransactionStateError, match="prepared"):
+        txn.begin()
+    with pytest.raises(TransactionStateError, match="prepared"):
+        txn.maybe_add_partition(("t", 1))
+    assert not coordinator.sent("EndTxn")
+
+
+async def test_a_prepared_transaction_that_added_nothing_is_empty(autojump_clock):
+    txn, _ = manager(StandIn(InitProducerId=[init_ok()]))
+    await ready(txn)
+    txn.begin()
+    txn.begin_prepare()
+    assert txn.prepared().empty
+    await end_transaction(None, txn.prepared(), commit=True)  # type: ignore[arg-type]
+
+
+async def test_end_transaction_by_its_ids_retries_then_raises(autojump_clock, monkeypatch):
+    coordinator = StandIn(EndTxn=[NetworkError("lost"), ended(NotCoordinatorError.code),
+                                  ended(ConcurrentTransactionsError.code), ended(),
+                                  ended(InvalidTxnStateError.code)])
+    monkeypatch.setattr("trilog.client.producer._transactions.Coordinator",
+                        lambda *_a, **_kw: coordinator)
+    prepared = PreparedTransaction("tx-9", 7, 2)
+    await end_transaction(None, prepared, commit=True)  # type: ignore[arg-type]
+    assert coordinator.resets == 2  # the lost connection and NOT_COORDINATOR
+    sent = coordinator.sent("EndTxn")
+    assert [(r.transactional_id, r.producer_id, r.producer_epoch, r.committed)
+            for r in sent] == [("tx-9", 7, 2, True)] * 4
+    with pytest.raises(InvalidTxnStateError, match="tx-9"):
+        await end_transaction(None, prepared, commit=False)  # type: ignore[arg-type]
+
+
+async def test_end_transaction_gives_up_after_its_timeout(autojump_clock, monkeypatch):
+    coordinator = StandIn(EndTxn=[ended(ConcurrentTransactionsError.code)] * 1000)
+    monkeypatch.setattr("trilog.client.producer._transactions.Coordinator",
+                        lambda *_a, **_kw: coordinator)
+    with pytest.raises(ConcurrentTransactionsError, match="gave up after 5 s"):
+        await end_transaction(None, PreparedTransaction("tx-9", 7, 2),  # type: ignore[arg-type]
+                              commit=True, timeout_s=5)
 
 
 async def test_end_txn_fenced_is_fatal(autojump_clock):

@@ -44,7 +44,12 @@ from trilog.client.producer._partitioner import (
     partition_for_key,
 )
 from trilog.client.producer._producer import Producer, open_producer
-from trilog.client.producer._transactions import TransactionManager, TxnState
+from trilog.client.producer._transactions import (
+    PreparedTransaction,
+    TransactionManager,
+    TxnState,
+    end_transaction,
+)
 
 __all__ = [
     "MAX_RETRIES",
@@ -56,6 +61,7 @@ __all__ = [
     "Headers",
     "OnDelivery",
     "Partitioner",
+    "PreparedTransaction",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
@@ -69,5 +75,6 @@ __all__ = [
     "murmur2",
     "open_producer",
     "partition_for_key",
+    "end_transaction",
     "producer_guarantees",
 ]

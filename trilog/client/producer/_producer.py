@@ -24,7 +24,9 @@ application calls and wires the parts together:
   ``commit_transaction`` or ``abort_transaction``; the ``TransactionManager``
   (``_transactions``) holds the state and speaks to the coordinators.  Leaving the ``async
   with`` (normally, or by an exception) aborts a transaction left open; cancellation leaves
-  it to the coordinator's ``transaction_timeout_ms``.
+  it to the coordinator's ``transaction_timeout_ms``.  Two phases: ``prepare_transaction``
+  instead of the commit leaves the transaction open, even at close, for another process
+  to end by its ids (``end_transaction``).
 - ``statistics()``: plain counters since the producer opened (records and bytes sent, batch
   size, request latency, buffer available, errors, retries), for an application's metrics.
 """
@@ -59,7 +61,7 @@ from trilog.client.producer._errors import (
 from trilog.client.producer._idempotence import Idempotence
 from trilog.client.producer._sender import Sender
 from trilog.client.producer._statistics import ProducerStatistics
-from trilog.client.producer._transactions import TransactionManager
+from trilog.client.producer._transactions import PreparedTransaction, TransactionManager
 from trilog.errors import TrilogError, UnsupportedVersionError
 
 log = logging.getLogger("trilog.producer")
@@ -221,6 +223,21 @@ class Producer:
         txn.begin_commit()
         await self.accumulator.flush()  # seals the open batches at once: no send joins now
         await txn.end_transaction(commit=True)
+
+    async def prepare_transaction(self) -> PreparedTransaction:
+        """The first phase of a two-phase commit: send what the transaction holds and wait
+        for every record, as ``commit_transaction`` does, but do not end it.  Returns its
+        ids; with them ``end_transaction(client, prepared, commit=...)`` commits or aborts
+        it from anywhere.  The transaction stays open: closing this producer does not abort
+        it (nor can it begin another until ``commit_transaction`` or ``abort_transaction``
+        ends this one).  Left unended, the coordinator aborts it after
+        ``transaction_timeout_ms``, and a producer of the same id aborts it at its
+        ``init_transactions``.  Raises as ``commit_transaction`` does when something in it
+        failed."""
+        txn = self._txn("prepare_transaction()")
+        txn.begin_prepare()
+        await self.accumulator.flush()  # seals the open batches at once: no send joins now
+        return txn.prepared()
 
     async def abort_transaction(self) -> None:
         """Abort the transaction: the records not sent yet fail with

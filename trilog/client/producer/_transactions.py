@@ -8,7 +8,8 @@ The states, Kafka's (``TxnState``; ``TRANSITIONS`` says which move is allowed)::
     IN_TRANSACTION --commit_transaction--> COMMITTING --> READY
     IN_TRANSACTION, ABORTABLE_ERROR --abort_transaction--> ABORTING --> READY
                                                           (--> INITIALIZING: a new epoch)
-    IN_TRANSACTION, COMMITTING, INITIALIZING --a failure--> ABORTABLE_ERROR
+    IN_TRANSACTION --prepare_transaction--> PREPARED (--commit/abort_transaction--> READY)
+    IN_TRANSACTION, COMMITTING, PREPARED, INITIALIZING --a failure--> ABORTABLE_ERROR
     any --fenced, not authorized--> FATAL_ERROR, for good
 
 - ``init_transactions`` finds the id's transaction coordinator (FindCoordinator key type
@@ -24,6 +25,13 @@ The states, Kafka's (``TxnState``; ``TRANSITIONS`` says which move is allowed)::
   the member and generation, which the coordinator checks, KIP-447).
 - ``end_transaction`` sends EndTxn once every batch is done (the producer flushes first); a
   transaction that added nothing ends without a request.
+- Two phases (KIP-939's names; Flink's Kafka sink works so): ``prepare`` is the first half
+  of a commit (every batch sent and acknowledged) that stops there and hands out the ids
+  (``PreparedTransaction``).  The transaction stays open in the coordinator: closing the
+  producer does not abort it, and anyone with the ids may end it with the module's
+  ``end_transaction(client, prepared, commit=...)``, without the producer (until the
+  coordinator aborts it after ``transaction_timeout_ms``, or a new producer of the id
+  fences it with ``init_transactions``).
 
 Errors, as Kafka's: PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_
 FAILED, CLUSTER_AUTHORIZATION_FAILED, INVALID_TXN_STATE and an unsupported broker are
@@ -41,7 +49,7 @@ Sequence numbers: batches that leave without being sent give theirs back
 sequences start again at 0.
 
 Invariants: requests to the coordinators go one at a time (``_lock``), in the order the
-application made its calls; outside IN_TRANSACTION and COMMITTING no batch is open (a
+application made its calls; outside IN_TRANSACTION, COMMITTING and PREPARED no batch is open (a
 commit seals them as it starts, an abort or an error fails them), so the check of a new
 batch is the only check sends need.  Use from the producer's trio run.
 """
@@ -50,6 +58,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -110,6 +119,9 @@ class TxnState(enum.Enum):
     READY = "READY"
     IN_TRANSACTION = "IN_TRANSACTION"
     COMMITTING = "COMMITTING"
+    #: prepared (two phases): left open for whoever holds its ids to end (not Kafka's name
+    #: until KIP-939's PREPARED_TRANSACTION)
+    PREPARED = "PREPARED"
     ABORTING = "ABORTING"
     ABORTABLE_ERROR = "ABORTABLE_ERROR"
     FATAL_ERROR = "FATAL_ERROR"
@@ -117,17 +129,18 @@ class TxnState(enum.Enum):
 
 S = TxnState
 #: target -> the states it may be reached from (Kafka's ``isTransitionValid``; FATAL_ERROR
-#: from anywhere).  A call cut short may be made again: INITIALIZING, COMMITTING and
+#: from anywhere).  A call cut short may be made again: INITIALIZING, COMMITTING, PREPARED and
 #: ABORTING may be entered again from themselves.
 TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
     S.UNINITIALIZED: frozenset(),
     S.INITIALIZING: frozenset({S.UNINITIALIZED, S.INITIALIZING, S.ABORTING}),
     S.READY: frozenset({S.INITIALIZING, S.COMMITTING, S.ABORTING}),
     S.IN_TRANSACTION: frozenset({S.READY}),
-    S.COMMITTING: frozenset({S.IN_TRANSACTION, S.COMMITTING}),
-    S.ABORTING: frozenset({S.IN_TRANSACTION, S.ABORTABLE_ERROR, S.ABORTING}),
-    S.ABORTABLE_ERROR: frozenset({S.IN_TRANSACTION, S.COMMITTING, S.ABORTABLE_ERROR,
-                                  S.INITIALIZING}),
+    S.COMMITTING: frozenset({S.IN_TRANSACTION, S.COMMITTING, S.PREPARED}),
+    S.PREPARED: frozenset({S.IN_TRANSACTION, S.PREPARED}),
+    S.ABORTING: frozenset({S.IN_TRANSACTION, S.ABORTABLE_ERROR, S.ABORTING, S.PREPARED}),
+    S.ABORTABLE_ERROR: frozenset({S.IN_TRANSACTION, S.COMMITTING, S.PREPARED,
+                                  S.ABORTABLE_ERROR, S.INITIALIZING}),
     S.FATAL_ERROR: frozenset(TxnState),
 }
 
@@ -141,6 +154,18 @@ FATAL_ERRORS: tuple[type[TrilogError], ...] = (
 _MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, NetworkError, RequestTimedOutError)
 #: what the commit of a transaction's offsets refuses when the group moved on (KIP-447)
 _GROUP_MOVED = (IllegalGenerationError, UnknownMemberIdError, FencedInstanceIdError)
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """A prepared transaction (``Producer.prepare_transaction``): what ``end_transaction``
+    needs to end it without the producer.  ``empty``: it added nothing, and ends without a
+    request.  Plain data: picklable, for another process to end it."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    empty: bool = False
 
 
 def is_transition_valid(source: TxnState, target: TxnState) -> bool:
@@ -242,7 +267,8 @@ class TransactionManager:
 
     @property
     def ongoing(self) -> bool:
-        """A transaction is open: begun and not ended (failed ones included)."""
+        """A transaction is open: begun and not ended (failed ones included), and not
+        prepared (a prepared one is left for whoever holds its ids to end)."""
         return self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
                               TxnState.ABORTING, TxnState.ABORTABLE_ERROR)
 
@@ -256,9 +282,28 @@ class TransactionManager:
     def begin_commit(self) -> None:
         """The first step of ``commit_transaction`` (the producer flushes next)."""
         self.check()
-        if self.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+        if self.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
+                              TxnState.PREPARED):
             raise TransactionStateError(self._not_now("commit_transaction()"))
         self._transition(TxnState.COMMITTING)
+
+    def begin_prepare(self) -> None:
+        """The first step of ``prepare_transaction`` (the producer flushes next): no send
+        joins the transaction from now on."""
+        self.check()
+        if self.state not in (TxnState.IN_TRANSACTION, TxnState.PREPARED):
+            raise TransactionStateError(self._not_now("prepare_transaction()"))
+        self._transition(TxnState.PREPARED)
+
+    def prepared(self) -> PreparedTransaction:
+        """The last step of ``prepare_transaction``, once every batch is done: the ids
+        that end the transaction, or the error that failed one of its batches."""
+        self.check()
+        if self.state is not TxnState.PREPARED:
+            raise TransactionStateError(self._not_now("prepare_transaction()"))
+        idem = self._idempotence
+        return PreparedTransaction(self.transactional_id, idem.producer_id,
+                                   idem.producer_epoch, empty=not self._started)
 
     def begin_abort(self) -> None:
         """The first step of ``abort_transaction`` (the producer fails what was not sent
@@ -268,7 +313,7 @@ class TransactionManager:
         if self.state is TxnState.INITIALIZING and self._bump:
             return
         if self.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR,
-                              TxnState.ABORTING):
+                              TxnState.ABORTING, TxnState.PREPARED):
             raise TransactionStateError(self._not_now("abort_transaction()"))
         self._transition(TxnState.ABORTING)
         self._new.clear()
@@ -283,6 +328,7 @@ class TransactionManager:
                                  "commit_transaction() again to finish",
             TxnState.ABORTING: "the transaction is being aborted: call abort_transaction() "
                                "again to finish",
+            TxnState.PREPARED: "the transaction is prepared: end it (commit or abort) first",
         }.get(self.state, self.state.name)
         return f"transactional id {self.transactional_id!r}: {call}: {why}"
 
@@ -395,7 +441,8 @@ class TransactionManager:
     async def _add_partitions(self) -> None:
         attempt = 0
         while self._new or self._pending:
-            if self.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+            if self.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING,
+                                  TxnState.PREPARED):
                 self._pending.clear()
                 self._new.clear()
                 await trio.lowlevel.checkpoint()
@@ -607,6 +654,47 @@ class TransactionManager:
             if isinstance(error, ConcurrentTransactionsError):
                 delay = min(delay, 0.05)  # the last transaction's markers: soon written
             await trio.sleep(delay)
+
+
+async def end_transaction(client: Client, prepared: PreparedTransaction, *, commit: bool,
+                          timeout_s: float = 30.0) -> None:
+    """End a prepared transaction (commit, or abort) by its ids, without its producer: the
+    second phase of a two-phase commit, in another process than the one that prepared it.
+
+    FindCoordinator (key type 1), then EndTxn with the producer id and epoch; CONCURRENT_
+    TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR and lost connections are
+    retried for up to ``timeout_s``.  Ending it again the same way is no error (the
+    coordinator answers a repeat so).  Raises ``ProducerFencedError`` when a newer producer
+    of the id (``init_transactions``) or the coordinator's timeout aborted it first, and
+    ``InvalidTxnStateError`` when it already ended the other way."""
+    if prepared.empty:
+        await trio.lowlevel.checkpoint()
+        return
+    what = (f"EndTxn ({'commit' if commit else 'abort'}) of transactional id "
+            f"{prepared.transactional_id!r}")
+    coordinator = Coordinator(client, prepared.transactional_id, key_type=TRANSACTION)
+    request = EndTxnRequest(transactional_id=prepared.transactional_id,
+                            producer_id=prepared.producer_id,
+                            producer_epoch=prepared.producer_epoch, committed=commit)
+    backoff = Backoff(first_s=0.02, max_s=1.0)
+    deadline = trio.current_time() + timeout_s
+    attempt = 0
+    while True:
+        try:
+            conn = await coordinator.connection()
+            response = await conn.request(request)
+            if response.error_code:
+                raise error_for_code(response.error_code)
+            return
+        except ApiError as exc:
+            if not exc.retriable:
+                raise _named(exc, what) from None
+            if isinstance(exc, _MOVED):
+                coordinator.reset()
+            if trio.current_time() >= deadline:
+                raise _named(exc, f"{what}: gave up after {timeout_s:.0f} s") from None
+        attempt += 1
+        await trio.sleep(backoff.delay(attempt))
 
 
 def as_group_metadata(group: Any) -> ConsumerGroupMetadata:
