@@ -21,6 +21,7 @@ from trilog.sync._facades import (
     SimpleConsumer,
     SyncDelivery,
     SyncMessageStream,
+    end_transactions,
 )
 from trilog.sync._portal import FacadeClosedError, ForkedFacadeError
 
@@ -35,4 +36,5 @@ __all__ = [
     "SimpleConsumer",
     "SyncDelivery",
     "SyncMessageStream",
+    "end_transactions",
 ]

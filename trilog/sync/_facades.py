@@ -1,5 +1,5 @@
 """Blocking twins of the trio client: ``Producer``, ``Consumer``, ``SimpleConsumer`` and
-``ConsumerConnector``.
+``ConsumerConnector``; ``end_transactions``, a transaction's second phase.
 
 Same arguments as ``trilog.open_producer`` / ``open_consumer`` / ``open_simple_consumer`` /
 ``open_consumer_connector``; every method
@@ -35,18 +35,22 @@ from trilog.client import (
     FetchedRecords,
     MessageStream,
     OffsetAndMetadata,
+    PreparedTransaction,
     ProducerClosedError,
+    ProducerConfig,
     ProducerOptions,
     RecordMetadata,
     SimpleConsumerOptions,
     TopicFilter,
+    end_transaction,
+    open_client,
     open_consumer,
     open_consumer_connector,
     open_producer,
     open_simple_consumer,
 )
 from trilog.client import Consumer as AsyncConsumer
-from trilog.client._settings import called_as
+from trilog.client._settings import called_as, config_from_options
 from trilog.client.producer import Headers
 from trilog.errors import UnknownTopicOrPartitionError
 from trilog.sync._portal import Portal
@@ -492,6 +496,43 @@ class Producer(_Facade):
     def abort_transaction(self) -> None:
         self._outbox.wait_empty()
         self._portal.run(self._producer.abort_transaction)
+
+    def prepare_transaction(self) -> PreparedTransaction:
+        """Send every record queued before and wait for them, but leave the transaction
+        open, even at ``close()``: its ids, for ``end_transactions`` to end it from
+        anywhere (``trilog.Producer.prepare_transaction``)."""
+        self._outbox.wait_empty()
+        return self._portal.run(self._producer.prepare_transaction)
+
+
+def end_transactions(prepared: Iterable[PreparedTransaction], *, commit: bool,
+                     bootstrap_servers: str | list[str] | None = None,
+                     timeout_s: float = 30.0, **options: Unpack[ProducerOptions]) -> None:
+    """The blocking twin of ``trilog.client.end_transaction``: commit (or abort) each
+    prepared transaction by its ids, one after the other over one client, without their
+    producers (for a Spark driver ending its tasks' transactions).  Takes the producer's
+    connection keywords (``zookeeper``, ``client_id``, security...); each transaction's
+    retries last up to ``timeout_s``.  The first that fails raises, and the ones after it
+    are left as they were."""
+    todo = list(prepared)
+    if not todo:
+        return
+    config = config_from_options(ProducerConfig, options, "end_transactions")
+    portal = Portal(open_client(bootstrap_servers, zookeeper=config.zookeeper,
+                                client_id=config.client_id,
+                                request_timeout_ms=config.request_timeout_ms,
+                                metadata_max_age_ms=config.metadata_max_age_ms,
+                                security=config.security), "trilog.sync.end_transactions")
+    client = portal.value
+
+    async def end_all() -> None:
+        for one in todo:
+            await end_transaction(client, one, commit=commit, timeout_s=timeout_s)
+
+    try:
+        portal.run(end_all)
+    finally:
+        portal.close()
 
 
 class SimpleConsumer(_Facade):
