@@ -1,7 +1,9 @@
 """The exactly-once sink (``deliveryGuarantee=exactly_once``) against real failures: a task
-that fails after handing rows to the sink, and a driver SIGKILLed mid-batch and restarted
-from its checkpoint.  The same scenarios with the default (at least once) duplicate rows,
-which shows that each failure really struck in the middle of a write."""
+whose send fails midway, a task failing upstream of the sink after handing it rows, and a
+driver SIGKILLed mid-batch and restarted from its checkpoint.  The same scenarios with the
+default (at least once) duplicate rows, which shows that each failure really struck in the
+middle of a write.  Without Spark: the replay of a batch whose driver died between its
+commits (the committed tasks skip, the others are written again)."""
 
 from __future__ import annotations
 
@@ -13,13 +15,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark import TaskContext
 from pyspark.sql.functions import udf
 from spark_helpers import produce, read_back
 
 import trilog.sync as ts
-from trilog.spark._write import transactional_id
+from trilog.errors import ProducerFencedError
+from trilog.spark._options import parse_write_options
+from trilog.spark._write import commit_prepared, transactional_id, write_transactional
 
 EOS_QUERY = Path(__file__).with_name("eos_query.py")
 
@@ -129,15 +134,16 @@ def test_a_task_whose_write_fails_midway_is_retried(spark, broker, tmp_path, sma
         assert max(committed.values()) == 2  # the rows sent before the failure, twice
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known hole: a failure upstream of the sink in the "
-                   "same task ends the writer's input as if it were complete, and the task "
-                   "commits a part of its rows (see docs/spark.md, exactly once)")
 def test_a_task_failing_upstream_of_the_sink_is_retried(spark, broker, tmp_path,
                                                         small_batches):
+    # The sink's input ends early as if complete: the task prepares part of its rows, but
+    # it fails, so the driver never commits them; the retry aborts them and writes all.
     inputs = _inputs(300)
     produce(broker.bootstrap, "in", inputs)
     _copy(spark, broker.bootstrap, tmp_path / "ckpt", "exactly_once",
           _failing_copy(broker.bootstrap, 150)("value", "partition", "offset").alias("value"))
+    everything = _values(read_back(broker.bootstrap, "out"))
+    assert max(everything.values()) == 2  # the first attempt's rows are in the log
     committed = _values(read_back(broker.bootstrap, "out", "read_committed"))
     assert committed == Counter(v for *_, v in inputs)
 
@@ -177,15 +183,14 @@ def test_a_driver_killed_mid_batch_restarts_from_its_checkpoint(broker, tmp_path
     first = _run_query(broker.bootstrap, checkpoint, guarantee, tmp_path, flag)
     try:
         _wait(flag.exists, "the stall in batch 1", first)
-        # Batch 1's other three tasks finish while partition 0's stalls mid-write.
+        # Batch 1's other three tasks finish (exactly once: prepare, left for the driver
+        # to commit once task 0 is done) while partition 0's stalls mid-write.
+        _wait(lambda: len(read_back(broker.bootstrap, "out")) >= 600 + 3 * 150 + 20,
+              "batch 1 written by tasks 1-3", first)
         if guarantee == "exactly_once":
             query_id = (tmp_path / "query-id").read_text().strip()
-            ids = [transactional_id("trilog-spark", query_id, p) for p in (1, 2, 3)]
-            _wait(lambda: all(_recorded(broker.bootstrap, i) == 1 for i in ids),
-                  "batch 1 recorded by tasks 1-3", first)
-        else:
-            _wait(lambda: len(read_back(broker.bootstrap, "out")) >= 600 + 3 * 150 + 20,
-                  "batch 1 written by tasks 1-3", first)
+            ids = [transactional_id("trilog-spark", query_id, p) for p in range(4)]
+            assert {_recorded(broker.bootstrap, i) for i in ids} == {0}  # not committed
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
@@ -203,6 +208,36 @@ def test_a_driver_killed_mid_batch_restarts_from_its_checkpoint(broker, tmp_path
         # Batch 1 replayed whole: tasks 1-3's rows and task 0's first rows twice.
         assert set(committed) == set(expected)
         assert sum(committed.values()) >= len(inputs) + 3 * 150 + 20
+
+
+def _write(options, rows: list[bytes], batch_id: int, partition_id: int):
+    """A task's write of ``rows`` as the sink's exactly-once writer does it."""
+    batch = pa.RecordBatch.from_pydict({"value": rows})
+    return write_transactional(options, iter([batch]), query_id="q", batch_id=batch_id,
+                               partition_id=partition_id)
+
+
+def test_the_replay_of_a_batch_skips_the_tasks_the_driver_committed(broker):
+    # The driver died between its commits: task 0's transaction committed, task 1's left
+    # prepared.  The replay finds task 0's batch recorded, and writes task 1's again.
+    produce(broker.bootstrap, "out", [(0, None, b"created")])
+    options = parse_write_options({"bootstrap.servers": broker.bootstrap, "topic": "out",
+                                   "deliveryGuarantee": "exactly_once"})
+    rows = {p: [b"b0:p%d:%d" % (p, i) for i in range(50)] for p in (0, 1)}
+    first = [_write(options, rows[p], 0, p) for p in (0, 1)]
+    assert [m.records for m in first] == [50, 50] and all(m.prepared for m in first)
+    assert _values(read_back(broker.bootstrap, "out", "read_committed")) == {b"created": 1}
+    commit_prepared(options, first[:1])  # the driver, killed before task 1's commit
+    replay = [_write(options, rows[p], 0, p) for p in (0, 1)]
+    assert replay[0].replayed and replay[0].prepared is None
+    assert replay[1].records == 50 and not replay[1].replayed
+    commit_prepared(options, replay)
+    commit_prepared(options, replay)  # a repeat changes nothing
+    committed = _values(read_back(broker.bootstrap, "out", "read_committed"))
+    assert committed == Counter([b"created", *rows[0], *rows[1]])
+    # Task 1's first transaction was aborted by the replay: not committable any more.
+    with pytest.raises(ProducerFencedError):
+        commit_prepared(options, first[1:])
 
 
 def test_a_batch_write_with_exactly_once_commits_each_task(spark, broker):

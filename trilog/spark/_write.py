@@ -6,28 +6,38 @@ its commit message, so a task that reports success has had all its records ackno
 failed task is retried by Spark and sends its rows again; records sent cannot be taken back,
 which is why ``abort`` has nothing to undo.
 
-Exactly once (``deliveryGuarantee=exactly_once``): each task writes its rows in one
-transaction of the transactional id ``{prefix}-{queryId}-{partitionId}`` and records its batch
-id in the same transaction, as the committed offset (batch id + 1) of the consumer group
-named after the transactional id.  ``init_transactions()`` fences (and aborts) whatever an
-earlier attempt of the task left open; the task then reads the group's offset, and a batch
-already recorded (Spark replays the last batch after a failure) is written no more.  A task
-commits before it returns its commit message; one that fails aborts (or, killed, is aborted
-by the next attempt's ``init_transactions`` or the transaction timeout).  Readers see each row
-once with ``isolation_level=read_committed``.  This holds as long as a replayed batch gives
-each task the same rows, as Spark's replay of a deterministic query does.
+Exactly once (``deliveryGuarantee=exactly_once``), in two phases as Flink's Kafka sink:
 
-Known hole: a failure upstream of the sink in the same task (a UDF, the source's read) ends
-the writer's input as if it were complete; the writer cannot tell, commits part of its rows,
-and the retry finds the batch recorded.  Closing it needs the driver to commit the tasks'
-prepared transactions in ``commit(messages, batchId)`` (docs/spark.md).
+1. Each task writes its rows in one transaction of the transactional id
+   ``{prefix}-{queryId}-{partitionId}`` and records its batch id in the same transaction, as
+   the committed offset (batch id + 1) of the consumer group named after the transactional
+   id.  ``init_transactions()`` fences (and aborts) whatever an earlier attempt of the task
+   left open; the task then reads the group's offset, and a batch already recorded (Spark
+   replays the last batch after a failure) is written no more.  The task *prepares* its
+   transaction (every record acknowledged) and returns its ids in its commit message,
+   leaving it open; one that fails aborts (or, killed, is aborted by the next attempt's
+   ``init_transactions`` or the transaction timeout).
+2. The driver's ``commit(messages, batchId)``, called once every task succeeded, commits
+   each task's transaction by its ids (EndTxn, ``trilog.sync.end_transactions``);
+   ``abort`` aborts them.
+
+A task whose input ended early because something upstream of the sink failed in the same
+task (a UDF, the source's read) prepares part of its rows, but the task fails, so its
+message never reaches the driver: the retry's ``init_transactions()`` aborts it and the
+retry writes the whole partition.  A driver killed in the middle of its commits leaves the
+rest open; the replay of the batch skips the tasks whose commit went through (the batch is
+recorded) and aborts and writes again the others.  Readers see each row once with
+``isolation_level=read_committed``.  This holds as long as a replayed batch gives each task
+the same rows, as Spark's replay of a deterministic query does, and as long as
+``kafka.transaction.timeout.ms`` covers a batch from its first task's first row to the
+driver's commit (the coordinator aborts a transaction older than that).
 """
 
 from __future__ import annotations
 
-import json
-
 import itertools
+import json
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -50,6 +60,7 @@ from pyspark.sql.types import (
 )
 
 import trilog.sync as ts
+from trilog.client import PreparedTransaction
 from trilog.client.consumer import OffsetAndMetadata
 from trilog.errors import TrilogError
 from trilog.spark._options import OptionError, WriteOptions
@@ -61,6 +72,14 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 _TEXT_OR_BYTES = (StringType, BinaryType)
+
+#: How long the driver retries each EndTxn while the coordinator moves or loads: a commit,
+#: which fails the batch when it gives up, and an abort, which only tidies (a replay's
+#: ``init_transactions`` or the transaction timeout aborts what it leaves).
+END_TIMEOUT_S = 60.0
+ABORT_TIMEOUT_S = 10.0
+
+log = logging.getLogger("trilog.spark")
 
 
 def check_write_schema(schema: StructType, options: WriteOptions) -> None:
@@ -97,11 +116,13 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
 
 @dataclass
 class TrilogCommitMessage(WriterCommitMessage):
-    """What a task wrote: ``records`` acknowledged (exactly once: committed).  ``replayed``:
+    """What a task wrote: ``records`` acknowledged.  Exactly once: ``prepared``, the ids of
+    its transaction, left open for the driver to end (None: it wrote nothing); ``replayed``:
     the task's batch was recorded by an earlier attempt, and it wrote nothing."""
 
     records: int
     replayed: bool = False
+    prepared: PreparedTransaction | None = None
 
 
 def _bytes(value):
@@ -222,11 +243,38 @@ def write_transactional(options: WriteOptions, batches: Iterator[pa.RecordBatch]
                                "partitionId": partition_id, "records": written})
             producer.send_offsets_to_transaction(
                 {where: OffsetAndMetadata(batch_id + 1, note)}, txn_id)
-            producer.commit_transaction()
+            # Not committed: the driver commits once every task has succeeded.  Closing the
+            # producer leaves a prepared transaction open.
+            prepared = producer.prepare_transaction()
         except BaseException:
             _abort_quietly(producer)
             raise
-    return TrilogCommitMessage(written)
+    return TrilogCommitMessage(written, prepared=prepared)
+
+
+def _prepared(messages) -> list[PreparedTransaction]:
+    return [m.prepared for m in messages
+            if isinstance(m, TrilogCommitMessage) and m.prepared is not None]
+
+
+def commit_prepared(options: WriteOptions, messages) -> None:
+    """The driver: commit every task's prepared transaction.  A failure fails the batch
+    (Spark aborts it); its replay skips the tasks whose commit went through."""
+    ts.end_transactions(_prepared(messages), commit=True, timeout_s=END_TIMEOUT_S,
+                        **_producer_kwargs(options))
+
+
+def abort_prepared(options: WriteOptions, messages) -> None:
+    """The driver: abort the prepared transactions of a batch that failed.  Each one that
+    cannot be aborted (committed before the failure, fenced, the broker gone) is logged and
+    left: a replay's ``init_transactions`` or the transaction timeout aborts it."""
+    for prepared in _prepared(messages):
+        try:
+            ts.end_transactions([prepared], commit=False, timeout_s=ABORT_TIMEOUT_S,
+                                **_producer_kwargs(options))
+        except Exception as exc:  # noqa: BLE001 - best effort: the batch failed already
+            log.warning("trilog sink: could not abort the transaction of %s: %s",
+                        prepared.transactional_id, exc)
 
 
 def _abort_quietly(producer: ts.Producer) -> None:
@@ -260,8 +308,9 @@ def _stream_task() -> tuple[str, int, int]:
 
 class TrilogWriter(DataSourceArrowWriter):
     """A batch write.  Exactly once, ``job_id`` (made on the driver, one per write) stands
-    for the query id and the batch id is 0: a retried task's rows are written once, but a
-    job that fails leaves its committed tasks' rows, and running it again writes them again."""
+    for the query id and the batch id is 0: a retried task's rows are written once, and the
+    driver commits every task's transaction once they all succeeded (a job that fails
+    aborts them).  Running a write again writes its rows again."""
 
     def __init__(self, options: WriteOptions, job_id: str | None = None) -> None:
         self.options = options
@@ -275,10 +324,14 @@ class TrilogWriter(DataSourceArrowWriter):
         return write_rows(self.options, iterator)
 
     def commit(self, messages) -> None:
-        pass  # every record was acknowledged before its task succeeded
+        if self.options.exactly_once:
+            commit_prepared(self.options, messages)
+        # at least once: every record was acknowledged before its task succeeded
 
     def abort(self, messages) -> None:
-        pass  # acknowledged records stay in the log: at least once, nothing to undo
+        if self.options.exactly_once:
+            abort_prepared(self.options, messages)
+        # at least once: acknowledged records stay in the log, nothing to undo
 
 
 class TrilogStreamWriter(DataSourceStreamArrowWriter):
@@ -293,7 +346,10 @@ class TrilogStreamWriter(DataSourceStreamArrowWriter):
         return write_rows(self.options, iterator)
 
     def commit(self, messages, batchId: int) -> None:
-        pass  # every task committed (or found its batch committed) before it succeeded
+        if self.options.exactly_once:
+            commit_prepared(self.options, messages)
+        # at least once: every record was acknowledged before its task succeeded
 
     def abort(self, messages, batchId: int) -> None:
-        pass  # exactly once, the replay of the batch skips the tasks that committed
+        if self.options.exactly_once:
+            abort_prepared(self.options, messages)
