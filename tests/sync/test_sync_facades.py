@@ -272,3 +272,24 @@ def test_a_wait_from_the_loop_thread_itself_raises_instead_of_hanging():
     outbox.wait_empty()  # from this thread it is fine
     assert pending._delivery is not None
     portal.close()
+
+
+def test_a_prepared_transaction_is_committed_by_another_client(bootstrap):
+    with ts.Producer(bootstrap, transactional_id="sync-2pc") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("sync-2pc", b"prepared", partition=0)
+        prepared = producer.prepare_transaction()
+    # Closed, and left open: a read_committed reader sees nothing yet.
+    with ts.SimpleConsumer(bootstrap, isolation_level="read_committed") as consumer:
+        assert consumer.offsets_before("sync-2pc", 0) == [0]
+    ts.end_transactions([prepared], commit=True, bootstrap_servers=bootstrap)
+    ts.end_transactions([], commit=True)  # nothing to end: no connection
+    with ts.SimpleConsumer(bootstrap, isolation_level="read_committed") as consumer:
+        deadline = time.monotonic() + 10
+        while consumer.offsets_before("sync-2pc", 0) != [2]:  # the record and its marker
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert [r.value for r in consumer.iterate("sync-2pc", 0, 0, end_offset=2)] == \
+            [b"prepared"]
+    assert _no_loop_thread_left()

@@ -9,8 +9,10 @@
 Each facade runs its client in one trio loop in a background thread shared by every facade
 of the process; methods are thread-safe and block the caller.  A facade created before
 ``fork()`` refuses to work in the child (``ForkedFacadeError``); create one in the child.
-Every facade takes the client's security keywords (``security_protocol``, ``ssl_cafile``,
-``sasl_mechanism``, ...; or a ready ``ClientSecurity`` as ``security=``).
+``end_transactions`` commits (or aborts) transactions a ``Producer.prepare_transaction``
+left open, by their ids.  Every facade takes the client's security keywords
+(``security_protocol``, ``ssl_cafile``, ``sasl_mechanism``, ...; or a ready
+``ClientSecurity`` as ``security=``).
 """
 
 from trilog.client import ClientSecurity, SecurityConfigError
