@@ -330,3 +330,47 @@ async def test_init_transactions_aborts_a_prepared_transaction(txn_broker):
             await end_transaction(client, prepared, commit=True)
     await _stable(txn_broker, "two-phase-2", 2)
     assert await read_all_one(txn_broker, "two-phase-2", "read_committed") == []
+
+
+async def test_the_groups_tool_counts_read_committed_lag_to_the_last_stable_offset(txn_broker):
+    """``open_group_admin(isolation_level=...)`` / ``trilog groups --isolation-level``: with a
+    transaction open, read_committed lag stops at the last stable offset."""
+    from cli_helpers import cli
+
+    topic, group = "lagged", "lag-group"
+    await create_topic(txn_broker.bootstrap, topic, 1)
+    async with trilog.open_producer(txn_broker.bootstrap, linger_ms=1) as plain:
+        for i in range(3):
+            await plain.send_and_wait(topic, b"p%d" % i, partition=0)
+    async with trilog.open_consumer(topic, bootstrap_servers=txn_broker.bootstrap,
+                                    group_id=group, auto_offset_reset="earliest",
+                                    enable_auto_commit=False) as consumer:
+        for _ in range(3):
+            await consumer.getone()
+        await consumer.commit()
+    async with producer(txn_broker, "lag-tid") as p:
+        await p.init_transactions()
+        p.begin_transaction()
+        for i in range(4):
+            await p.send(topic, b"t%d" % i, partition=0)
+        await p.flush()  # four records of an open transaction after the committed offset
+
+        async def lag(level: str) -> int | None:
+            async with trilog.client.open_group_admin(txn_broker.bootstrap,
+                                                      isolation_level=level) as admin:
+                (part,) = (await admin.describe_group(group)).partitions
+                return part.lag
+
+        assert await lag("read_uncommitted") == 4
+        assert await lag("read_committed") == 0
+        shown = await cli("groups", "--bootstrap-server", txn_broker.bootstrap, "--describe",
+                          "--group", group, "--isolation-level", "read_committed")
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        header = next(line.split() for line in lines if "LAG" in line.split())
+        row = next(line.split() for line in lines if topic in line.split())
+        assert row[header.index("LOG-END-OFFSET")] == "3"  # the last stable offset
+        assert row[header.index("LAG")] == "0"  # the open transaction is not counted
+        await p.abort_transaction()
+    with pytest.raises(ValueError, match="isolation_level"):
+        trilog.client.open_group_admin(txn_broker.bootstrap, isolation_level="dirty")

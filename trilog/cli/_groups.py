@@ -99,6 +99,11 @@ def add_parser(sub) -> None:
                           help="write the new offsets (default: only print them)")
     run_mode.add_argument("--dry-run", action="store_true",
                           help="only print the new offsets (the default)")
+    p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                   default="read_uncommitted",
+                   help="with --describe: whose LOG-END-OFFSET and LAG (read_committed: up "
+                        "to the last stable offset, what a read_committed consumer can read "
+                        "past no open transaction; default read_uncommitted, as Kafka's tool)")
     p.add_argument("--timeout-ms", type=int, default=30_000, metavar="MS",
                    help="how long to wait to connect and for each answer (default 30000)")
     p.set_defaults(run=run)
@@ -191,6 +196,7 @@ async def _main(args) -> int:
              {"bootstrap_servers": args.bootstrap_server or DEFAULT_BOOTSTRAP})
     async with open_group_admin(**where, request_timeout_ms=args.timeout_ms,
                                 connect_timeout_ms=args.timeout_ms,
+                                isolation_level=args.isolation_level,
                                 **connection_kwargs(args)) as admin:
         if args.list:
             for name in await admin.list_groups():

@@ -45,6 +45,7 @@ from trilog.client._offsets import (
     ZooKeeperOffsetStore,
     parse_zookeeper_offset,
 )
+from trilog.client._isolation import READ_UNCOMMITTED, isolation_level_id
 from trilog.client._retry import REQUEST_RETRY
 from trilog.client._settings import config_from_options
 from trilog.errors import (
@@ -176,8 +177,11 @@ class GroupAdmin:
 
     storage = ""
 
-    def __init__(self, client: Client | None) -> None:
+    def __init__(self, client: Client | None, isolation: int = READ_UNCOMMITTED) -> None:
         self._client = client
+        #: the isolation level of the end offsets (lag, ``--to-latest``): read_committed's
+        #: is the last stable offset
+        self._isolation = isolation
 
     async def list_groups(self) -> list[str]:
         raise NotImplementedError
@@ -324,7 +328,8 @@ class GroupAdmin:
             # A partition of a topic that exists may be between leaders: ask again.
             retry = [tp for tp in leaderless if tp[1] in (meta.partitions_for(tp[0]) or ())]
             for node, wanted in by_leader.items():
-                retry += await self._list_offsets_from(client, node, wanted, timestamp, out)
+                retry += await self._list_offsets_from(client, node, wanted, timestamp, out,
+                                                       self._isolation)
             if not retry or tries.last:
                 break
             todo = sorted(retry)
@@ -332,7 +337,8 @@ class GroupAdmin:
 
     @staticmethod
     async def _list_offsets_from(client: Client, node: Node, wanted: list[PartitionKey],
-                                 timestamp: int, out: dict[PartitionKey, int]
+                                 timestamp: int, out: dict[PartitionKey, int],
+                                 isolation: int = READ_UNCOMMITTED
                                  ) -> list[PartitionKey]:
         R = ListOffsetsRequest
         by_topic: dict[str, list[Any]] = {}
@@ -341,7 +347,7 @@ class GroupAdmin:
                 partition_index=partition, timestamp=timestamp))
         try:
             conn = await client.connection(node)
-            response = await conn.request(R(replica_id=-1, isolation_level=0, topics=[
+            response = await conn.request(R(replica_id=-1, isolation_level=isolation, topics=[
                 R.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))
         except (NetworkError, RequestTimedOutError):
             return wanted
@@ -362,8 +368,8 @@ class GroupAdmin:
 class _BrokerGroupAdmin(GroupAdmin):
     storage = "broker"
 
-    def __init__(self, client: Client) -> None:
-        super().__init__(client)
+    def __init__(self, client: Client, isolation: int = READ_UNCOMMITTED) -> None:
+        super().__init__(client, isolation)
         self._stores: dict[str, BrokerOffsetStore] = {}
 
     async def list_groups(self) -> list[str]:
@@ -491,8 +497,9 @@ class _BrokerGroupAdmin(GroupAdmin):
 class _ZooKeeperGroupAdmin(GroupAdmin):
     storage = "zookeeper"
 
-    def __init__(self, zk: ZooKeeper, client: Client | None) -> None:
-        super().__init__(client)
+    def __init__(self, zk: ZooKeeper, client: Client | None,
+                 isolation: int = READ_UNCOMMITTED) -> None:
+        super().__init__(client, isolation)
         self._zk = zk
 
     async def _children(self, path: str) -> list[str]:
@@ -671,6 +678,10 @@ class GroupAdminConfig:
     #: how long opening tries to reach a bootstrap server (kafka-python's; then
     #: ``NoBrokersAvailableError``)
     bootstrap_timeout_ms: int = 30_000
+    #: whose lag: "read_committed" counts to the last stable offset (what a read_committed
+    #: consumer can read: no transaction still open), "read_uncommitted" to the high
+    #: watermark (Kafka's tool)
+    isolation_level: str = "read_uncommitted"
     #: TLS and SASL of the connections to the brokers (None: PLAINTEXT)
     security: ClientSecurity | None = None
 
@@ -678,6 +689,7 @@ class GroupAdminConfig:
         for name in ("request_timeout_ms", "connect_timeout_ms", "bootstrap_timeout_ms"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+        isolation_level_id(self.isolation_level)  # ValueError for another name
 
 
 class GroupAdminOptions(SecurityOptions, total=False):
@@ -690,6 +702,7 @@ class GroupAdminOptions(SecurityOptions, total=False):
     request_timeout_ms: int
     connect_timeout_ms: int
     bootstrap_timeout_ms: int
+    isolation_level: str
 
 
 def open_group_admin(bootstrap_servers: str | list[str] | None = None,
@@ -714,9 +727,11 @@ async def _running_group_admin(bootstrap_servers: str | list[str] | None,
                            bootstrap_timeout_ms=config.bootstrap_timeout_ms,
                            allow_auto_create_topics=False, security=config.security)
 
+    isolation = isolation_level_id(config.isolation_level)
     async with AsyncExitStack() as stack:
         if bootstrap_servers is not None:
-            yield _BrokerGroupAdmin(await stack.enter_async_context(client_of(bootstrap_servers)))
+            yield _BrokerGroupAdmin(await stack.enter_async_context(client_of(bootstrap_servers)),
+                                    isolation)
             return
         assert config.zookeeper is not None  # exactly one of the two, checked by the opener
         from trilog.zk import open_zookeeper
@@ -725,4 +740,4 @@ async def _running_group_admin(bootstrap_servers: str | list[str] | None,
             config.zookeeper, connection_timeout_ms=config.connect_timeout_ms))
         brokers = [f"{b.host}:{b.port}" for b in await registered_brokers(zk)]
         client = await stack.enter_async_context(client_of(brokers)) if brokers else None
-        yield _ZooKeeperGroupAdmin(zk, client)
+        yield _ZooKeeperGroupAdmin(zk, client, isolation)
