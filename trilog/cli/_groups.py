@@ -78,6 +78,19 @@ def add_parser(sub) -> None:
                         "for")
     p.add_argument("--partition", type=int, action="append", metavar="N",
                    help="with --reset-offsets: only partition N (repeatable; default: all)")
+    _add_reset_args(p)
+    p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                   default="read_uncommitted",
+                   help="with --describe: whose LOG-END-OFFSET and LAG (read_committed: up "
+                        "to the last stable offset, what a read_committed consumer can read "
+                        "past no open transaction; default read_uncommitted, as Kafka's tool)")
+    p.add_argument("--timeout-ms", type=int, default=30_000, metavar="MS",
+                   help="how long to wait to connect and for each answer (default 30000)")
+    p.set_defaults(run=run)
+
+
+def _add_reset_args(p: argparse.ArgumentParser) -> None:
+    """``--reset-offsets``' target (exactly one) and run mode."""
     target = p.add_mutually_exclusive_group()
     target.add_argument("--to-earliest", action="store_true",
                         help="reset to the first offset of the log")
@@ -99,14 +112,6 @@ def add_parser(sub) -> None:
                           help="write the new offsets (default: only print them)")
     run_mode.add_argument("--dry-run", action="store_true",
                           help="only print the new offsets (the default)")
-    p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
-                   default="read_uncommitted",
-                   help="with --describe: whose LOG-END-OFFSET and LAG (read_committed: up "
-                        "to the last stable offset, what a read_committed consumer can read "
-                        "past no open transaction; default read_uncommitted, as Kafka's tool)")
-    p.add_argument("--timeout-ms", type=int, default=30_000, metavar="MS",
-                   help="how long to wait to connect and for each answer (default 30000)")
-    p.set_defaults(run=run)
 
 
 def run(args) -> int:
