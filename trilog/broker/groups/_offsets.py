@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 import trio
@@ -66,7 +66,7 @@ from trilog.protocol import (
     encode_offset_key,
     encode_offset_value,
 )
-from trilog.records import CorruptRecordsError, RecordBatchBuilder, iter_batches
+from trilog.records import CorruptRecordsError, RecordBatch, RecordBatchBuilder, iter_batches
 from trilog.storage import Log, LogConfig
 
 log = logging.getLogger("trilog.broker.offsets")
@@ -121,6 +121,23 @@ def build_batches(entries: Iterable[tuple[bytes, bytes | None]], now_ms: int,
 PendingOffsets = dict[int, dict[str, dict[PartitionKey, OffsetAndMetadata]]]
 
 
+def log_batches(lg: Log) -> Iterator[RecordBatch]:
+    """Blocking: every batch of ``lg`` from its log start to its end, each once, read
+    ``LOAD_READ_BYTES`` at a time (what a coordinator's load replays)."""
+    offset = lg.log_start_offset
+    end = lg.log_end_offset
+    while offset < end:
+        with lg.read(offset, LOAD_READ_BYTES) as slc:
+            data = slc.read()
+        if not data:
+            break
+        for batch in iter_batches(data):
+            if batch.next_offset <= offset:
+                continue
+            offset = batch.next_offset
+            yield batch
+
+
 def read_offsets(lg: Log) -> dict[str, dict[PartitionKey, OffsetAndMetadata]]:
     """Blocking: the committed offsets of a partition of the offsets topic (see
     ``read_offsets_and_pending``)."""
@@ -137,37 +154,27 @@ def read_offsets_and_pending(lg: Log) -> tuple[dict[str, dict[PartitionKey, Offs
     cannot parse are skipped (with a warning for the latter)."""
     groups: dict[str, dict[PartitionKey, OffsetAndMetadata]] = {}
     pending: PendingOffsets = {}
-    offset = lg.log_start_offset
-    end = lg.log_end_offset
     skipped = 0
-    while offset < end:
-        with lg.read(offset, LOAD_READ_BYTES) as slc:
-            data = slc.read()
-        if not data:
-            break
-        for batch in iter_batches(data):
-            if batch.next_offset <= offset:
-                continue
-            offset = batch.next_offset
-            if batch.is_control_batch:
-                marker = batch.end_txn_marker()
-                done = pending.pop(batch.producer_id, {})
-                if marker is not None and marker.is_commit:
-                    for group, offsets in done.items():
-                        groups.setdefault(group, {}).update(offsets)
-                continue
-            target = (pending.setdefault(batch.producer_id, {}) if batch.is_transactional
-                      else groups)
+    for batch in log_batches(lg):
+        if batch.is_control_batch:
+            marker = batch.end_txn_marker()
+            done = pending.pop(batch.producer_id, {})
+            if marker is not None and marker.is_commit:
+                for group, offsets in done.items():
+                    groups.setdefault(group, {}).update(offsets)
+            continue
+        target = (pending.setdefault(batch.producer_id, {}) if batch.is_transactional
+                  else groups)
+        try:
+            records = batch.records()
+        except CorruptRecordsError:
+            skipped += batch.record_count
+            records = []
+        for record in records:
             try:
-                records = batch.records()
-            except CorruptRecordsError:
-                skipped += batch.record_count
-                records = []
-            for record in records:
-                try:
-                    _replay(target, record.key, record.value)
-                except OffsetsRecordError:
-                    skipped += 1
+                _replay(target, record.key, record.value)
+            except OffsetsRecordError:
+                skipped += 1
     if skipped:
         log.warning("%s-%d: skipped %d records that are not offset commits of a known format",
                     lg.topic, lg.partition, skipped)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from trilog.broker.groups import partition_for
+from trilog.broker.groups._offsets import log_batches, partition_for
 from trilog.broker.replication import AppendOrigin, ReplicaManager
 from trilog.broker.transactions._metadata import TransactionMetadata, TxnState, TxnTransit
 from trilog.errors import (
@@ -51,14 +51,12 @@ from trilog.protocol import (
     encode_txn_key,
     encode_txn_value,
 )
-from trilog.records import CorruptRecordsError, RecordBatchBuilder, iter_batches
+from trilog.records import CorruptRecordsError, RecordBatchBuilder
 from trilog.storage import Log, LogConfig
 
 log = logging.getLogger("trilog.broker.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-#: How much of the log one read takes while loading.
-LOAD_READ_BYTES = 1 << 20
 
 
 def to_value(transit: TxnTransit) -> TxnLogValue:
@@ -103,27 +101,17 @@ def read_transactions(lg: Log) -> dict[str, TransactionMetadata]:
 
 
 def _records(lg: Log) -> Iterator[tuple[bytes | None, bytes | None]]:
-    offset = lg.log_start_offset
-    end = lg.log_end_offset
-    while offset < end:
-        with lg.read(offset, LOAD_READ_BYTES) as slc:
-            data = slc.read()
-        if not data:
-            break
-        for batch in iter_batches(data):
-            if batch.next_offset <= offset:
-                continue
-            offset = batch.next_offset
-            if batch.is_control_batch:
-                continue
-            try:
-                records = batch.records()
-            except CorruptRecordsError:
-                log.warning("%s-%d: a corrupt batch at offset %d", lg.topic, lg.partition,
-                            batch.base_offset)
-                continue
-            for record in records:
-                yield record.key, record.value
+    for batch in log_batches(lg):
+        if batch.is_control_batch:
+            continue
+        try:
+            records = batch.records()
+        except CorruptRecordsError:
+            log.warning("%s-%d: a corrupt batch at offset %d", lg.topic, lg.partition,
+                        batch.base_offset)
+            continue
+        for record in records:
+            yield record.key, record.value
 
 
 @dataclass(eq=False)
