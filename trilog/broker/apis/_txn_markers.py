@@ -22,6 +22,7 @@ import trio
 
 from trilog import _time
 from trilog._topic import PartitionKey
+from trilog.broker.groups import OFFSETS_TOPIC
 from trilog.broker.network import ApiHandler
 from trilog.broker.replication import AppendOrigin, ReplicaManager
 from trilog.broker.security import Access, AclOperation, ResourceType
@@ -31,8 +32,6 @@ from trilog.records import build_end_txn_marker
 
 #: ``(partition of __consumer_offsets, producer id, commit)`` after its marker landed.
 OffsetsMarkerListener = Callable[[int, int, bool], None]
-
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class TxnMarkerApi:
