@@ -4,6 +4,7 @@ Read from ``make -n -B`` (what make would run from a fresh clone), without runni
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,8 +17,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 
 def planned(target: str) -> str:
-    done = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=True)
+    # Run as from a shell: under CI this suite itself runs inside `make test`, whose
+    # MAKELEVEL/MAKEFLAGS would make this make a sub-make (printing "Entering directory").
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    done = subprocess.run(["make", "--no-print-directory", "-n", "-B", target], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60, check=True)
     return done.stdout
 
 
