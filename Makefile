@@ -61,8 +61,11 @@ run: install
 cluster: install zookeeper
 	$(BIN)/trilog cluster --brokers 3
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist; each test module whole on one of
+# them): most tests wait on brokers and ZooKeeper, so two workers fit two cores.
+TEST_WORKERS ?= 2
 test: install-all kcat
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: install-all
 	$(BIN)/python benchmarks/storage_append.py

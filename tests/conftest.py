@@ -178,6 +178,16 @@ class BrokerProcess:
             self._stderr.close()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) each test
+    module runs whole on one worker, so its module-scoped brokers start once; the Spark
+    modules share one group, so one worker starts the one Spark session of the run."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        group = "spark" if module.startswith("tests/spark/") else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed test that started broker processes shows the end of each one's log."""
