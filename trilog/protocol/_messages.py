@@ -26,7 +26,7 @@ Supported (``API_VERSIONS``)::
 
     Produce(0) 0-7      Fetch(1) 0-10        ListOffsets(2) 0-4    Metadata(3) 0-7
     LeaderAndIsr(4) 0-3 StopReplica(5) 0-1   UpdateMetadata(6) 0-5 ControlledShutdown(7) 1-2
-    OffsetCommit(8) 0-7 OffsetFetch(9) 0-5   FindCoordinator(10) 0-3
+    OffsetCommit(8) 0-7 OffsetFetch(9) 0-7   FindCoordinator(10) 0-3
     JoinGroup(11) 0-5   Heartbeat(12) 0-3    LeaveGroup(13) 0-3    SyncGroup(14) 0-3
     DescribeGroups(15) 0-4                   ListGroups(16) 0-2
     SaslHandshake(17) 0-1                    SaslAuthenticate(36) 0-1
@@ -500,17 +500,20 @@ OffsetCommitResponse = message(K.OFFSET_COMMIT, "OffsetCommitResponse", (0, 7), 
 ], flexible="8+")
 
 # -- OffsetFetch (9) ----------------------------------------------------------------------
-# v2: null topics means all, top-level error_code; v3: throttle; v5: committed_leader_epoch.
+# v2: null topics means all, top-level error_code; v3: throttle; v5: committed_leader_epoch;
+# v6 is flexible; v7: require_stable (KIP-447: UNSTABLE_OFFSET_COMMIT for a partition with a
+# transaction's offsets pending); v8+ (not here) batch the groups (KIP-709).
 
-OffsetFetchRequest = message(K.OFFSET_FETCH, "OffsetFetchRequest", (0, 5), [
+OffsetFetchRequest = message(K.OFFSET_FETCH, "OffsetFetchRequest", (0, 7), [
     F("group_id", STRING),
     F("topics", Array(Struct("OffsetFetchRequestTopic", [
         F("name", STRING),
         F("partition_indexes", Array(INT32)),
     ])), nullable="2+"),
+    F("require_stable", BOOLEAN, "7+", default=False),
 ], flexible="6+")
 
-OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 5), [
+OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 7), [
     F("throttle_time_ms", INT32, "3+"),
     F("topics", Array(Struct("OffsetFetchResponseTopic", [
         F("name", STRING),
