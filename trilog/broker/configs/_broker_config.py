@@ -192,8 +192,14 @@ PROPERTIES: tuple[Property, ...] = (
              'org.apache.kafka.common.security.scram.ScramLoginModule required '
              'username="admin" password="..."; (the ScramLoginModule or PlainLoginModule).'),
     Property("connection.failed.authentication.delay.ms", _int, 100,
-             "How long a connection whose SASL login failed stays open after its answer "
-             "(slows password guessing).", low=0),
+             "How long the answer to a failed SASL login (or to a request out of turn "
+             "before it) waits before it is sent and the connection closed: slows password "
+             "guessing; other connections are served meanwhile.", low=0),
+    Property("sasl.server.max.receive.size", _int, 512 * 1024,
+             "The largest request a connection on a SASL listener may send before its "
+             "login; one announcing more closes the connection at once. Requests before the "
+             "login draw on a budget of their own (32 times this), never on "
+             "queued.max.request.bytes.", low=64),
     Property("authorizer.class.name", _authorizer, None,
              "Turns ACLs on: kafka.security.authorizer.AclAuthorizer (Kafka's name; also "
              "kafka.security.auth.SimpleAclAuthorizer). Unset: every principal may do "
