@@ -99,7 +99,7 @@ MAX_QUEUED_ANSWERS = 16
 #: The readers' shared receive buffer (per listener): what one read can take at most.
 SCRATCH_BYTES = 256 * 1024
 #: How long a connection closed after its last answer (a failed login) waits for the
-#: client to close its side.
+#: client to close its side before closing it.
 CLOSE_LINGER_S = 1.0
 #: How long a TLS client has to finish its handshake.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -775,14 +775,11 @@ class Network:
                 self.limits.login_request_max_bytes)
 
     async def _close_gently(self, conn: _Connection) -> None:
-        """End a connection whose last answer must reach the client (a failed login):
-        send FIN, then read and drop what the client still sends, for at most
-        ``CLOSE_LINGER_S``.  (Closing with unread bytes would send a reset, and the client
-        could lose the answer.)"""
-        try:
-            conn.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            return
+        """End a connection whose last answer must reach the client (a failed login, a
+        TLS alert): wait for the client to close its side, reading and dropping what it
+        still sends, for at most ``CLOSE_LINGER_S``; the caller then closes.  (A FIN that
+        arrives with the answer makes some clients drop it (kafka-python reads the end of
+        the stream first); closing with unread bytes would send a reset.)"""
         with trio.move_on_after(CLOSE_LINGER_S):
             try:
                 while await conn.tcp.receive_some(65536):
