@@ -59,6 +59,9 @@ DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 TIMEOUT_CHECK_S = 0.05
 #: What one read of a TLS connection takes at most.
 RECEIVE_BYTES = 256 * 1024
+#: Requests a connection makes before it serves its user (the version check, a login).
+_OPENING_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                           ApiKey.SASL_AUTHENTICATE})
 
 
 class PendingResponse:
@@ -106,6 +109,8 @@ class BrokerConnection:
         self._watch_wanted: trio.Event | None = None
         #: api key -> (min, max) the broker supports; filled by ``negotiate``.
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self._answered = False  # the broker answered a request
+        self._served = False  # ... and one beyond ApiVersions and the login
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port})"
@@ -271,7 +276,7 @@ class BrokerConnection:
                     continue
                 del target
                 if not received:
-                    raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
+                    raise self._closed_by_broker()
                 for payload in splitter.advance(received):
                     self._deliver(payload)
                 if not waited:
@@ -287,9 +292,21 @@ class BrokerConnection:
         while True:
             data = await self._stream.receive_some(RECEIVE_BYTES)
             if not data:
-                raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
+                raise self._closed_by_broker()
             for payload in splitter.feed(data):
                 self._deliver(payload)
+
+    def _closed_by_broker(self) -> NetworkError:
+        """The error of a connection the broker closed, saying when, which tells why most
+        of the time: before any answer (a TLS listener closes a client that does not speak
+        TLS on its first bytes), or at the first request after ApiVersions of a client
+        without SASL (a SASL listener closes a client that does not log in)."""
+        text = f"broker {self.host}:{self.port} closed the connection"
+        if not self._answered:
+            text += " during the first request"
+        elif not self._served and not (self.security is not None and self.security.sasl):
+            text += " at its first request after ApiVersions"
+        return NetworkError(text)
 
     def _deliver(self, payload: bytes | bytearray) -> None:
         correlation_id = read_correlation_id(payload)
@@ -299,6 +316,9 @@ class BrokerConnection:
                 f"response with unknown correlation id {correlation_id} from "
                 f"{self.host}:{self.port}"
             )
+        self._answered = True
+        if pending.api_key not in _OPENING_APIS:
+            self._served = True
         try:
             _header, pending.response = decode_response(payload, pending.api_key, pending.version)
         except ProtocolError as exc:
