@@ -103,6 +103,26 @@ class TopicInfo:
 
 
 @dataclass(frozen=True)
+class BrokerDescription:
+    """A live broker as Metadata describes it: its address and rack (None: none set)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """The cluster as Kafka's ``describeCluster`` shows it: its id, the controller's broker
+    id (-1: unknown, or a broker too old to say) and the live brokers by id."""
+
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerDescription, ...] = ()
+
+
+@dataclass(frozen=True)
 class DeletedRecords:
     """One partition's DeleteRecords: its log start offset now (Kafka's low watermark), or
     Kafka's error name (``low_watermark`` is then -1)."""
@@ -222,6 +242,11 @@ class Admin:
 
     async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         raise NotImplementedError
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """The cluster id, the controller and the live brokers with their racks (one
+        Metadata request for no topic).  Needs brokers."""
+        raise _needs_brokers("describe_cluster")
 
     async def list_topics(self) -> list[str]:
         return sorted(t.name for t in await self.describe_topics() if t.error is None)
@@ -368,6 +393,12 @@ class _BrokerAdmin(Admin):
     async def brokers(self) -> list[BrokerAddress]:
         meta = await self._metadata([])
         return [BrokerAddress(b.node_id, b.host, b.port) for b in meta.brokers]
+
+    async def describe_cluster(self) -> ClusterDescription:
+        meta = await self._metadata([])
+        brokers = tuple(BrokerDescription(b.node_id, b.host, b.port, b.rack)
+                        for b in sorted(meta.brokers, key=lambda b: b.node_id))
+        return ClusterDescription(meta.cluster_id, meta.controller_id, brokers)
 
     async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         meta = await self._metadata(names)
