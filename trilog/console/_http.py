@@ -118,7 +118,7 @@ async def _read_request(conn: h11.Connection, stream: trio.abc.Stream) -> Reques
             data = await stream.receive_some(65536)
             if not data and request is None and conn.their_state is h11.IDLE:
                 return None
-            conn.receive_data(data)
+            conn.receive_data(bytes(data))
         elif isinstance(event, h11.Request):
             path, query = parse_target(event.target.decode("latin-1"))
             request = Request(event.method.decode("ascii", "replace").upper(), path, query,
@@ -179,6 +179,12 @@ async def _refuse(conn: h11.Connection, stream: trio.abc.Stream,
         data += conn.send(h11.EndOfMessage()) or b""
         with trio.move_on_after(5):
             await stream.send_all(data)
+        # Read a little of what the client still sends before closing: closing with unread
+        # input makes the kernel reset the connection, which can lose the answer.
+        with trio.move_on_after(1):
+            drained = 0
+            while drained < MAX_HEAD_BYTES * 4 and (chunk := await stream.receive_some(65536)):
+                drained += len(chunk)
     except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
         pass
 

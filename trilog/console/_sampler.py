@@ -205,10 +205,10 @@ async def take_sample(admin: Admin, groups: GroupAdmin) -> Sample:
     sizes: dict[PartitionKey, int] | None = None
     try:
         sizes = {}
-        for d in await admin.describe_log_dirs():
-            for p in d.partitions:
-                key = (p.topic, p.partition)
-                sizes[key] = max(sizes.get(key, 0), p.size)
+        for log_dir in await admin.describe_log_dirs():
+            for part in log_dir.partitions:
+                key = (part.topic, part.partition)
+                sizes[key] = max(sizes.get(key, 0), part.size)
     except TrilogError as exc:
         log.debug("no log dir sizes: %s", exc)
         sizes = None
