@@ -291,3 +291,30 @@ def test_an_unreachable_cluster_is_one_line(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("trilog console:"), done.stderr
     assert time.monotonic() - start < 30
+
+
+def test_the_console_logs_in_to_the_cluster_with_command_config(broker_process, tmp_path):
+    from security_helpers import add_users
+
+    data = tmp_path / "data"
+    add_users("--log-dir", str(data))
+    broker = broker_process(data, overrides={
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"})
+    sasl = broker.listener("SASL_PLAINTEXT")
+    good, bad = tmp_path / "good.properties", tmp_path / "bad.properties"
+    jaas = ('sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule '
+            'required username="alice" password="{}";\n')
+    for path, password in ((good, "alice-secret"), (bad, "nope")):
+        path.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                        + jaas.format(password))
+    refused = _cli("console", "--bootstrap-server", sasl, "--command-config", str(bad),
+                   "--port", "0")
+    assert refused.returncode == 1, refused.stderr
+    assert "SASL_AUTHENTICATION_FAILED" in refused.stderr and "Traceback" not in refused.stderr
+    process = ConsoleProcess(sasl, "--command-config", str(good), log=tmp_path / "c.log")
+    try:
+        d = get(process.url + "/api/cluster").json()
+        assert [b["id"] for b in d["brokers"]] == [broker.broker_id]
+        assert get(process.url + "/api/groups").status == 200
+    finally:
+        assert process.stop() == 0, process.log()

@@ -68,6 +68,18 @@ def test_history_sums_partitions_by_topic_and_groups_by_topic():
     assert h.samples == 2 and h.last_time_s == 12.0
 
 
+def test_internal_topics_stay_out_of_the_totals():
+    h = History()
+    h.record(Sample(0.0, {("a", 0): 0, ("__consumer_offsets", 0): 0},
+                    internal=frozenset({"__consumer_offsets"})))
+    h.record(Sample(1.0, {("a", 0): 5, ("__consumer_offsets", 0): 100},
+                    internal=frozenset({"__consumer_offsets"})))
+    assert h.produce_rate() == 5.0  # the commits written to __consumer_offsets are not
+    assert h.produce_rate("__consumer_offsets") == 100.0  # its own page shows them
+    assert [s["name"] for s in h.throughput_chart()["series"]] == ["a"]
+    assert h.cluster_chart()["series"][0]["points"] == [[1000, 5.0]]
+
+
 # -- records ----------------------------------------------------------------------------------
 
 

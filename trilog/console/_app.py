@@ -123,24 +123,19 @@ class Console:
         try:
             self._check_login(request)
             return await self._dispatch(request, segments[1:] if api else segments, api)
-        except HttpError as exc:
-            return _error(exc, api)
-        except BadInput as exc:
-            return _error(HttpError(400, "Bad Request", str(exc)), api)
-        except (NotFound, UnknownTopicOrPartitionError, InvalidTopicError,
-                GroupIdNotFoundError) as exc:
-            return _error(HttpError(404, "Not Found", str(exc)), api)
-        except OffsetOutOfRangeError as exc:
-            return _error(HttpError(400, "Bad Request", f"offset out of range: {exc}"), api)
-        except (TopicAuthorizationFailedError, GroupAuthorizationFailedError) as exc:
-            return _error(HttpError(403, "Forbidden", f"the console's credentials may not "
-                                                      f"read this: {exc}"), api)
-        except NetworkError as exc:
-            return _error(HttpError(503, "Service Unavailable",
-                                    f"the cluster did not answer: {exc}"), api)
-        except (ApiError, TrilogError) as exc:
-            return _error(HttpError(502, "Bad Gateway",
-                                    f"the cluster answered with an error: {exc}"), api)
+        except Exception as exc:
+            error = _http_error(exc)
+            if error is None:
+                raise  # a bug: _http logs it and answers a plain 500
+            return self._error(error, api)
+
+    def _error(self, exc: HttpError, api: bool) -> Response:
+        if api:
+            body = _views.as_json({"error": exc.message, "status": exc.status})
+            return Response(exc.status, body, "application/json", list(exc.headers))
+        html = _views.layout(_views.error_page(exc.status, exc.title, exc.message),
+                             self.cluster)
+        return Response(exc.status, html.encode(), headers=list(exc.headers))
 
     def _check_login(self, request: Request) -> None:
         users = self.config.users
@@ -165,10 +160,8 @@ class Console:
         suffix = name[name.rfind("."):]
         return Response(200, body, _TYPES.get(suffix, "application/octet-stream"))
 
-    def page(self, html: str) -> Response:
-        return Response(200, html.replace('<span class="cluster"></span>',
-                                          f'<span class="cluster">{_views.e(self.cluster)}'
-                                          "</span>", 1).encode())
+    def page(self, page: _views.Page) -> Response:
+        return Response(200, _views.layout(page, self.cluster).encode())
 
     def records_allowed(self) -> None:
         if not self.config.records:
@@ -182,12 +175,25 @@ def _load_static() -> dict[str, bytes]:
             if f.is_file() and not f.name.startswith(".")}
 
 
-def _error(exc: HttpError, api: bool) -> Response:
-    if api:
-        body = _views.as_json({"error": exc.message, "status": exc.status})
-        return Response(exc.status, body, "application/json", list(exc.headers))
-    html = _views.error_page(exc.status, exc.title, exc.message)
-    return Response(exc.status, html.encode(), headers=list(exc.headers))
+def _http_error(exc: Exception) -> HttpError | None:
+    """The page an exception is answered with (None: not one the console expects)."""
+    if isinstance(exc, HttpError):
+        return exc
+    if isinstance(exc, BadInput):
+        return HttpError(400, "Bad Request", str(exc))
+    if isinstance(exc, (NotFound, UnknownTopicOrPartitionError, InvalidTopicError,
+                        GroupIdNotFoundError)):
+        return HttpError(404, "Not Found", str(exc))
+    if isinstance(exc, OffsetOutOfRangeError):
+        return HttpError(400, "Bad Request", f"offset out of range: {exc}")
+    if isinstance(exc, (TopicAuthorizationFailedError, GroupAuthorizationFailedError)):
+        return HttpError(403, "Forbidden", f"the console's credentials may not read this: "
+                                           f"{exc}")
+    if isinstance(exc, NetworkError):
+        return HttpError(503, "Service Unavailable", f"the cluster did not answer: {exc}")
+    if isinstance(exc, (ApiError, TrilogError)):
+        return HttpError(502, "Bad Gateway", f"the cluster answered with an error: {exc}")
+    return None
 
 
 def _json(data: Any) -> Response:
@@ -215,11 +221,16 @@ async def _topic(c: Console, r: Request, args: list[str], api: bool) -> Response
 async def _records(c: Console, r: Request, args: list[str], api: bool) -> Response:
     c.records_allowed()
     query = parse_browse(r.query)
+    info = await _data.topic_info(c.admin, args[0])
+    partition = next((p for p in info.partitions if p.partition == query.partition), None)
+    if partition is None:
+        raise NotFound(f"topic {args[0]!r} has no partition {query.partition} (it has "
+                       f"{len(info.partitions)})")
+    if partition.leader < 0:
+        raise HttpError(503, "Service Unavailable", f"partition {query.partition} of "
+                        f"{args[0]!r} is offline: no broker leads it now")
     d = await browse(c.consumer, args[0], query)
-    if api:
-        return _json(d)
-    partitions = len(await c.consumer.partitions_for(args[0]))
-    return c.page(_views.records_page(d, partitions))
+    return _json(d) if api else c.page(_views.records_page(d, len(info.partitions)))
 
 
 async def _groups(c: Console, r: Request, args: list[str], api: bool) -> Response:

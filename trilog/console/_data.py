@@ -58,13 +58,19 @@ async def topics(admin: Admin, history: History) -> dict[str, Any]:
                        if t.error is None], **_sampling(history)}
 
 
-async def topic(admin: Admin, groups: GroupAdmin, history: History, name: str
-                ) -> dict[str, Any]:
+async def topic_info(admin: Admin, name: str) -> TopicInfo:
+    """``name``'s partitions from fresh metadata; ``NotFound`` for no such topic."""
     (info,) = await admin.describe_topics([name])
     if info.error is not None:
         if info.error in ("UNKNOWN_TOPIC_OR_PARTITION", "INVALID_TOPIC_EXCEPTION"):
             raise NotFound(f"no topic {name!r} in this cluster")
         raise TrilogError(f"topic {name!r}: {info.error}")
+    return info
+
+
+async def topic(admin: Admin, groups: GroupAdmin, history: History, name: str
+                ) -> dict[str, Any]:
+    info = await topic_info(admin, name)
     tps = [(name, p.partition) for p in info.partitions]
     starts = await groups.list_offsets(tps, EARLIEST)
     ends = await groups.list_offsets(tps, LATEST)

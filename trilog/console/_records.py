@@ -132,11 +132,8 @@ def _hex(shown: bytes, size: int, truncated: bool, note: str = "") -> dict[str, 
 
 async def browse(consumer: SimpleConsumer, topic: str, q: BrowseQuery) -> dict[str, Any]:
     """Up to ``q.limit`` records of ``topic``-``q.partition`` from ``q.offset`` (or the first
-    at or after ``q.time_ms``, or else the last ``limit``), with the log's bounds."""
-    partitions = await consumer.partitions_for(topic)
-    if q.partition not in partitions:
-        raise NotFound(f"topic {topic!r} has no partition {q.partition} (it has "
-                       f"{len(partitions)})")
+    at or after ``q.time_ms``, or else the last ``limit``), with the log's bounds.  The
+    caller has checked that the partition exists and has a leader."""
     start_offset = await _one(consumer, topic, q.partition, EARLIEST)
     end_offset = await _one(consumer, topic, q.partition, LATEST)
     if q.offset is not None:

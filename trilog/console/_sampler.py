@@ -39,6 +39,9 @@ class Sample:
     lag: dict[str, dict[PartitionKey, int]] = field(default_factory=dict)
     #: bytes of each partition's log (one replica: the largest), when the brokers tell
     sizes: dict[PartitionKey, int] | None = None
+    #: the internal topics (``__consumer_offsets``, ...): left out of the totals, where
+    #: their writes (offset commits) would pass for production
+    internal: frozenset[str] = frozenset()
 
 
 class Series:
@@ -78,6 +81,7 @@ class History:
         self.group_lag: dict[str, Series] = {}
         self.group_topic_lag: dict[tuple[str, str], Series] = {}
         self.sizes: dict[PartitionKey, int] = {}
+        self.internal: frozenset[str] = frozenset()
         self.last_time_s: float | None = None
         self.samples = 0
         self.last_error: str | None = None
@@ -104,17 +108,24 @@ class History:
                 self._series(self.group_topic_lag, (group, topic)).add(t, total)
         if sample.sizes is not None:
             self.sizes = dict(sample.sizes)
+        self.internal = sample.internal
         self.last_time_s = t
         self.samples += 1
         self.last_error = None
 
     def produce_rate(self, topic: str | None = None) -> float | None:
-        """Records/s written to ``topic`` (None: to every topic) at the last sample."""
-        return _rate_sum(self.topic_end, topic)
+        """Records/s written to ``topic`` (None: to every topic not internal) at the last
+        sample."""
+        return _rate_sum(self.topic_end if topic else self._external(self.topic_end), topic)
 
     def consume_rate(self, topic: str | None = None) -> float | None:
-        """Records/s the groups committed past on ``topic`` (None: every topic)."""
-        return _rate_sum(self.topic_consumed, topic)
+        """Records/s the groups committed past on ``topic`` (None: every topic not
+        internal)."""
+        return _rate_sum(self.topic_consumed if topic else
+                         self._external(self.topic_consumed), topic)
+
+    def _external(self, table: dict[str, Series]) -> dict[str, Series]:
+        return {t: s for t, s in table.items() if t not in self.internal}
 
     def topic_size(self, topic: str) -> int | None:
         sizes = [s for (t, _), s in self.sizes.items() if t == topic]
@@ -122,7 +133,7 @@ class History:
 
     def throughput_chart(self, topics: Iterable[str] | None = None) -> dict[str, Any]:
         """Produce rate per topic (all sampled topics when None) over time."""
-        names = sorted(self.topic_end) if topics is None else list(topics)
+        names = sorted(self._external(self.topic_end)) if topics is None else list(topics)
         return _chart("records/s", [(t, self.topic_end[t].rates())
                                     for t in names if t in self.topic_end])
 
@@ -137,8 +148,10 @@ class History:
 
     def cluster_chart(self) -> dict[str, Any]:
         """Records/s produced and consumed in all, over time."""
-        return _chart("records/s", [("produced", _summed_rates(self.topic_end.values())),
-                                    ("consumed", _summed_rates(self.topic_consumed.values()))])
+        produced = self._external(self.topic_end).values()
+        consumed = self._external(self.topic_consumed).values()
+        return _chart("records/s", [("produced", _summed_rates(produced)),
+                                    ("consumed", _summed_rates(consumed))])
 
     def lag_chart(self, group: str) -> dict[str, Any]:
         """``group``'s total lag and its lag per topic, over time."""
@@ -212,7 +225,8 @@ async def take_sample(admin: Admin, groups: GroupAdmin) -> Sample:
     except TrilogError as exc:
         log.debug("no log dir sizes: %s", exc)
         sizes = None
-    return Sample(now, ends, committed, lag, sizes)
+    internal = frozenset(t.name for t in topics if t.internal)
+    return Sample(now, ends, committed, lag, sizes, internal)
 
 
 async def run_sampler(admin: Admin, groups: GroupAdmin, history: History, interval_s: float,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote, urlencode
 
 
@@ -48,7 +48,17 @@ def when(ms: int | None) -> str:
 _NAV = (("/", "Overview"), ("/topics", "Topics"), ("/groups", "Consumer groups"))
 
 
-def layout(title: str, body: str, *, active: str = "", cluster: str = "") -> str:
+class Page(NamedTuple):
+    """A page's title, its body (HTML) and the navigation entry it belongs to; ``layout``
+    makes the document."""
+
+    title: str
+    body: str
+    active: str = ""
+
+
+def layout(page: Page, cluster: str = "") -> str:
+    title, body, active = page
     nav = "".join(f'<a href="{href}"{" class=active" if href == active else ""}>{e(text)}</a>'
                   for href, text in _NAV)
     return f"""<!DOCTYPE html>
@@ -92,7 +102,7 @@ def _sampling_note(d: dict[str, Any]) -> str:
     return f'<p class="note">Last sampled {e(when(d["sampled_at"]))}.</p>'
 
 
-def overview_page(d: dict[str, Any]) -> str:
+def overview_page(d: dict[str, Any]) -> Page:
     cards = "".join([
         _card("brokers", e(len(d["brokers"]))), _card("topics", e(d["topics"])),
         _card("partitions", e(d["partitions"])),
@@ -108,10 +118,10 @@ def overview_page(d: dict[str, Any]) -> str:
             f'<h2>Brokers</h2>{brokers}'
             f'<p class="note">Cluster id {e(d["cluster_id"])}; controller '
             f'{e(d["controller_id"] if d["controller_id"] >= 0 else None)}.</p>')
-    return layout("Overview", body, active="/")
+    return Page("Overview", body, active="/")
 
 
-def topics_page(d: dict[str, Any]) -> str:
+def topics_page(d: dict[str, Any]) -> Page:
     rows = [[f'<a href="{e(topic_url(t["name"]))}">{e(t["name"])}</a>'
              + (' <span class="tag">internal</span>' if t["internal"] else ""),
              e(t["partitions"]), e(t["replication_factor"]),
@@ -121,7 +131,7 @@ def topics_page(d: dict[str, Any]) -> str:
                     "Consumed"], rows, cls="topics")
             + _sampling_note(d)
             + _chart("/api/charts/throughput", "Records produced per second, by topic"))
-    return layout("Topics", body, active="/topics")
+    return Page("Topics", body, active="/topics")
 
 
 def _health(t: dict[str, Any]) -> str:
@@ -132,7 +142,7 @@ def _health(t: dict[str, Any]) -> str:
     return '<span class="good">ok</span>'
 
 
-def topic_page(d: dict[str, Any], *, records: bool) -> str:
+def topic_page(d: dict[str, Any], *, records: bool) -> Page:
     name = d["name"]
     parts = _table(["Partition", "Leader", "Replicas", "In sync", "Log start", "Log end",
                     "Size"] + (["Records"] if records else []), [
@@ -156,7 +166,7 @@ def topic_page(d: dict[str, Any], *, records: bool) -> str:
             f'{_chart("/api/charts/topics/" + quote(name, safe=""), "Records per second")}'
             f"<h2>Partitions</h2>{parts}<h2>Configs set on this topic</h2>{configs}{error}"
             f"<details><summary>Defaults</summary>{defaults}</details>")
-    return layout(f"Topic {name}", body, active="/topics")
+    return Page(f"Topic {name}", body, active="/topics")
 
 
 def _isr(p: dict[str, Any]) -> str:
@@ -164,7 +174,7 @@ def _isr(p: dict[str, Any]) -> str:
     return text if len(p["isr"]) >= len(p["replicas"]) else f'<span class="warn">{text}</span>'
 
 
-def records_page(d: dict[str, Any], partitions: int) -> str:
+def records_page(d: dict[str, Any], partitions: int) -> Page:
     name = d["topic"]
     form = f"""<form class="browse" method="get" action="{e(topic_url(name, "records"))}">
 <label>Partition <input name="partition" type="number" min="0" max="{partitions - 1}"
@@ -190,7 +200,7 @@ def records_page(d: dict[str, Any], partitions: int) -> str:
             f'Showing {len(d["records"])} record(s) from offset {e(d["start"])}.</p>'
             f"{form}{_table(['Offset', 'Timestamp', 'Key', 'Value', 'Headers'], rows, cls='records')}"
             f"{more}")
-    return layout(f"Records of {name}", body, active="/topics")
+    return Page(f"Records of {name}", body, active="/topics")
 
 
 def _options(chosen: str) -> str:
@@ -210,14 +220,14 @@ def _headers(headers: list[dict[str, Any]]) -> str:
                    for h in headers)
 
 
-def groups_page(d: dict[str, Any]) -> str:
+def groups_page(d: dict[str, Any]) -> Page:
     rows = [[f'<a href="{e(group_url(g["group"]))}">{e(g["group"])}</a>', e(g["state"]),
              e(g["members"]), e(", ".join(g["topics"])), e(g["lag"])] for g in d["groups"]]
     body = _table(["Group", "State", "Members", "Topics", "Lag"], rows, cls="groups")
-    return layout("Consumer groups", body, active="/groups")
+    return Page("Consumer groups", body, active="/groups")
 
 
-def group_page(d: dict[str, Any]) -> str:
+def group_page(d: dict[str, Any]) -> Page:
     c = d["coordinator"]
     coordinator = "–" if c is None else e(f'{c["id"]} ({c["host"]}:{c["port"]})')
     parts = _table(["Topic", "Partition", "Committed", "Log end", "Lag", "Consumer"], [
@@ -234,11 +244,11 @@ def group_page(d: dict[str, Any]) -> str:
             f"<p>Coordinator {coordinator}; protocol {e(protocol or None)}.</p>"
             f'{_chart("/api/charts/groups/" + quote(d["group"], safe=""), "Lag (records)")}'
             f"{_sampling_note(d)}<h2>Lag by partition</h2>{parts}<h2>Members</h2>{members}")
-    return layout(f"Group {d['group']}", body, active="/groups")
+    return Page(f"Group {d['group']}", body, active="/groups")
 
 
-def error_page(status: int, title: str, message: str) -> str:
-    return layout(f"{status} {title}", f'<p class="error">{e(message)}</p>'
+def error_page(status: int, title: str, message: str) -> Page:
+    return Page(f"{status} {title}", f'<p class="error">{e(message)}</p>'
                   '<p><a href="/">Back to the overview</a></p>')
 
 
