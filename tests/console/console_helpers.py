@@ -27,6 +27,8 @@ PER_PARTITION = 40
 GROUP = "billing"
 #: what the group commits per partition (its lag is PER_PARTITION - this)
 COMMITTED = 25
+#: TOPIC's one config set
+RETENTION_MS = "604800000"
 
 
 class ConsoleProcess:
@@ -118,16 +120,18 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
 
 
 def seed(bootstrap: str) -> int:
-    """kafka-python writes TOPIC (PARTITIONS partitions, PER_PARTITION JSON records each with
-    a key and a header), a binary record and an HTML-looking one to ``raw``; group GROUP
-    commits COMMITTED of each partition.  Returns the time (ms) before the last record of
-    partition 0 was written."""
+    """kafka-python creates TOPIC (PARTITIONS partitions, retention.ms RETENTION_MS) and
+    writes PER_PARTITION JSON records with a key and a header to each partition, a binary
+    record and an HTML-looking one to ``raw``; group GROUP commits COMMITTED of each
+    partition.  Returns the time (ms) before the last record of partition 0 was written."""
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import NewTopic
     from kafka.structs import OffsetAndMetadata
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1), NewTopic("raw", 1, 1)])
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1,
+                                  topic_configs={"retention.ms": RETENTION_MS}),
+                         NewTopic("raw", 1, 1)])
     admin.close()
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     later = 0

@@ -132,22 +132,31 @@ def test_the_overview_draws_its_chart(console, browser):
     _screenshot(browser, "overview")
 
 
+def _follow(driver, element, url_part: str) -> None:
+    """Click ``element`` and wait until the browser is on the page it leads to."""
+    element.click()
+    _wait(lambda: url_part in driver.current_url
+          and driver.execute_script("return document.readyState") == "complete",
+          what=f"a page at ...{url_part}")
+
+
 def test_from_the_topic_list_to_a_partitions_records(console, browser):
     from selenium.webdriver.common.by import By
 
     browser.get(console.url + "/")
-    browser.find_element(By.LINK_TEXT, "Topics").click()
-    browser.find_element(By.LINK_TEXT, TOPIC).click()
+    _follow(browser, browser.find_element(By.LINK_TEXT, "Topics"), "/topics")
+    _follow(browser, browser.find_element(By.LINK_TEXT, TOPIC), f"/topics/{TOPIC}")
     assert browser.title.startswith(f"Topic {TOPIC}")
     rows = browser.find_elements(By.CSS_SELECTOR, "table.partitions tbody tr")
     assert len(rows) == 3
     _wait(lambda: _chart_drawn(browser, 3), what="the topic's chart")
     _screenshot(browser, "topic")
-    rows[0].find_element(By.LINK_TEXT, "browse").click()
+    _follow(browser, rows[0].find_element(By.LINK_TEXT, "browse"), "/records?partition=0")
     browser.find_element(By.NAME, "offset").send_keys("10")
     browser.find_element(By.NAME, "limit").clear()
     browser.find_element(By.NAME, "limit").send_keys("8")
-    browser.find_element(By.CSS_SELECTOR, "form.browse button").click()
+    _follow(browser, browser.find_element(By.CSS_SELECTOR, "form.browse button"),
+            "offset=10")
     offsets = [r.find_element(By.CSS_SELECTOR, "td").text
                for r in browser.find_elements(By.CSS_SELECTOR, "table.records tbody tr")]
     assert offsets == [str(n) for n in range(10, 18)]
@@ -160,7 +169,7 @@ def test_a_groups_lag_chart(console, browser):
     from selenium.webdriver.common.by import By
 
     browser.get(console.url + "/groups")
-    browser.find_element(By.LINK_TEXT, GROUP).click()
+    _follow(browser, browser.find_element(By.LINK_TEXT, GROUP), f"/groups/{GROUP}")
     assert browser.title.startswith(f"Group {GROUP}")
     _wait(lambda: _chart_drawn(browser, 3), what="the group's lag chart")
     cells = browser.find_elements(By.CSS_SELECTOR, "table.lag tbody tr")

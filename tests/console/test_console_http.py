@@ -17,6 +17,7 @@ from console_helpers import (
     GROUP,
     PARTITIONS,
     PER_PARTITION,
+    RETENTION_MS,
     TOPIC,
     ConsoleProcess,
     get,
@@ -57,6 +58,8 @@ def test_the_overview_shows_the_broker_the_controller_and_the_partitions(console
     broker, _ = cluster
     page = get(console.url + "/")
     assert page.status == 200 and page.headers["content-type"].startswith("text/html")
+    assert page.headers["content-security-policy"].startswith("default-src 'self'")
+    assert page.headers["cache-control"] == "no-store"
     assert f"127.0.0.1:{broker.port}" in page.body and "Brokers" in page.body
     d = get(console.url + "/api/cluster").json()
     assert d["brokers"] == [{"id": broker.broker_id, "host": "127.0.0.1", "port": broker.port,
@@ -82,8 +85,11 @@ def test_a_topic_page_has_its_partitions_offsets_sizes_and_configs(console):
         assert p["log_start_offset"] == 0 and p["log_end_offset"] == PER_PARTITION
         assert p["leader"] == p["replicas"][0] == p["isr"][0]
         assert p["size"] > 0  # DescribeLogDirs
-    names = {c["name"] for c in d["configs"]}
-    assert {"retention.ms", "cleanup.policy"} <= names
+    configs = {c["name"]: c for c in d["configs"]}
+    assert configs["retention.ms"]["value"] == RETENTION_MS
+    assert not configs["retention.ms"]["default"]
+    assert configs["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert configs["cleanup.policy"]["default"]
     page = get(console.url + f"/topics/{TOPIC}")
     assert page.status == 200
     assert "Partitions" in page.body and "retention.ms" in page.body

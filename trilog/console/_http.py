@@ -153,9 +153,7 @@ async def _send(conn: h11.Connection, stream: trio.abc.Stream, response: Respons
                 head_only: bool = False) -> None:
     headers = [("Content-Type", response.content_type),
                ("Content-Length", str(len(response.body))),
-               ("Cache-Control", "no-store"),
-               ("X-Content-Type-Options", "nosniff"),
-               *response.headers]
+               *_SECURITY_HEADERS, *response.headers]
     data = conn.send(h11.Response(status_code=response.status, headers=headers,
                                   reason=_REASONS.get(response.status, "")))
     if not head_only and response.body:
@@ -188,6 +186,17 @@ async def _refuse(conn: h11.Connection, stream: trio.abc.Stream,
     except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
         pass
 
+
+#: on every answer: nothing cached (pages may show records), no framing, and only the
+#: console's own scripts and styles (a record's text can never run as code)
+_SECURITY_HEADERS = [
+    ("Cache-Control", "no-store"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; "
+                                "frame-ancestors 'none'; form-action 'self'"),
+]
 
 _REASONS = {200: "OK", 301: "Moved Permanently", 302: "Found", 304: "Not Modified",
             400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
