@@ -6,15 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from trilog.client import EARLIEST, LATEST, Admin, GroupAdmin, TopicInfo
 from trilog.console._records import NotFound
-from trilog.console._sampler import History
+from trilog.console._sampler import History, describe_groups
 from trilog.errors import GroupIdNotFoundError, TrilogError
-
-#: how many groups a list describes at once
-_DESCRIBE_AT_ONCE = 8
 
 
 async def overview(admin: Admin, history: History) -> dict[str, Any]:
@@ -107,25 +102,13 @@ async def _sizes(admin: Admin, name: str) -> dict[int, int] | None:
 
 
 async def groups_list(groups: GroupAdmin) -> dict[str, Any]:
-    names = await groups.list_groups()
-    rows: dict[str, dict[str, Any]] = {}
-    limiter = trio.CapacityLimiter(_DESCRIBE_AT_ONCE)
-
-    async def describe(group: str) -> None:
-        async with limiter:
-            try:
-                d = await groups.describe_group(group)
-            except GroupIdNotFoundError:
-                return
+    rows = []
+    for group_id, d in (await describe_groups(groups)).items():
         lags = [p.lag for p in d.partitions if p.lag is not None]
-        rows[group] = {"group": group, "state": d.state, "members": len(d.members),
-                       "topics": sorted({p.topic for p in d.partitions}),
-                       "lag": sum(lags) if lags else None}
-
-    async with trio.open_nursery() as nursery:
-        for name in names:
-            nursery.start_soon(describe, name)
-    return {"groups": [rows[n] for n in names if n in rows]}
+        rows.append({"group": group_id, "state": d.state, "members": len(d.members),
+                     "topics": sorted({p.topic for p in d.partitions}),
+                     "lag": sum(lags) if lags else None})
+    return {"groups": rows}
 
 
 async def group(groups: GroupAdmin, history: History, group_id: str) -> dict[str, Any]:

@@ -19,8 +19,9 @@ from typing import Any
 
 import trio
 
+from trilog._concurrency import unwrap_exception_group
 from trilog._topic import PartitionKey
-from trilog.client import LATEST, Admin, GroupAdmin
+from trilog.client import LATEST, Admin, GroupAdmin, GroupDescription
 from trilog.errors import GroupIdNotFoundError, TrilogError
 
 log = logging.getLogger("trilog.console")
@@ -197,6 +198,31 @@ def _chart(unit: str, series: list[tuple[str, list[tuple[float, float]]]]) -> di
         for name, points in series]}
 
 
+#: how many groups are described at once
+_DESCRIBE_AT_ONCE = 8
+
+
+async def describe_groups(groups: GroupAdmin) -> dict[str, GroupDescription]:
+    """Every group's description (a few at a time), by group id; a group deleted since it
+    was listed is left out."""
+    names = await groups.list_groups()
+    found: dict[str, GroupDescription] = {}
+    limiter = trio.CapacityLimiter(_DESCRIBE_AT_ONCE)
+
+    async def describe(group: str) -> None:
+        async with limiter:
+            try:
+                found[group] = await groups.describe_group(group)
+            except GroupIdNotFoundError:
+                pass
+
+    with unwrap_exception_group():
+        async with trio.open_nursery() as nursery:
+            for name in names:
+                nursery.start_soon(describe, name)
+    return {name: found[name] for name in names if name in found}
+
+
 async def take_sample(admin: Admin, groups: GroupAdmin) -> Sample:
     """One ``Sample`` through the admin clients: every partition's end offset (one
     ListOffsets per leader), each group's committed offsets and lag, the log dirs' sizes
@@ -207,11 +233,7 @@ async def take_sample(admin: Admin, groups: GroupAdmin) -> Sample:
     ends = await groups.list_offsets(tps, LATEST)
     committed: dict[str, dict[PartitionKey, int]] = {}
     lag: dict[str, dict[PartitionKey, int]] = {}
-    for group in await groups.list_groups():
-        try:
-            d = await groups.describe_group(group)
-        except GroupIdNotFoundError:
-            continue  # deleted since it was listed
+    for group, d in (await describe_groups(groups)).items():
         committed[group] = {(p.topic, p.partition): p.current_offset
                             for p in d.partitions if p.current_offset is not None}
         lag[group] = {(p.topic, p.partition): p.lag for p in d.partitions if p.lag is not None}
@@ -239,6 +261,9 @@ async def run_sampler(admin: Admin, groups: GroupAdmin, history: History, interv
         try:
             history.record(await take_sample(admin, groups))
         except TrilogError as exc:
-            history.last_error = str(exc) or type(exc).__name__
-            log.warning("the console's sample failed: %s", history.last_error)
+            error = str(exc) or type(exc).__name__
+            # once per outage, not at every interval
+            (log.debug if error == history.last_error else log.warning)(
+                "the console's sample failed: %s", error)
+            history.last_error = error
         await trio.sleep(interval_s)
