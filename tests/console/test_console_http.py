@@ -324,3 +324,23 @@ def test_the_console_logs_in_to_the_cluster_with_command_config(broker_process, 
         assert get(process.url + "/api/groups").status == 200
     finally:
         assert process.stop() == 0, process.log()
+
+
+def test_a_broker_restart_is_a_503_page_then_the_console_carries_on(broker_process, tmp_path):
+    broker = broker_process()
+    process = ConsoleProcess(broker.bootstrap, log=tmp_path / "c.log")
+    try:
+        assert get(process.url + "/api/cluster").status == 200
+        broker.stop()
+        down = get(process.url + "/api/cluster")
+        assert down.status == 503 and "the cluster did not answer" in down.json()["error"]
+        page = get(process.url + "/topics")
+        assert page.status == 503 and "Traceback" not in page.body
+        again = broker_process(broker.log_dir, port=broker.port)
+        answer = wait_for(lambda: (a := get(process.url + "/api/cluster")).status == 200 and a,
+                          what="the console to reach the restarted broker")
+        assert [b["port"] for b in answer.json()["brokers"]] == [again.port]
+        assert get(process.url + "/groups").status == 200
+    finally:
+        assert process.stop() == 0, process.log()
+    assert "Traceback" not in process.log()

@@ -23,7 +23,6 @@ import trio
 
 from trilog._concurrency import unwrap_exception_group
 from trilog.client import (
-    Admin,
     GroupAdmin,
     SimpleConsumer,
     open_admin,
@@ -34,6 +33,7 @@ from trilog.console import _data, _views
 from trilog.console._auth import CHALLENGE, authorized
 from trilog.console._http import Request, Response, serve_http
 from trilog.console._records import BadInput, NotFound, browse, parse_browse
+from trilog.console._reopen import ReopeningAdmin
 from trilog.console._sampler import History, run_sampler
 from trilog.errors import (
     ApiError,
@@ -100,10 +100,10 @@ Route = Callable[["Console", Request, list[str]], Awaitable[Response]]
 class Console:
     """The running console; ``handle`` answers one request."""
 
-    def __init__(self, config: ConsoleConfig, admin: Admin, groups: GroupAdmin,
+    def __init__(self, config: ConsoleConfig, admins: ReopeningAdmin, groups: GroupAdmin,
                  consumer: SimpleConsumer, history: History, cluster: str) -> None:
         self.config = config
-        self.admin = admin
+        self.admins = admins
         self.groups = groups
         self.consumer = consumer
         self.history = history
@@ -127,6 +127,8 @@ class Console:
             error = _http_error(exc)
             if error is None:
                 raise  # a bug: _http logs it and answers a plain 500
+            if isinstance(exc, NetworkError):
+                self.admins.invalidate()  # its connection may be the broken one
             return self._error(error, api)
 
     def _error(self, exc: HttpError, api: bool) -> Response:
@@ -204,24 +206,24 @@ def _json(data: Any) -> Response:
 
 
 async def _overview(c: Console, r: Request, args: list[str], api: bool) -> Response:
-    d = await _data.overview(c.admin, c.history)
+    d = await _data.overview(await c.admins.get(), c.history)
     return _json(d) if api else c.page(_views.overview_page(d))
 
 
 async def _topics(c: Console, r: Request, args: list[str], api: bool) -> Response:
-    d = await _data.topics(c.admin, c.history)
+    d = await _data.topics(await c.admins.get(), c.history)
     return _json(d) if api else c.page(_views.topics_page(d))
 
 
 async def _topic(c: Console, r: Request, args: list[str], api: bool) -> Response:
-    d = await _data.topic(c.admin, c.groups, c.history, args[0])
+    d = await _data.topic(await c.admins.get(), c.groups, c.history, args[0])
     return _json(d) if api else c.page(_views.topic_page(d, records=c.config.records))
 
 
 async def _records(c: Console, r: Request, args: list[str], api: bool) -> Response:
     c.records_allowed()
     query = parse_browse(r.query)
-    info = await _data.topic_info(c.admin, args[0])
+    info = await _data.topic_info(await c.admins.get(), args[0])
     partition = next((p for p in info.partitions if p.partition == query.partition), None)
     if partition is None:
         raise NotFound(f"topic {args[0]!r} has no partition {query.partition} (it has "
@@ -300,15 +302,16 @@ async def open_console(bootstrap_servers: str, config: ConsoleConfig | None = No
     config = config or ConsoleConfig()
     history = History(config.history_s)
     with unwrap_exception_group():
-        async with open_admin(bootstrap_servers, client_id="trilog-console",
-                              **connection) as admin, \
-                open_group_admin(bootstrap_servers, client_id="trilog-console",
+        async with open_group_admin(bootstrap_servers, client_id="trilog-console",
                                  **connection) as groups, \
                 open_simple_consumer(bootstrap_servers, client_id="trilog-console",
                                      allow_auto_create_topics=False, **connection) as consumer, \
                 trio.open_nursery() as nursery:
-            console = Console(config, admin, groups, consumer, history, bootstrap_servers)
-            await nursery.start(run_sampler, admin, groups, history, config.sample_interval_s)
+            admins = ReopeningAdmin(nursery, lambda: open_admin(
+                bootstrap_servers, client_id="trilog-console", **connection))
+            await admins.get()  # the cluster answers (or the console does not start)
+            console = Console(config, admins, groups, consumer, history, bootstrap_servers)
+            await nursery.start(run_sampler, admins, groups, history, config.sample_interval_s)
             console.port = await nursery.start(partial_serve(console))
             try:
                 yield console

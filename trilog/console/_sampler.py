@@ -22,7 +22,8 @@ import trio
 from trilog._concurrency import unwrap_exception_group
 from trilog._topic import PartitionKey
 from trilog.client import LATEST, Admin, GroupAdmin, GroupDescription
-from trilog.errors import GroupIdNotFoundError, TrilogError
+from trilog.console._reopen import ReopeningAdmin
+from trilog.errors import GroupIdNotFoundError, NetworkError, TrilogError
 
 log = logging.getLogger("trilog.console")
 
@@ -251,16 +252,18 @@ async def take_sample(admin: Admin, groups: GroupAdmin) -> Sample:
     return Sample(now, ends, committed, lag, sizes, internal)
 
 
-async def run_sampler(admin: Admin, groups: GroupAdmin, history: History, interval_s: float,
-                      *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                      ) -> None:
+async def run_sampler(admins: ReopeningAdmin, groups: GroupAdmin, history: History,
+                      interval_s: float, *,
+                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Sample every ``interval_s`` into ``history`` until cancelled; a failed sample is
     logged and kept in ``history.last_error`` (the overview shows it), never fatal."""
     task_status.started()
     while True:
         try:
-            history.record(await take_sample(admin, groups))
+            history.record(await take_sample(await admins.get(), groups))
         except TrilogError as exc:
+            if isinstance(exc, NetworkError):
+                admins.invalidate()
             error = str(exc) or type(exc).__name__
             # once per outage, not at every interval
             (log.debug if error == history.last_error else log.warning)(
