@@ -9,7 +9,7 @@ from typing import Any
 from trilog.client import EARLIEST, LATEST, Admin, GroupAdmin, TopicInfo
 from trilog.console._records import NotFound
 from trilog.console._sampler import History, describe_groups
-from trilog.errors import GroupIdNotFoundError, TrilogError
+from trilog.errors import ApiError, GroupIdNotFoundError, TrilogError
 
 
 async def overview(admin: Admin, history: History) -> dict[str, Any]:
@@ -102,8 +102,12 @@ async def _sizes(admin: Admin, name: str) -> dict[int, int] | None:
 
 
 async def groups_list(groups: GroupAdmin) -> dict[str, Any]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for group_id, d in (await describe_groups(groups)).items():
+        if isinstance(d, ApiError):
+            rows.append({"group": group_id, "state": f"unknown ({d.name})", "members": None,
+                         "topics": [], "lag": None})
+            continue
         lags = [p.lag for p in d.partitions if p.lag is not None]
         rows.append({"group": group_id, "state": d.state, "members": len(d.members),
                      "topics": sorted({p.topic for p in d.partitions}),

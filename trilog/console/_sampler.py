@@ -23,7 +23,7 @@ from trilog._concurrency import unwrap_exception_group
 from trilog._topic import PartitionKey
 from trilog.client import LATEST, Admin, GroupAdmin, GroupDescription
 from trilog.console._reopen import ReopeningAdmin
-from trilog.errors import GroupIdNotFoundError, NetworkError, TrilogError
+from trilog.errors import ApiError, GroupIdNotFoundError, NetworkError, TrilogError
 
 log = logging.getLogger("trilog.console")
 
@@ -203,11 +203,12 @@ def _chart(unit: str, series: list[tuple[str, list[tuple[float, float]]]]) -> di
 _DESCRIBE_AT_ONCE = 8
 
 
-async def describe_groups(groups: GroupAdmin) -> dict[str, GroupDescription]:
-    """Every group's description (a few at a time), by group id; a group deleted since it
-    was listed is left out."""
+async def describe_groups(groups: GroupAdmin) -> dict[str, GroupDescription | ApiError]:
+    """Every group's description (a few at a time), by group id, or the broker's error for
+    it (one group's coordinator loading, say, does not hide the others); a group deleted
+    since it was listed is left out.  A ``NetworkError`` is raised: the cluster is away."""
     names = await groups.list_groups()
-    found: dict[str, GroupDescription] = {}
+    found: dict[str, GroupDescription | ApiError] = {}
     limiter = trio.CapacityLimiter(_DESCRIBE_AT_ONCE)
 
     async def describe(group: str) -> None:
@@ -216,6 +217,10 @@ async def describe_groups(groups: GroupAdmin) -> dict[str, GroupDescription]:
                 found[group] = await groups.describe_group(group)
             except GroupIdNotFoundError:
                 pass
+            except NetworkError:
+                raise
+            except ApiError as exc:
+                found[group] = exc
 
     with unwrap_exception_group():
         async with trio.open_nursery() as nursery:
@@ -235,6 +240,8 @@ async def take_sample(admin: Admin, groups: GroupAdmin) -> Sample:
     committed: dict[str, dict[PartitionKey, int]] = {}
     lag: dict[str, dict[PartitionKey, int]] = {}
     for group, d in (await describe_groups(groups)).items():
+        if isinstance(d, ApiError):
+            continue  # no sample of this group this time
         committed[group] = {(p.topic, p.partition): p.current_offset
                             for p in d.partitions if p.current_offset is not None}
         lag[group] = {(p.topic, p.partition): p.lag for p in d.partitions if p.lag is not None}
