@@ -112,6 +112,8 @@ def test_registries_cover_the_brief():
         17: (0, 1), 36: (0, 1), 29: (0, 1), 30: (0, 1), 31: (0, 1),
         # Transactions (issue 24)
         24: (0, 3), 25: (0, 3), 26: (0, 3), 27: (0, 1), 28: (0, 3), 65: (0, 0), 66: (0, 1),
+        # Client quotas (issue 25): KIP-546, v1 flexible
+        48: (0, 1), 49: (0, 1),
     }  # fmt: skip
     assert dict(API_VERSIONS) == expected
     assert set(REQUEST_CLASSES) == set(RESPONSE_CLASSES) == set(expected)
