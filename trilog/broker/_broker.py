@@ -15,7 +15,7 @@ transaction coordinators and, in a cluster, the replicas' leadership (fetchers) 
 The parts: the replica manager (``replication/``: the one append path; standalone it leads
 every partition) under the APIs that read and write partitions (``apis/``), the group
 coordinator (``groups/``), the transaction coordinator (``transactions/``), security (``security/``: the ACLs' ``Access`` every API asks,
-SASL logins), and in a ZooKeeper cluster the controller's word on this broker's replicas,
+SASL logins), the client quotas (``quotas/``: every request counted by the dispatcher's hook), and in a ZooKeeper cluster the controller's word on this broker's replicas,
 its controlled shutdown and the controller's own work (``controller/``).  Every part that
 answers requests says which with ``apis()``; the request dispatcher (``network/``) takes
 them all.
@@ -62,6 +62,7 @@ from trilog.broker.apis import (
     ListOffsetsApi,
     MetadataApi,
     ProduceApi,
+    QuotaApis,
     TopicApis,
     TxnMarkerApi,
 )
@@ -87,6 +88,14 @@ from trilog.broker.network import (
     inter_broker_security,
     server_ssl_context,
     tls_principal,
+)
+from trilog.broker.quotas import (
+    ClientQuotas,
+    QuotaManager,
+    RateConfig,
+    RequestQuotas,
+    ZooKeeperQuotaStore,
+    standalone_quota_store,
 )
 from trilog.broker.replication import (
     ControlledShutdown,
@@ -176,12 +185,19 @@ class Broker:
             ProducerIds(config.broker_id, config.log_dirs[0]), self.txn_markers.write,
             inter_broker_security(config) if clustered else None)
         self.users = _user_store(config, cluster)
+        #: the client quotas (quotas/: the calculator, its store, the requests' hook)
+        self.quotas = ClientQuotas(
+            ZooKeeperQuotaStore(cluster.zk) if isinstance(cluster, ZooKeeperCluster)
+            else standalone_quota_store(config.log_dirs),
+            QuotaManager(RateConfig(config["quota.window.num"],
+                                    config["quota.window.size.seconds"] * 1000)))
         sasl = SaslAuthenticator(config["sasl.enabled.mechanisms"], self.users)
         self.dispatcher = RequestDispatcher(
             self._services(access, sasl), max_request_bytes=config["socket.request.max.bytes"],
             metrics=self.metrics,
             gate=partial(refused_request, access) if access.enabled else None,
-            before_login=sasl.before_login, raw_login=sasl.raw_token)
+            before_login=sasl.before_login, raw_login=sasl.raw_token,
+            throttle=RequestQuotas(self.quotas.manager))
         self.network = Network(
             self.dispatcher.handle, listeners,
             max_request_bytes=config["socket.request.max.bytes"],
@@ -222,6 +238,7 @@ class Broker:
             self.txn_markers,
             AdminApis(cluster, self.logs, self.coordinator, access, self.limiter),
             ConfigApis(config, cluster, access),
+            QuotaApis(self.quotas, access),
             self.coordinator,
             sasl,
             self.acls if self.acls is not None else AclsDisabled(),
@@ -281,6 +298,8 @@ class Broker:
         config = self.config
         async with trio.open_nursery() as nursery:
             await self.users.check()  # a damaged store stops the broker (_json_store.py)
+            await self.quotas.load_all()  # likewise
+            nursery.start_soon(self.quotas.follow_changes)
             if self.acls is not None:
                 await self.acls.load()  # before any request is served
                 nursery.start_soon(self.acls.run)

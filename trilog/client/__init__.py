@@ -25,6 +25,7 @@ from trilog.client._admin import (
     open_admin,
 )
 from trilog.client._brokers import BrokerAddress, parse_bootstrap
+from trilog.client._quotas import QuotaEntity, QuotaFilter, quota_entity
 from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_ranges
 from trilog.client._client import Client, open_client
 from trilog.net import BrokerConnection, open_connection
@@ -130,6 +131,9 @@ __all__ = [
     "DeletedRecords",
     "LogDirInfo",
     "LogDirPartition",
+    "QuotaEntity",
+    "QuotaFilter",
+    "quota_entity",
     "BrokerAddress",
     "BrokerConnection",
     "AbortableTransactionError",

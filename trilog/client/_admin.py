@@ -8,6 +8,9 @@ and writes the seeds' layout (``/brokers/topics/<topic>`` assignments over
 same ``Admin`` interface; the ZooKeeper one cannot touch records, log dirs or configs (the
 brokers validate configs: ``describe_configs`` and ``alter_configs`` go through them).
 
+Client quotas (KIP-546): ``describe_client_quotas`` and ``alter_client_quotas`` (any broker:
+the quotas are the cluster's, ``_quotas.py``); brokers only.
+
 Transactions (KIP-664): ``list_transactions`` asks every broker for the transactional ids it
 coordinates (ListTransactions), ``describe_transactions`` asks each id's coordinator
 (FindCoordinator key type 1, DescribeTransactions); brokers only.
@@ -37,6 +40,12 @@ from trilog.client._brokers import (
     registered_brokers,
 )
 from trilog.client._coordinator import TRANSACTION, find_coordinator
+from trilog.client._quotas import (
+    QuotaEntity,
+    QuotaFilter,
+    alter_client_quotas,
+    describe_client_quotas,
+)
 from trilog.client._retry import REQUEST_RETRY
 from trilog.client._settings import config_from_options
 from trilog.net import BrokerConnection, ClientSecurity, SecurityOptions, open_connection
@@ -355,6 +364,23 @@ class Admin:
         """Each id's state at its coordinator, in the order given; an id the coordinator
         does not know gets its ``error``.  Needs brokers."""
         raise _needs_brokers("describe_transactions")
+
+    async def describe_client_quotas(self, filters: Iterable[QuotaFilter] = (), *,
+                                     strict: bool = False
+                                     ) -> dict[QuotaEntity, dict[str, float]]:
+        """The client quotas set, ``{entity: {quota: value}}``, of the entities every filter
+        matches (all when none; ``strict``: only entities of no other entity types than the
+        filters name).  Needs DescribeConfigs on the cluster.  Needs brokers."""
+        raise _needs_brokers("describe_client_quotas")
+
+    async def alter_client_quotas(self, entity: QuotaEntity,
+                                  changes: Mapping[str, float | None], *,
+                                  validate_only: bool = False) -> None:
+        """Set (``{quota: value}``) or remove (``{quota: None}``) quotas of ``entity``
+        (``quota_entity(...)``), keeping the others; every broker applies them.  Raises the
+        broker's error (``InvalidRequestError`` naming a bad quota,
+        ``ClusterAuthorizationFailedError``).  Needs brokers."""
+        raise _needs_brokers("alter_client_quotas")
 
 
 def _needs_brokers(what: str) -> TrilogError:
@@ -721,6 +747,16 @@ class _BrokerAdmin(Admin):
                 if tries.last or not exc.retriable:
                     raise
         raise AssertionError("unreachable: the last try returns or raises")
+
+    async def describe_client_quotas(self, filters: Iterable[QuotaFilter] = (), *,
+                                     strict: bool = False
+                                     ) -> dict[QuotaEntity, dict[str, float]]:
+        return await describe_client_quotas(self.conn, filters, strict)
+
+    async def alter_client_quotas(self, entity: QuotaEntity,
+                                  changes: Mapping[str, float | None], *,
+                                  validate_only: bool = False) -> None:
+        await alter_client_quotas(self.conn, entity, changes, validate_only)
 
     async def elect_leaders(self, partitions: Iterable[PartitionKey] | None = None,
                             election: str = "preferred") -> dict[PartitionKey, str | None]:

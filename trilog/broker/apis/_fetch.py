@@ -29,6 +29,7 @@ import trio
 from trilog._topic import PartitionKey
 from trilog.broker._metrics import RequestMetrics
 from trilog.broker.network import ApiHandler
+from trilog.broker.quotas import parked
 from trilog.broker.replication import FetchPurgatory, ReplicaManager, partition_error
 from trilog.broker.security import Access, AclOperation, ResourceType
 from trilog.errors import (
@@ -117,9 +118,12 @@ class FetchApi:
         errors = any(r.error for r in results)
         if request.max_wait_ms > 0 and total < request.min_bytes and not errors and wanted:
             _close(results)
+            parked_at = trio.current_time()
             await self.purgatory.wait(tps, request.min_bytes - total,
                                       request.max_wait_ms / 1000, since=mark,
                                       replica=replica >= 0)
+            # A parked fetch uses no handler time (the request quota leaves it out).
+            parked.set(parked.get() + trio.current_time() - parked_at)
             results = await self._read_all(wanted, max_bytes, convert, replica, None,
                                            committed)
         try:

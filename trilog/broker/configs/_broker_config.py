@@ -285,6 +285,11 @@ PROPERTIES: tuple[Property, ...] = (
     Property("queued.max.request.bytes", _int, 256 * _MB,
              "Request bytes received or queued, broker-wide; at the limit connections stop "
              "reading until requests are answered (-1: no limit).", low=-1),
+    Property("quota.window.num", _int, 11,
+             "Samples a client quota's rate is measured over (Kafka's; the rate is taken over "
+             "at least this many less one windows).", low=1),
+    Property("quota.window.size.seconds", _int, 1,
+             "Length of each sample of a client quota's rate, in seconds.", low=1),
     Property("socket.send.buffer.bytes", _int, 1 << 20, "SO_SNDBUF of client sockets (-1: the OS default)."),
     Property("socket.receive.buffer.bytes", _int, 1 << 20, "SO_RCVBUF of client sockets (-1: the OS default)."),
     Property("message.max.bytes", _int, 1048588,

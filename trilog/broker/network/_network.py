@@ -158,10 +158,12 @@ class Session:
     request handler).  ``authenticated`` is false on a SASL listener until the login is
     done; ``close_after_answer`` makes the network hold the answer being sent for
     ``connection.failed.authentication.delay.ms``, then close the connection once it is
-    out (a failed login)."""
+    out (a failed login); ``throttled_until`` (trio time, 0: not throttled) makes it read
+    nothing more from the connection until then (a quota's throttle, KIP-219: the answer
+    goes at once, then the connection is muted)."""
 
     __slots__ = ("peer", "host", "listener", "protocol", "principal", "authenticated",
-                 "sasl", "close_after_answer")
+                 "sasl", "close_after_answer", "throttled_until")
 
     def __init__(self, peer: str, listener: str = "PLAINTEXT", protocol: str = "PLAINTEXT",
                  principal: str = "User:ANONYMOUS") -> None:
@@ -173,6 +175,7 @@ class Session:
         self.authenticated = not protocol.startswith("SASL_")
         self.sasl: Any = None
         self.close_after_answer = False
+        self.throttled_until = 0.0
 
     def __repr__(self) -> str:
         return f"Session({self.peer} on {self.listener}, {self.principal})"
@@ -622,6 +625,8 @@ class Network:
         frames: deque[bytes | bytearray] = deque()
         waited = True  # the task went through the scheduler since its last request
         while True:
+            if conn.session.throttled_until:
+                await self._wait_throttled(conn)
             if not frames:
                 got = await self._read_frames(conn, decoder)
                 if got is None:
@@ -786,6 +791,18 @@ class Network:
                     pass
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+
+    async def _wait_throttled(self, conn: _Connection) -> None:
+        """A quota throttled the last answer: handle nothing more from the connection until
+        its throttle time is over (``stop_reading`` ends the wait early)."""
+        until, conn.session.throttled_until = conn.session.throttled_until, 0.0
+        with trio.CancelScope(deadline=until) as scope:
+            self._budget_scopes.add(scope)
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._budget_scopes.discard(scope)
+        conn.last_active = trio.current_time()
 
     async def _wait_for_budget(self, conn: _Connection) -> bool:
         """Wait for room in the request budget; False if the network stopped reading."""
