@@ -386,6 +386,10 @@ class BrokerSource:
         cleaner = self._broker.cleaner
         return None if cleaner is None else cleaner.statistics()
 
+    def quotas(self) -> Iterable[tuple[str, str, str, float, int, int]]:
+        stats = self._broker.quotas.manager.statistics(trio.current_time() * 1000)
+        return [(*key, rate, throttle_ms, count) for key, rate, throttle_ms, count in stats]
+
     def under_replicated_partitions(self) -> int:
         replicas = self._broker.replicas
         return sum(1 for part in replicas.partitions.values()
