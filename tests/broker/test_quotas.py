@@ -5,8 +5,12 @@ checks of quota values and describe filters (no server)."""
 from __future__ import annotations
 
 import pytest
+import trio
 
+from trilog.broker.network import Later, Session
 from trilog.broker.quotas import (
+    RequestQuotas,
+    parked,
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
@@ -24,6 +28,7 @@ from trilog.broker.quotas import (
     user_of,
 )
 from trilog.errors import InvalidRequestError
+from trilog.protocol import ApiKey, FetchResponse, ProduceResponse, RequestHeader
 
 P = PRODUCER_BYTE_RATE
 
@@ -202,3 +207,88 @@ def test_describe_filters_match_as_kafkas():
 def test_the_quota_user_is_the_principals_name():
     assert user_of("User:alice") == "alice"
     assert user_of("User:ANONYMOUS") == "ANONYMOUS"
+
+
+# -- the request hook (no server: a session, a header and a response) ------------------------
+
+
+class _Slice:
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _fetch_response(slc: _Slice):
+    R = FetchResponse
+    PD = R.FetchableTopicResponse.PartitionData
+    return R(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        R.FetchableTopicResponse(topic="t", partitions=[PD(partition_index=0, records=slc)])])
+
+
+class _Fetch:
+    replica_id = -1
+
+
+async def test_the_hook_throttles_sets_the_answer_and_mutes_the_session(autojump_clock):
+    manager = QuotaManager(RateConfig(samples=2, window_ms=1000))
+    hook = RequestQuotas(manager)
+    session = Session("127.0.0.1:5000")
+    produce = RequestHeader(ApiKey.PRODUCE, 7, 1, "app")
+    answer = ProduceResponse(responses=[], throttle_time_ms=0)
+    assert hook(produce, None, answer, session, 5000, 0.001) is answer  # no quota: untouched
+    assert session.throttled_until == 0.0
+    manager.set(entity(client_id="app"), {P: 1000.0})
+    assert hook(produce, None, answer, session, 900, 0.001).throttle_time_ms == 0
+    throttled = hook(produce, None, answer, session, 900, 0.001)
+    assert throttled.throttle_time_ms == 800  # 1800 B over a 1 s window: 0.8 over
+    assert session.throttled_until == pytest.approx(trio.current_time() + 0.8)
+    # acks=0 (no answer): still counted, still muted
+    assert hook(produce, None, None, session, 900, 0.001) is None
+    # a Later answer gets its throttle time once it is ready
+    later = hook(produce, None, Later(_ready(ProduceResponse(responses=[]))), session, 10,
+                 0.001)
+    assert (await later.result()).throttle_time_ms > 0
+    # brokers among themselves are never throttled
+    markers = RequestHeader(ApiKey.WRITE_TXN_MARKERS, 1, 2, "app")
+    assert hook(markers, None, answer, session, 10**9, 0.001) is answer
+
+
+async def test_a_throttled_fetch_is_answered_empty_and_its_bytes_taken_back(autojump_clock):
+    manager = QuotaManager(RateConfig(samples=2, window_ms=1000))
+    manager.set(entity(default_client=True), {CONSUMER_BYTE_RATE: 1000.0})
+    hook = RequestQuotas(manager)
+    session = Session("127.0.0.1:5000")
+    fetch = RequestHeader(ApiKey.FETCH, 10, 1, "reader")
+    first = _fetch_response(_Slice(800))
+    assert hook(fetch, _Fetch(), first, session, 100, 0.0) is first
+    big = _Slice(800)
+    throttled = hook(fetch, _Fetch(), _fetch_response(big), session, 100, 0.0)
+    assert throttled.responses == [] and throttled.throttle_time_ms == 600
+    assert big.closed  # the slice read is let go
+    # the empty answer's bytes were taken back: the rate is the first fetch's alone
+    ((_key, rate, given, count),) = list(manager.statistics(trio.current_time() * 1000))
+    assert rate == pytest.approx(800) and (given, count) == (600, 1)
+
+
+async def test_the_request_quota_leaves_out_time_parked(autojump_clock):
+    manager = QuotaManager(RateConfig(samples=2, window_ms=1000))
+    manager.set(entity(client_id="c"), {REQUEST_PERCENTAGE: 10.0})
+    hook = RequestQuotas(manager)
+    session = Session("127.0.0.1:5000")
+    header = RequestHeader(ApiKey.FETCH, 10, 1, "c")
+    parked.set(0.5)  # a long poll that waited 0.5 s of its 0.505 s
+    hook(header, _Fetch(), _fetch_response(_Slice(0)), session, 100, 0.505)
+    assert parked.get() == 0.0
+    ((_key, rate, _given, _count),) = list(manager.statistics(trio.current_time() * 1000))
+    assert rate == pytest.approx(0.5)  # 5 ms of a 1 s window: 0.5 %
+
+
+def _ready(value):
+    async def result():
+        await trio.lowlevel.checkpoint()
+        return value
+
+    return result

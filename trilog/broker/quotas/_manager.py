@@ -79,6 +79,8 @@ class QuotaManager:
         self._resolved: dict[tuple[str, str, str], tuple[SensorKey, float] | None] = {}
         self._sensors: dict[SensorKey, _Sensor] = {}
         self._swept_ms = 0.0
+        #: is any quota set at all (none: requests are not even looked at)
+        self.active = False
 
     # -- the quotas -------------------------------------------------------------------------
 
@@ -94,6 +96,7 @@ class QuotaManager:
             else:
                 by_entity.pop(e, None)
         self._resolved.clear()
+        self.active = any(self._by_key.values())
 
     def replace_all(self, entities: Mapping[Entity, Mapping[str, float]]) -> None:
         for e in set(self._entities) - set(entities):

@@ -62,13 +62,13 @@ class RequestQuotas:
 
     def __call__(self, header: RequestHeader, request: Any, response: Any, session: Session,
                  request_bytes: int, seconds: float) -> Any:
-        api = header.api_key
         waited = parked.get()
         if waited:
             parked.set(0.0)
-        if api in EXEMPT:
-            return response
         manager = self.manager
+        api = header.api_key
+        if not manager.active or api in EXEMPT:
+            return response
         follower = api == ApiKey.FETCH and request.replica_id >= 0
         fetch_quota = (api == ApiKey.FETCH and not follower
                        and manager.enabled(CONSUMER_BYTE_RATE))
