@@ -193,7 +193,8 @@ def test_describe_filters_match_as_kafkas():
     assert not matches(alice_app, [("user", 0, "alice")], True)  # strict: client-id too
     assert matches(alice, [("user", 0, "alice")], True)
     assert matches(default_client, [("client-id", 1, None)], True)
-    assert not matches(default_client, [("client-id", 2, None)], False)
+    assert matches(default_client, [("client-id", 2, None)], False)  # any: the default too
+    assert not matches(alice, [("client-id", 2, None)], False)
     assert matches(alice_app, [("client-id", 2, None)], False)
     assert matches(alice_app, [], False) and not matches(alice_app, [], True)
     with pytest.raises(InvalidRequestError):

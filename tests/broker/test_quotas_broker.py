@@ -81,7 +81,8 @@ def test_alter_and_describe_quotas(broker, version):
         C = DR.ComponentData
         only_users = ask(sock, DR(components=[C(entity_type="user", match_type=2)],
                                   strict=True), version)
-        assert list(described(only_users)) == []  # no user entity that is not a default
+        # strict: the user-only entities, the default user's included
+        assert list(described(only_users)) == [(("user", None),)]
         alice = ask(sock, DR(components=[C(entity_type="user", match_type=0, match="alice")],
                              strict=False), version)
         assert list(described(alice)) == [(("user", "alice"), ("client-id", None))]

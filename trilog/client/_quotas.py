@@ -7,7 +7,8 @@ None for the ``<default>`` entity; ``quota_entity(user="alice", default_client=T
 ``consumer_byte_rate`` (bytes per second) and ``request_percentage``.
 
 A ``QuotaFilter`` selects entities to describe: ``QuotaFilter.exact("user", "alice")``,
-``QuotaFilter.default("client-id")``, ``QuotaFilter.any("user")``.
+``QuotaFilter.default("client-id")``, ``QuotaFilter.any("user")`` (any user entity, the
+default user's included).
 """
 
 from __future__ import annotations

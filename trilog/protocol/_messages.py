@@ -1296,9 +1296,9 @@ ElectLeadersResponse = message(K.ELECT_LEADERS, "ElectLeadersResponse", (0, 1), 
 # KIP-546; v1 is v0 made flexible. An entity is a list of (entity_type, entity_name):
 # entity_type "user" or "client-id", entity_name None for the <default> entity. A filter
 # component's match_type: 0 = exactly the name ``match`` (None: the default), 1 = the
-# default, 2 = any name given (not the default). ``strict``: only entities with no other
-# entity types than the components name. Values are float64 (a byte rate of 1 MiB/s is
-# 1048576.0).
+# default, 2 = any entity of that type (the default too). ``strict``: only entities with no
+# other entity types than the components name. Values are float64 (a byte rate of 1 MiB/s
+# is 1048576.0).
 
 _QuotaEntity = Struct("EntityData", [
     F("entity_type", STRING),

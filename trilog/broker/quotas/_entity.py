@@ -139,8 +139,9 @@ def parse_values(what: str, config: Mapping[str, str]) -> Quotas:
 
 def matches(e: Entity, components: list[tuple[str, int, str | None]], strict: bool) -> bool:
     """DescribeClientQuotas' filter: each component ``(type, match_type, match)`` with
-    match_type 0 (exactly ``match``; None: the default), 1 (the default) or 2 (any name, not
-    the default) must hold of ``e``; ``strict``: ``e`` has no other types."""
+    match_type 0 (exactly ``match``; None: the default), 1 (the default) or 2 (any entity of
+    that type, the default included, as ``kafka-configs --describe --entity-type users``
+    lists the default user too) must hold of ``e``; ``strict``: ``e`` has no other types."""
     names = dict(e)
     for kind, match_type, match in components:
         if kind not in names:
@@ -149,8 +150,6 @@ def matches(e: Entity, components: list[tuple[str, int, str | None]], strict: bo
         if match_type == 0 and name != match:
             return False
         if match_type == 1 and name is not None:
-            return False
-        if match_type == 2 and name is None:
             return False
     return not strict or len(names) == len(components)
 
