@@ -123,7 +123,7 @@ class FetchApi:
                                       request.max_wait_ms / 1000, since=mark,
                                       replica=replica >= 0)
             # A parked fetch uses no handler time (the request quota leaves it out).
-            parked.set(parked.get() + trio.current_time() - parked_at)
+            parked.set(trio.current_time() - parked_at)
             results = await self._read_all(wanted, max_bytes, convert, replica, None,
                                            committed)
         try:

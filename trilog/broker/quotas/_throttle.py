@@ -36,7 +36,7 @@ from trilog.broker.quotas._manager import QuotaManager
 from trilog.protocol import ApiKey, FetchResponse, RequestHeader
 
 #: Seconds the request being handled spent parked (a long poll waiting for data); the
-#: fetch API adds to it, the request quota leaves it out.  Per task: each connection's.
+#: fetch API sets it, the request quota leaves it out.  Per task: each connection's.
 parked: contextvars.ContextVar[float] = contextvars.ContextVar("trilog_parked", default=0.0)
 
 #: Requests no client quota applies to: brokers' and the controller's among themselves,
@@ -62,12 +62,14 @@ class RequestQuotas:
 
     def __call__(self, header: RequestHeader, request: Any, response: Any, session: Session,
                  request_bytes: int, seconds: float) -> Any:
+        manager = self.manager
+        if not manager.active:  # (a parked time left meanwhile is one long poll's at most)
+            return response
         waited = parked.get()
         if waited:
             parked.set(0.0)
-        manager = self.manager
         api = header.api_key
-        if not manager.active or api in EXEMPT:
+        if api in EXEMPT:
             return response
         follower = api == ApiKey.FETCH and request.replica_id >= 0
         fetch_quota = (api == ApiKey.FETCH and not follower
