@@ -222,3 +222,16 @@ def test_request_percentage_throttles_any_request(broker):
                      for _ in range(3)]
         assert max(throttles) > 0
         assert max(throttles) <= 1000  # the request quota's throttle is capped at one window
+
+
+def test_a_muted_connection_does_not_hold_up_a_clean_shutdown(broker):
+    with connect(broker.bootstrap) as sock:
+        create_topic(sock, "t")
+        ask(sock, alter_request({"producer_byte_rate": 10_000}, client_id="slow"), 1)
+        answer = ask(sock, produce_request("t", 0, batch([b"x" * 500_000])), 7, "slow")
+        assert answer.throttle_time_ms > 30_000  # 50 times the quota over a 1 s window
+        sock.sendall(p.encode_request(p.MetadataRequest(topics=[]), 1, 99, client_id="slow"))
+        started = time.monotonic()
+        assert broker.stop() == 0
+        # at once, not after shutdown.timeout.ms (5 s) of waiting for the muted connection
+        assert time.monotonic() - started < 3.5
