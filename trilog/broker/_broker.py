@@ -10,15 +10,18 @@ listeners (their ports are part of the broker's registration); ``open_cluster``
 then ``Broker`` builds its parts, each given what it uses when it is made (``Broker.__init__``
 is the one place that knows them all), and one nursery holds their tasks: the network, the
 log tasks (flushes, retention, the log cleaner), the replica manager, the group and
-transaction coordinators and, in a cluster, the replicas' leadership (fetchers) and the controller.
+transaction coordinators, the quotas' change notifications and, in a cluster, the
+replicas' leadership (fetchers) and the controller.
 
 The parts: the replica manager (``replication/``: the one append path; standalone it leads
 every partition) under the APIs that read and write partitions (``apis/``), the group
-coordinator (``groups/``), the transaction coordinator (``transactions/``), security (``security/``: the ACLs' ``Access`` every API asks,
-SASL logins), the client quotas (``quotas/``: every request counted by the dispatcher's hook), and in a ZooKeeper cluster the controller's word on this broker's replicas,
-its controlled shutdown and the controller's own work (``controller/``).  Every part that
-answers requests says which with ``apis()``; the request dispatcher (``network/``) takes
-them all.
+coordinator (``groups/``), the transaction coordinator (``transactions/``), security
+(``security/``: the ACLs' ``Access`` every API asks, SASL logins), the client quotas
+(``quotas/``: every request counted by the dispatcher's hook, a throttled connection muted
+by the network), and in a ZooKeeper cluster the controller's word on this broker's
+replicas, its controlled shutdown and the controller's own work (``controller/``).  Every
+part that answers requests says which with ``apis()``; the request dispatcher
+(``network/``) takes them all.
 
 Clean shutdown, in order: make a running log cleaning give up; in a cluster move this
 broker's leaderships away (controlled shutdown) and resign the controller's place; stop
