@@ -235,3 +235,25 @@ def test_a_muted_connection_does_not_hold_up_a_clean_shutdown(broker):
         assert broker.stop() == 0
         # at once, not after shutdown.timeout.ms (5 s) of waiting for the muted connection
         assert time.monotonic() - started < 3.5
+
+
+def test_a_consumers_fetch_is_capped_at_what_its_quota_allows(broker):
+    # Kafka's cap: without it a fetch larger than the quota over its windows would be
+    # throttled, answered empty and taken back, again and again (the consumer starves).
+    with connect(broker.bootstrap) as sock:
+        create_topic(sock, "t")
+        for _ in range(10):
+            ask(sock, produce_request("t", 0, batch([b"y" * 50_000])), 7)
+        ask(sock, alter_request({"consumer_byte_rate": 120_000}, client_id="big"), 1)
+        received, offset, deadline = 0, 0, time.monotonic() + 20
+        while received < 500_000:
+            assert time.monotonic() < deadline, f"starved after {received} bytes"
+            answer = ask(sock, fetch_request("t", 0, offset, max_bytes=10 << 20), 10, "big")
+            if not answer.responses:
+                continue  # throttled: the connection was muted, ask again
+            part = only_partition(answer)
+            records = bytes(part.records or b"")
+            # one window's worth (two 1 s windows less one): at most 120 KB, 2 batches
+            assert 0 < len(records) <= 120_000, len(records)
+            received += len(records)
+            offset += len(records) // 50_000

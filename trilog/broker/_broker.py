@@ -231,7 +231,8 @@ class Broker:
         config, cluster, replicas = self.config, self.cluster, self.replicas
         services: list[ApiService] = [
             ProduceApi(replicas, access, self.metrics),
-            FetchApi(replicas, self.purgatory, access, self.metrics, self.limiter),
+            FetchApi(replicas, self.purgatory, access, self.metrics, self.limiter,
+                     self.quotas.manager),
             ListOffsetsApi(replicas, access, self.limiter),
             MetadataApi(cluster, access, auto_create=config["auto.create.topics.enable"]),
             TopicApis(cluster, access, self.metrics,
