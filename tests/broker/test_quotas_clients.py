@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 from cli_helpers import cli
 
 from trilog.client import QuotaFilter, open_admin, quota_entity
@@ -147,3 +148,27 @@ async def test_trilog_configs_refuses_bad_quota_input_in_one_line(broker):
         assert done.returncode == status, (args, done.stderr)
         assert text in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_a_consumer_over_its_byte_rate_is_slowed_not_starved(broker):
+    import trilog
+
+    async with trilog.open_producer(bootstrap_servers=broker.bootstrap) as producer:
+        for _ in range(100):
+            await producer.send("reads", b"r" * 10_000)
+        await producer.flush()
+    async with open_admin(broker.bootstrap) as admin:
+        await admin.alter_client_quotas(quota_entity(client_id="reader"),
+                                        {"consumer_byte_rate": 300_000})
+    started = trio.current_time()
+    received = 0
+    async with trilog.open_consumer("reads", bootstrap_servers=broker.bootstrap,
+                                    client_id="reader", group_id=None,
+                                    auto_offset_reset="earliest") as consumer:
+        with trio.fail_after(30):
+            while received < 100:
+                batches = await consumer.getmany(timeout_ms=1000)
+                received += sum(len(records) for records in batches.values())
+    took = trio.current_time() - started
+    # 1 MB at 300 KB/s with one second's burst: about 2.5 s; unthrottled, a fraction of one
+    assert received == 100 and 1.2 <= took <= 20, took
