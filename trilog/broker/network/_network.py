@@ -56,6 +56,10 @@ someone the broker does not know yet, and gets less (Kafka's ``SaslServerAuthent
   is answered, and the connection closed, only after that delay, which holds up nothing
   but that connection (Kafka's delayed close: a password guesser waits for each answer).
 
+A client quota's throttle (``Session.throttled_until``, set by the request dispatcher's quota
+hook) mutes a connection once its answer is out: nothing more is handled from it until then
+(KIP-219; TCP holds the client's next requests meanwhile).
+
 Shutdown (``drain``): stop accepting, stop reading new requests, let the requests received
 finish (parked long polls are woken by the handler), then close.
 """
@@ -796,6 +800,8 @@ class Network:
         """A quota throttled the last answer: handle nothing more from the connection until
         its throttle time is over (``stop_reading`` ends the wait early)."""
         until, conn.session.throttled_until = conn.session.throttled_until, 0.0
+        if self._stopped_reading:
+            return  # nothing more is read anyway
         with trio.CancelScope(deadline=until) as scope:
             self._budget_scopes.add(scope)
             try:
