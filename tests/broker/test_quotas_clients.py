@@ -172,3 +172,29 @@ async def test_a_consumer_over_its_byte_rate_is_slowed_not_starved(broker):
     took = trio.current_time() - started
     # 1 MB at 300 KB/s with one second's burst: about 2.5 s; unthrottled, a fraction of one
     assert received == 100 and 1.2 <= took <= 20, took
+
+
+async def test_a_running_brokers_metrics_show_the_throttled_client(tmp_path):
+    from prometheus_client.exposition import generate_latest
+
+    import trilog
+    from trilog.broker import open_broker
+    from trilog.broker._broker import BrokerSource
+    from trilog.broker._metrics import registry_for
+
+    settings = {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                "quota.window.num": 2}
+    async with open_broker(settings) as broker:
+        async with open_admin(broker.bootstrap) as admin:
+            await admin.alter_client_quotas(quota_entity(default_client=True),
+                                            {"producer_byte_rate": 50_000})
+        async with trilog.open_producer(bootstrap_servers=broker.bootstrap, client_id="pusher",
+                                        acks=1, buffer_memory=100_000) as producer:
+            for _ in range(12):  # 120 KB at 50 KB/s: throttled after the first 50 KB
+                await (await producer.send("m", b"m" * 10_000)).wait()
+        text = generate_latest(registry_for(BrokerSource(broker))).decode()
+    labels = '{client_id="pusher",type="Produce",user=""}'
+    assert f"trilog_quota_byte_rate{labels}" in text
+    throttle = next(line for line in text.splitlines()
+                    if line.startswith(f"trilog_quota_throttle_time_ms_total{labels}"))
+    assert float(throttle.split()[-1]) > 0
