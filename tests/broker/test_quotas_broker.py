@@ -1,57 +1,23 @@
-"""Client quotas on a standalone broker process: DescribeClientQuotas / AlterClientQuotas at
-both versions (v1 flexible) with their errors and ACLs, quotas.json across a restart, a
-producer's and a consumer's byte rate and the request percentage throttling answers
-(throttle_time_ms, and the connection muted after the answer: KIP-219), kafka-python's own
-encoding of the quota APIs, ``trilog configs`` for users and clients, and the issue's
-acceptance with librdkafka (confluent-kafka): a producer held near its producer_byte_rate
-reports throttle time while another client id in the same run is not slowed."""
+"""Client quotas on a standalone broker process, over raw requests: DescribeClientQuotas /
+AlterClientQuotas at both versions (v1 flexible) with their errors and ACLs, quotas.json
+across a restart, a producer's and a consumer's byte rate and the request percentage
+throttling answers (throttle_time_ms, and the connection muted after the answer: KIP-219),
+a consumer's fetch capped at what its quota allows, and a muted connection at shutdown."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import socket
 import time
 
 import pytest
 from broker_helpers import batch, connect, create_topic, fetch_request, produce_request
-from broker_helpers import only_partition, read_response
+from broker_helpers import only_partition
+from quota_helpers import AR, DR, alter_request, ask, described, entity, everything
 
 from trilog import protocol as p
 
 CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REQUEST = 42
-_corr = itertools.count(1)
-
-DR = p.DescribeClientQuotasRequest
-AR = p.AlterClientQuotasRequest
-
-
-def ask(sock: socket.socket, request: p.Message, version: int, client_id: str = "e2e"):
-    corr = next(_corr)
-    sock.sendall(p.encode_request(request, version, corr, client_id=client_id))
-    return read_response(sock, type(request), version, corr)
-
-
-def entity(**parts: str | None):
-    return [AR.EntryData.EntityData(entity_type=k.replace("_", "-"), entity_name=v)
-            for k, v in parts.items()]
-
-
-def alter_request(ops: dict[str, float | None], validate_only: bool = False, **parts):
-    return AR(entries=[AR.EntryData(entity=entity(**parts), ops=[
-        AR.EntryData.OpData(key=k, value=v or 0.0, remove=v is None) for k, v in ops.items()])],
-        validate_only=validate_only)
-
-
-def described(response) -> dict:
-    assert response.error_code == 0, response
-    return {tuple((d.entity_type, d.entity_name) for d in e.entity):
-            {v.key: v.value for v in e.values} for e in response.entries}
-
-
-def everything(sock, version=1):
-    return described(ask(sock, DR(components=[], strict=False), version))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from broker_helpers import batch, connect, create_topics_request, produce_request, roundtrip
 from kazoo.client import KazooClient
 from security_helpers import trilog_users
-from test_quotas_broker import alter_request, ask, everything
+from quota_helpers import alter_request, ask, everything
 
 from trilog import protocol as p
 
