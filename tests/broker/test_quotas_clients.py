@@ -198,3 +198,26 @@ async def test_a_running_brokers_metrics_show_the_throttled_client(tmp_path):
     throttle = next(line for line in text.splitlines()
                     if line.startswith(f"trilog_quota_throttle_time_ms_total{labels}"))
     assert float(throttle.split()[-1]) > 0
+
+
+async def test_trilogs_connection_holds_its_requests_for_the_throttle_time(broker):
+    # KIP-219 on the client's side: the broker reads nothing from a throttled connection,
+    # so a request sent meanwhile would wait there with its timeout running.
+    from broker_helpers import batch, produce_request
+
+    from trilog.net import open_connection
+    from trilog.protocol import MetadataRequest
+
+    async with open_admin(broker.bootstrap) as admin:
+        await admin.create_topic("held", 1)
+        await admin.alter_client_quotas(quota_entity(client_id="held"),
+                                        {"producer_byte_rate": 25_000})
+    host, port = broker.bootstrap.split(":")
+    async with open_connection(host, int(port), client_id="held",
+                               request_timeout_s=2.0) as conn:
+        answer = await conn.request(produce_request("held", 0, batch([b"h" * 100_000])))
+        # 100 KB against 25 KB/s over one second: three seconds over, past the timeout
+        assert answer.throttle_time_ms > 2_000
+        started = trio.current_time()
+        await conn.request(MetadataRequest(topics=[]))  # no RequestTimedOutError
+        assert trio.current_time() - started >= answer.throttle_time_ms / 1000 * 0.9

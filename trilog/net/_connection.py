@@ -13,6 +13,9 @@ checked by one task per connection every ``TIMEOUT_CHECK_S`` while requests wait
 ``NetworkClient`` checks them in its poll loop), so a request costs no timer of its own; a request's bytes are
 written straight to the socket when it has room, and the reader receives without trio's
 socket wrapper: a request and its answer cost one trip through the scheduler each way.
+
+An answer with a ``throttle_time_ms`` (a client quota, KIP-219) holds back the connection's
+next requests for that long: the broker reads nothing from the connection meanwhile.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ class BrokerConnection:
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._answered = False  # the broker answered a request
         self._served = False  # ... and one beyond ApiVersions and the login
+        #: a quota throttled the last answer: send nothing before this (trio time; 0: free)
+        self.throttled_until = 0.0
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port})"
@@ -169,6 +174,8 @@ class BrokerConnection:
         if self._closed_error is not None:
             raise NetworkError(f"connection to {self.host}:{self.port} is closed") \
                 from self._closed_error
+        if self.throttled_until:
+            await self._wait_throttled()
         api_key = request.API_KEY
         if version is None:
             version = self.version_for(api_key, (request.MIN_VERSION, request.MAX_VERSION))
@@ -202,6 +209,16 @@ class BrokerConnection:
         finally:
             lock.release()
         return pending
+
+    async def _wait_throttled(self) -> None:
+        """KIP-219: after an answer with a throttle time, send nothing until it is over (the
+        broker reads nothing from this connection meanwhile; a request sent now would wait
+        there, its timeout running)."""
+        until = self.throttled_until
+        if until <= trio.current_time():
+            self.throttled_until = 0.0
+            return
+        await trio.sleep_until(until)
 
     async def wait_response(self, pending: PendingResponse, timeout_s: float | None = None
                             ) -> Any:
@@ -323,6 +340,11 @@ class BrokerConnection:
             _header, pending.response = decode_response(payload, pending.api_key, pending.version)
         except ProtocolError as exc:
             pending.error = exc
+        else:
+            throttle_ms = getattr(pending.response, "throttle_time_ms", 0)
+            if throttle_ms and throttle_ms > 0:
+                self.throttled_until = max(self.throttled_until,
+                                           trio.current_time() + throttle_ms / 1000)
         pending.event.set()
 
     def _fail(self, error: BaseException) -> BaseException:
