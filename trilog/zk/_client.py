@@ -127,6 +127,19 @@ class ZooKeeper:
         data, stat = await self._call(self._client.get, path)
         return data, stat.version
 
+    async def get_owned(self, path: str) -> tuple[bytes, int]:
+        """The node's data and the session that owns it (``ephemeralOwner``: 0 for a
+        persistent node), which says whose life an ephemeral node belongs to."""
+        data, stat = await self._call(self._client.get, path)
+        return data, stat.ephemeralOwner
+
+    @property
+    def session_id(self) -> int | None:
+        """This client's session (None while it has none): the ``ephemeralOwner`` of the
+        ephemeral nodes it creates."""
+        client_id = self._client.client_id
+        return client_id[0] if client_id else None
+
     async def get_children(self, path: str) -> list[str]:
         return await self._call(self._client.get_children, path)
 
@@ -154,6 +167,20 @@ class ZooKeeper:
             transaction = self._client.transaction()
             transaction.create(path, value, ephemeral=ephemeral)
             transaction.set_data(set_path, set_value, version=version)
+            for result in transaction.commit():
+                if isinstance(result, Exception) and not isinstance(result, _KazooRolledBack):
+                    raise result
+        await self._call(run)
+
+    async def delete_checked(self, path: str, *, check_path: str, version: int) -> None:
+        """Delete ``path`` only if ``check_path`` is still at ``version``, in one ZooKeeper
+        transaction (``BadVersionError`` or ``NoNodeError`` says which condition failed).
+        For a node whose identity another node's version records (``/controller`` and
+        ``/controller_epoch``, written together)."""
+        def run() -> None:
+            transaction = self._client.transaction()
+            transaction.check(check_path, version)
+            transaction.delete(path)
             for result in transaction.commit():
                 if isinstance(result, Exception) and not isinstance(result, _KazooRolledBack):
                     raise result

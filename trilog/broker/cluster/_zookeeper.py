@@ -1,7 +1,8 @@
 """Cluster mode: brokers and topics in ZooKeeper, the seeds' layout (see ``trilog.zk``).
 
 Each broker:
-- registers ``/brokers/ids/<id>`` (ephemeral; a second broker with the same id fails to start)
+- registers ``/brokers/ids/<id>`` (ephemeral; a second broker with the same id fails to start,
+  the node of this broker's own crashed process does not stop it: ``_registration.py``)
   and reuses or creates ``/cluster/id``;
 - watches ``/brokers/ids`` and ``/brokers/topics``, caching every broker's address and every
   topic's assignment, so Metadata is answered from memory for the whole cluster;
@@ -18,6 +19,7 @@ and the watch loops retry when ZooKeeper is back.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import random
@@ -35,6 +37,12 @@ from trilog.broker.cluster._cluster import (
     load_or_create_meta,
     new_cluster_id,
     plan_new_partitions,
+)
+from trilog.broker.cluster._registration import (
+    Occupant,
+    judge_occupant,
+    read_recorded_session,
+    record_session,
 )
 from trilog.broker.configs._topic_configs import TopicConfigs, ZooKeeperConfigStore
 from trilog.broker.controller._election import ControllerElection
@@ -77,6 +85,9 @@ log = logging.getLogger("trilog.broker.zk")
 #: How long CreateTopics waits for the new topic to show in this broker's cache.
 CREATE_WAIT_S = 5.0
 RETRY_S = 1.0
+#: how long past the session timeout a broker waits for its previous life's registration
+REGISTER_MARGIN_S = 3.0
+REGISTER_POLL_S = 0.2
 
 
 class PartitionMeta(NamedTuple):
@@ -97,8 +108,12 @@ class ZooKeeperCluster(Cluster):
                  default_partitions: int, limiter: trio.CapacityLimiter,
                  topic_configs: TopicConfigs, default_replication_factor: int = 1,
                  inter_broker_listener: str | None = None,
-                 partition_budget: PartitionBudget | None = None) -> None:
+                 partition_budget: PartitionBudget | None = None,
+                 log_dirs: list[str] | None = None, session_timeout_ms: int = 6000) -> None:
         self.zk = zk
+        #: where this broker records the session it registered in (``_registration.py``)
+        self._log_dirs = list(log_dirs or ())
+        self.session_timeout_s = session_timeout_ms / 1000
         self.partition_budget = partition_budget
         #: the listener name brokers reach each other on (their ``host``/``port``)
         self.inter_broker_listener = inter_broker_listener
@@ -216,22 +231,75 @@ class ZooKeeperCluster(Cluster):
 
     # -- start -----------------------------------------------------------------------------
 
-    async def register(self) -> None:
+    def _registration(self) -> BrokerRegistration:
         me = self.broker
         endpoints = me.endpoints or (Listener("PLAINTEXT", "PLAINTEXT", me.host, me.port),)
-        reg = BrokerRegistration(me.node_id, me.host, me.port,
-                                 endpoints=tuple((e.name, e.host, e.port) for e in endpoints),
-                                 protocols={e.name: e.protocol for e in endpoints})
+        return BrokerRegistration(me.node_id, me.host, me.port,
+                                  endpoints=tuple((e.name, e.host, e.port) for e in endpoints),
+                                  protocols={e.name: e.protocol for e in endpoints})
+
+    async def register(self) -> None:
+        """Create ``/brokers/ids/<id>``.  A node already there is judged
+        (``_registration.py``): our dead predecessor's is deleted, one naming our endpoints
+        is waited for (at most the session timeout and ``REGISTER_MARGIN_S``), any other is
+        ``BrokerIdInUseError`` at once."""
+        reg = self._registration()
+        path = broker_path(self.broker.node_id)
         await self.zk.ensure_path(BROKER_IDS)
+        deadline = trio.current_time() + self.session_timeout_s + REGISTER_MARGIN_S
+        waiting = False
+        while True:
+            try:
+                await self.zk.create(path, reg.encode(), ephemeral=True)
+                break
+            except NodeExistsError:
+                pass
+            verdict = await self._judge_occupant(path, reg)
+            if verdict is None:
+                continue  # it vanished meanwhile
+            if verdict is Occupant.OURS:
+                break
+            if verdict is Occupant.DEAD:
+                log.warning("broker %d's registration is its previous process's, which is "
+                            "gone (the session its log dirs name); deleting it",
+                            self.broker.node_id)
+                with contextlib.suppress(NoNodeError):
+                    await self.zk.delete(path)
+                continue
+            if verdict is Occupant.REFUSE or trio.current_time() >= deadline:
+                waited = (f" (waited {self.session_timeout_s + REGISTER_MARGIN_S:.0f} s for "
+                          "it to expire)" if waiting else "")
+                raise BrokerIdInUseError(
+                    f"broker.id {self.broker.node_id} is already registered in ZooKeeper by a "
+                    f"live broker; give each broker its own broker.id{waited}")
+            if verdict is Occupant.WAIT and not waiting:
+                waiting = True
+                log.warning("broker %d is still registered at the same endpoints, most likely "
+                            "by its previous process; waiting up to %.1f s for that session "
+                            "to expire", self.broker.node_id,
+                            deadline - trio.current_time())
+            await trio.sleep(REGISTER_POLL_S)
+        session = self.zk.session_id
+        if session is not None and self._log_dirs:
+            await trio.to_thread.run_sync(record_session, self._log_dirs, session,
+                                          limiter=self._limiter)
+        log.info("registered broker %d at %s", self.broker.node_id,
+                 ", ".join(f"{name}://{h}:{p}" for name, h, p in reg.endpoints))
+
+    async def _judge_occupant(self, path: str, reg: BrokerRegistration) -> Occupant | None:
+        """What to do about the node at ``path`` (None: it vanished meanwhile)."""
         try:
-            await self.zk.create(broker_path(self.broker.node_id), reg.encode(), ephemeral=True)
-        except NodeExistsError:
-            raise BrokerIdInUseError(
-                f"broker.id {self.broker.node_id} is already registered in ZooKeeper by a live "
-                "broker; give each broker its own broker.id"
-            ) from None
-        log.info("registered broker %d at %s", me.node_id,
-                 ", ".join(str(e) for e in endpoints))
+            data, owner = await self.zk.get_owned(path)
+        except NoNodeError:
+            return None
+        try:
+            endpoints = BrokerRegistration.decode(self.broker.node_id, data).endpoints
+        except RemoteProtocolError:
+            endpoints = ()
+        recorded = await trio.to_thread.run_sync(read_recorded_session, self._log_dirs,
+                                                 limiter=self._limiter)
+        return judge_occupant(owner, endpoints, session=self.zk.session_id,
+                              recorded=recorded, ours=reg.endpoints)
 
     async def load(self) -> None:
         """Read brokers and topics once, so the first Metadata answer is complete."""
@@ -504,7 +572,8 @@ async def open_zookeeper_cluster(config: BrokerConfig, broker: BrokerInfo, logs:
         await topic_configs.load_all()
         cluster = ZooKeeperCluster(zk, broker, cluster_id, logs, config["num.partitions"],
                                    limiter, topic_configs, config["default.replication.factor"],
-                                   config.inter_broker_listener.name, partition_budget)
+                                   config.inter_broker_listener.name, partition_budget,
+                                   config.log_dirs, config["zookeeper.session.timeout.ms"])
         await cluster.register()
         await cluster.load()
         async with trio.open_nursery() as nursery:
