@@ -8,6 +8,12 @@ network is sent again (the same request, on a new connection, with a growing pau
 the broker leaves.  The controller sends to itself over its own listener, like to any
 broker.
 
+**A dead broker is noticed at once.**  A sender holds its connection open between requests
+and watches it: when it ends (the kernel closes a killed process's sockets) or a connection
+cannot be made, the sender probes the broker's listener (``_liveness.py``); a refusal
+means its process is gone, and ``on_gone(registration)`` tells the term, which moves its
+leadership without waiting for its ZooKeeper session to expire.
+
 A broker's answer of STALE_CONTROLLER_EPOCH (it has heard from a newer controller) raises
 ``StaleController`` out of the sender, which ends the term.  Per partition, the same error
 is Kafka's answer to a leader epoch that is not newer than the broker's (a state sent
@@ -19,11 +25,13 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import trio
 
 from trilog.broker._limits import RateLimitedLog
 from trilog.broker.controller._errors import StaleController
+from trilog.broker.controller._liveness import probe
 from trilog.broker.controller._requests import (
     LEADER_AND_ISR_VERSION,
     STOP_REPLICA_VERSION,
@@ -54,9 +62,12 @@ class BrokerChannel:
     connection until ``close``."""
 
     def __init__(self, broker_id: int, address: tuple[str, int], *, controller_id: int,
-                 security: ClientSecurity | None, timeout_s: float) -> None:
+                 security: ClientSecurity | None, timeout_s: float,
+                 on_gone: Callable[[], None] = lambda: None) -> None:
         self.broker_id = broker_id
         self.address = address
+        #: called when the broker's listener refuses a connection (its process is gone)
+        self.on_gone = on_gone
         self.controller_id = controller_id
         self.security = security
         self.timeout_s = timeout_s
@@ -85,19 +96,40 @@ class BrokerChannel:
                         warned: set[int] = set()
                         while True:
                             if pending is None:
-                                pending = await self._receive.receive()
+                                pending = await self._next_request(conn)
                             await self._deliver(conn, *pending, warned)
                             pending = None
                 except (NetworkError, RequestTimedOutError) as exc:
                     _unreachable.warning(self.broker_id, "controller %d cannot reach "
                                          "broker %d at %s:%d (%s); retrying",
                                          self.controller_id, self.broker_id, host, port, exc)
+                    if await probe(host, port) is False:
+                        self.on_gone()
                 except TrilogError as exc:  # not the network: the request is dropped
                     log.error("broker %d failed a %s request: %s", self.broker_id,
                               pending[0].API_NAME if pending else "", exc)
                     pending = None
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    async def _next_request(self, conn: BrokerConnection) -> tuple[Message, int]:
+        """The next request to send; ``NetworkError`` if the connection ends first (the
+        broker closed it: it may have died, which the caller finds out)."""
+        got: list[tuple[Message, int]] = []
+        async with trio.open_nursery() as nursery:
+            async def receive() -> None:
+                got.append(await self._receive.receive())
+                nursery.cancel_scope.cancel()
+
+            async def closed() -> None:
+                await conn.wait_closed()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(receive)
+            nursery.start_soon(closed)
+        if not got:
+            raise NetworkError(f"broker {self.broker_id} closed the connection")
+        return got[0]
 
     async def _deliver(self, conn: BrokerConnection, request: Message, version: int,
                        warned: set[int]) -> None:
@@ -129,8 +161,11 @@ class ChannelManager:
     event's batch into requests (``requests``) and queues them."""
 
     def __init__(self, requests: RequestBuilder, nursery: trio.Nursery, *,
-                 security: ClientSecurity | None, timeout_s: float) -> None:
+                 security: ClientSecurity | None, timeout_s: float,
+                 on_gone: Callable[[BrokerRegistration], None] = lambda _reg: None) -> None:
         self.requests = requests
+        #: told when a broker's process is found gone (its listener refuses connections)
+        self.on_gone = on_gone
         self.nursery = nursery
         self.security = security
         self.timeout_s = timeout_s
@@ -141,7 +176,7 @@ class ChannelManager:
         channel = BrokerChannel(
             broker.broker_id, inter_broker_address(broker, self.requests.listener),
             controller_id=self.requests.controller_id, security=self.security,
-            timeout_s=self.timeout_s)
+            timeout_s=self.timeout_s, on_gone=lambda: self.on_gone(broker))
         self.channels[broker.broker_id] = channel
         self.nursery.start_soon(channel.run)
 

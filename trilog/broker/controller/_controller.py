@@ -16,7 +16,11 @@ parts, each a module of this package:
   UpdateMetadata, StopReplica) and the per-broker senders;
 - ``_reassignment.py``: partition reassignment, resumable from ZooKeeper;
 - ``_leader_moves.py``: ControlledShutdown, ElectLeaders and the leader-imbalance check;
-- ``_term.py``: the term's lifetime, its event loop and the handlers of ZooKeeper's events.
+- ``_term.py``: the term's lifetime, its event loop and the handlers of ZooKeeper's events;
+- ``_liveness.py``: whether a broker's process is gone (its listener refuses), which the
+  term's senders ask when a connection ends, to move a dead broker's leadership at once;
+- ``_controller_watch.py``: while another broker controls, this one watches that
+  controller's process, and a dead controller's node is deleted so the election runs now.
 
 A state written by a controller with a higher epoch, or a broker that answers
 STALE_CONTROLLER_EPOCH, means this controller is stale: the term ends, and the next waits
@@ -36,6 +40,7 @@ from trio_util import AsyncValue
 
 from trilog._topic import PartitionKey
 from trilog.broker.configs._broker_config import BrokerConfig
+from trilog.broker.controller._controller_watch import ControllerWatch
 from trilog.broker.controller._election import ControllerElection
 from trilog.broker.controller._errors import StaleController
 from trilog.broker.controller._leader_moves import PREFERRED, UNCLEAN
@@ -90,7 +95,17 @@ class Controller:
     # -- following the election -----------------------------------------------------------
 
     async def run(self) -> None:
-        """Control while this broker is the controller; runs until cancelled."""
+        """Control while this broker is the controller, and watch the controller's process
+        while another broker is (``_controller_watch.py``); runs until cancelled."""
+        watch = ControllerWatch(self.zk, self.election, self.broker_id,
+                                listener=self.config.inter_broker_listener.name,
+                                security=self.security,
+                                timeout_s=self.config["controller.socket.timeout.ms"] / 1000)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch.run)
+            await self._follow_election()
+
+    async def _follow_election(self) -> None:
         current = self.election.current
         while True:
             await current.wait_value(lambda _: self.election.is_controller)

@@ -7,7 +7,9 @@ with a conditional write: every state the controller writes and every request it
 carries that epoch, so that brokers refuse a controller that lost its place and did not
 notice yet (a stale epoch).  The others watch ``/controller`` and try again when it
 vanishes (the controller died or stopped), so a new controller takes over within the
-ZooKeeper session timeout.
+ZooKeeper session timeout, or at once when a broker finds the controller's process gone
+(``remove_dead``, called by ``_controller_watch.py`` and by a restarted controller that finds
+its previous life's node).
 
 ``current`` holds ``(controller id, epoch)`` as this broker last saw it (the id is -1 while
 there is none); ``is_controller`` says whether this broker won the place in this process
@@ -21,6 +23,7 @@ no longer is.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import aclosing
 
 import trio
@@ -106,6 +109,12 @@ class ControllerElection:
         if not (self._won and controller == self.broker_id):
             self._won = False
             self._epoch = await self._read_epoch()
+            if controller == self.broker_id and self.zk.session_id is not None:
+                # Our id, not our session: a previous life of this broker, which is gone
+                # (this process registered the id, so no other process with it lives).
+                session = self.zk.session_id
+                if await self.remove_dead(controller, lambda owner: owner != session):
+                    return  # the watch brings the vacancy; we stand then
         self._set(controller, self._epoch)
 
     async def _stand(self) -> None:
@@ -152,6 +161,31 @@ class ControllerElection:
                 return epoch
             except BadVersionError:
                 continue
+
+    async def remove_dead(self, controller: int, dead: Callable[[int], bool]) -> bool:
+        """Delete ``/controller`` if it names broker ``controller`` and ``dead(owner)`` says
+        its session's process is gone, so that the election runs now instead of when that
+        session expires (fast failover).  True if it was deleted.
+
+        Safety: the node is deleted in one transaction with a check that
+        ``/controller_epoch`` is still at the version read *before* the node was read.  Every
+        registration creates ``/controller`` and bumps that version together
+        (``_register_and_bump_epoch``), so the node deleted is the one judged: a controller
+        elected meanwhile (a new node, a new version) is never deleted, and of several brokers
+        deleting the same dead node, one succeeds."""
+        try:
+            _data, version = await self.zk.get_versioned(CONTROLLER_EPOCH)
+            data, owner = await self.zk.get_owned(CONTROLLER)
+            if decode_controller(data) != controller or not dead(owner):
+                return False
+            await self.zk.delete_checked(CONTROLLER, check_path=CONTROLLER_EPOCH,
+                                         version=version)
+        except (ZooKeeperError, RemoteProtocolError):
+            return False
+        log.warning("deleted %s: controller %d's process is gone (its session %#x has not "
+                    "expired yet); electing a new controller now", CONTROLLER, controller,
+                    owner)
+        return True
 
     async def resign(self) -> None:
         """Give the controller's place up (a controlled shutdown of the controller): the

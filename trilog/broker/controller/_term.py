@@ -41,8 +41,13 @@ from trilog._topic import PartitionKey
 from trilog.broker.configs._broker_config import BrokerConfig
 from trilog.broker.controller._channel import ChannelManager
 from trilog.broker.controller._leader_moves import LeaderMoves
+from trilog.broker.controller._liveness import probe
 from trilog.broker.controller._reassignment import Reassignments
-from trilog.broker.controller._requests import RequestBatch, RequestBuilder
+from trilog.broker.controller._requests import (
+    RequestBatch,
+    RequestBuilder,
+    inter_broker_address,
+)
 from trilog.broker.controller._state_machine import PartitionStateMachine
 from trilog.broker.controller._store import StateStore
 from trilog.broker.controller._view import ClusterView
@@ -52,7 +57,9 @@ from trilog.zk import (
     BROKER_TOPICS,
     ISR_CHANGE_NOTIFICATION,
     REASSIGN_PARTITIONS,
+    BrokerRegistration,
     ZooKeeper,
+    broker_path,
     topic_path,
 )
 
@@ -60,6 +67,8 @@ log = logging.getLogger("trilog.broker.controller")
 
 #: what the event loop runs, one at a time
 Event = Callable[[], Awaitable[None]]
+#: how often a fenced broker (found gone) is probed, in case it was not
+FENCED_PROBE_S = 0.5
 
 
 class Call:
@@ -94,13 +103,18 @@ class Term:
         self.machine = PartitionStateMachine(self.view, self.store, epoch, unclean_enabled)
         self.channels = ChannelManager(
             RequestBuilder(self.view, broker_id, epoch, config.inter_broker_listener.name),
-            nursery, security=security, timeout_s=config["controller.socket.timeout.ms"] / 1000)
+            nursery, security=security, timeout_s=config["controller.socket.timeout.ms"] / 1000,
+            on_gone=lambda reg: self.post(functools.partial(self._on_broker_gone, reg)))
         self.reassignments = Reassignments(zk, self.view, self.store, self.machine,
                                            self.channels.send)
         self.moves = LeaderMoves(self.view, self.machine, self.channels.send,
                                  config["leader.imbalance.per.broker.percentage"])
         self.calls: set[Call] = set()
         self._followed: dict[str, Callable[[], None]] = {}
+        #: ``/brokers/ids``' children as the watch last gave them
+        self._broker_ids: AsyncValue | None = None
+        #: the probes of fenced brokers, by id (cancelled when the broker's node changes)
+        self._fence_probes: dict[int, trio.CancelScope] = {}
         self._send_event, self._events = trio.open_memory_channel[Event](math.inf)
 
     def post(self, event: Event) -> None:
@@ -135,7 +149,7 @@ class Term:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the watches, read everything, tell every broker (then ``task_status`` says
         the term is active), then process events."""
-        brokers = await self._watch_children(BROKER_IDS)
+        brokers = self._broker_ids = await self._watch_children(BROKER_IDS)
         topics = await self._watch_children(BROKER_TOPICS)
         isr_changes = await self._watch_children(ISR_CHANGE_NOTIFICATION)
         await self._startup()
@@ -177,11 +191,17 @@ class Term:
         view.live = await self.store.read_brokers(await self.store.read_broker_ids())
         for broker_id in sorted(view.live):
             self.channels.open(view.live[broker_id])
+            await self._follow_broker(broker_id)
         for topic in sorted(await self.store.read_topic_names()):
             await self._add_topic(topic)
         fresh = {tp for tp in view.partitions() if tp not in view.states}
         written = await self.machine.elect_offline(list(view.partitions()))
         created = fresh & set(written)
+        # Brokers that are not registered leave the ISRs that live leaders keep: after the
+        # whole cluster went down, the first broker back must not lead with dead brokers in
+        # its ISR (acks=all would wait for them until its lag check drops them).
+        dead = {r for s in view.states.values() for r in s.isr} - set(view.live)
+        await self.machine.remove_from_isr(view.followed_by(dead), dead)
         batch = RequestBatch()
         for tp in view.partitions():
             batch.add_leader_and_isr(view.recipients(tp), tp, is_new=tp in created)
@@ -207,9 +227,27 @@ class Term:
 
     # -- broker changes ------------------------------------------------------------------------
 
+    async def _follow_broker(self, broker_id: int) -> None:
+        """Follow ``broker_id``'s registration node: a broker that restarts at once deletes
+        its dead process's node and registers again, which the children watch may show as
+        no change at all (the same ids); its data (a new timestamp) does change."""
+        key = f"{BROKER_IDS}/{broker_id}"
+        if key not in self._followed:
+            self._followed[key] = await self.zk.follow_data(
+                broker_path(broker_id), lambda _data: self.post(self._recheck_brokers))
+
+    async def _recheck_brokers(self) -> None:
+        if self._broker_ids is not None and self._broker_ids.value is not None:
+            await self._on_brokers(self._broker_ids.value)
+
     async def _on_brokers(self, children: list[str]) -> None:
         view = self.view
         now = await self.store.read_brokers(children)
+        for broker_id, dead in list(view.fenced.items()):
+            if now.get(broker_id) == dead:
+                del now[broker_id]  # still its dead life's registration
+            else:
+                self._unfence(broker_id)  # gone, or registered again: a new life
         gone = set(view.live) - set(now)
         # A broker that restarted within the watch's delay has a new registration: it is
         # treated as gone and back, as Kafka treats a bounced broker.
@@ -232,10 +270,56 @@ class Term:
         if joined:
             for broker_id in sorted(joined):
                 self.channels.open(view.live[broker_id])
+                await self._follow_broker(broker_id)
             await self._brokers_added(joined, batch)
         batch.update_metadata = True
         self.channels.send(batch)
         await self.reassignments.advance(set(self.reassignments.under_way))
+
+    # -- fast failover: a broker whose process is gone -----------------------------------------
+
+    async def _on_broker_gone(self, registration: BrokerRegistration) -> None:
+        """A sender found ``registration``'s broker gone (its listener refused): it leaves
+        now, as if its session had ended, and stays out until that registration is replaced
+        or vanishes, or a probe reaches it again (``_liveness.py``)."""
+        view = self.view
+        broker_id = registration.broker_id
+        if view.live.get(broker_id) != registration:
+            return  # left or registered again meanwhile
+        log.warning("broker %d's process is gone (its listener refuses connections); "
+                    "moving its leadership now, before its ZooKeeper session expires",
+                    broker_id)
+        view.fenced[broker_id] = registration
+        self.channels.close(broker_id)
+        view.remove_brokers({broker_id})
+        batch = RequestBatch()
+        await self._brokers_removed({broker_id}, batch)
+        batch.update_metadata = True
+        self.channels.send(batch)
+        await self.reassignments.advance(set(self.reassignments.under_way))
+        scope = self._fence_probes[broker_id] = trio.CancelScope()
+        self.nursery.start_soon(self._probe_fenced, registration, scope)
+
+    async def _probe_fenced(self, registration: BrokerRegistration,
+                            scope: trio.CancelScope) -> None:
+        address = inter_broker_address(registration, self.config.inter_broker_listener.name)
+        with scope:
+            while await probe(*address) is not True:
+                await trio.sleep(FENCED_PROBE_S)
+            log.warning("broker %d answers again at %s:%d; it is live after all",
+                        registration.broker_id, *address)
+            self.post(functools.partial(self._on_broker_back, registration))
+
+    async def _on_broker_back(self, registration: BrokerRegistration) -> None:
+        if self.view.fenced.get(registration.broker_id) == registration:
+            self._unfence(registration.broker_id)
+            await self._recheck_brokers()
+
+    def _unfence(self, broker_id: int) -> None:
+        self.view.fenced.pop(broker_id, None)
+        scope = self._fence_probes.pop(broker_id, None)
+        if scope is not None:
+            scope.cancel()
 
     async def _brokers_removed(self, dead: set[int], batch: RequestBatch) -> None:
         """Kafka's onBrokerFailure: new leaders where the dead led, and the dead leave the

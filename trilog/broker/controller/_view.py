@@ -7,7 +7,10 @@ changes it, one event at a time, so a decision never sees it change under its fe
 
 What it holds:
 
-- ``live``: the registered brokers (``/brokers/ids``) by id;
+- ``live``: the registered brokers (``/brokers/ids``) by id, less the fenced;
+- ``fenced``: registered brokers whose process was found gone (their listener refuses
+  connections: ``_liveness.py``), by the registration of that dead life; they count as
+  left until that registration is replaced or vanishes, or a probe reaches them again;
 - ``shutting_down``: the live brokers in a controlled shutdown, which elections avoid until
   they leave;
 - ``assignments``: each topic's replicas by partition (``/brokers/topics/<topic>``), in
@@ -16,7 +19,7 @@ What it holds:
   ``versions``: the znode version it was read or written at (Kafka's zkVersion), which
   the next write of that state must name.
 
-Invariants: ``shutting_down`` is a subset of ``live``; a partition has a state only while
+Invariants: ``shutting_down`` is a subset of ``live``; ``live`` and ``fenced`` share no id; a partition has a state only while
 its topic is known; a version without a state is a node that exists but could not be read
 (it is overwritten conditionally); every query returns partitions in sorted order, so
 that the requests the term makes do not depend on dict order.
@@ -36,6 +39,8 @@ class ClusterView:
     def __init__(self) -> None:
         #: live brokers by id (from /brokers/ids)
         self.live: dict[int, BrokerRegistration] = {}
+        #: registered brokers found dead (by the registration of their dead life)
+        self.fenced: dict[int, BrokerRegistration] = {}
         #: brokers in a controlled shutdown: elections avoid them until they leave
         self.shutting_down: set[int] = set()
         #: topic -> partition -> replicas, in preference order
