@@ -113,6 +113,16 @@ class Partition:
         return (state is not None and not self.isr_update_pending
                 and state.log_end_offset >= max(high_watermark, epoch_start))
 
+    def credit_stall(self, stalled_ms: int, now_ms: int) -> None:
+        """This leader's own loop stood still for ``stalled_ms`` (the process was paused, or
+        starved): its followers could not be heard meanwhile, so that time does not count
+        against them.  Their fetches queued during the stall are handled after it; judged
+        without the credit, every follower would look ``lag_max_ms`` behind at once and the
+        ISR would shrink to the leader, then grow back within a second."""
+        for state in self.followers.values():
+            if state.last_caught_up_ms:
+                state.last_caught_up_ms = min(now_ms, state.last_caught_up_ms + stalled_ms)
+
     def lagging(self, broker_id: int, now_ms: int, lag_max_ms: int) -> set[int]:
         """The in-sync followers that have not caught up for ``lag_max_ms``."""
         return {r for r in self.isr if r != broker_id

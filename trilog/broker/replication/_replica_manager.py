@@ -75,6 +75,20 @@ log = logging.getLogger("trilog.broker.replicas")
 _storage_faults = RateLimitedLog(log, 60.0)
 
 
+#: how often the ISR check looks at the clock, to notice this broker's own stalls
+STALL_TICK_S = 0.25
+#: a tick this much later than asked for is a stall of the broker (a pause, starvation);
+#: at most a quarter of ``replica.lag.time.max.ms``
+STALL_MS = 1000
+
+
+def stall_ms(previous_s: float, now_s: float, tick_s: float, threshold_ms: float) -> int:
+    """How long the loop stood still between two ticks ``tick_s`` apart that were seen at
+    ``previous_s`` and ``now_s`` (0 when the lateness is below ``threshold_ms``)."""
+    late = int((now_s - previous_s - tick_s) * 1000)
+    return late if late >= threshold_ms else 0
+
+
 class AppendResult(NamedTuple):
     """One partition's answer to an append."""
 
@@ -420,17 +434,39 @@ class ReplicaManager:
                           for r in part.replicas if r != self.broker_id}
 
     async def _shrink_isr_periodically(self) -> None:
+        """Every ``replica.lag.time.max.ms / 2``, drop the followers that lag from the ISRs
+        led here.  The loop ticks more often than that to notice this broker's own stalls
+        (``stall_ms``), which are credited to its followers first (``Partition.credit_stall``)."""
+        interval = self.lag_max_ms / 2000
+        tick, threshold = min(STALL_TICK_S, interval), min(STALL_MS, self.lag_max_ms / 4)
+        last = trio.current_time()
+        next_check = last + interval
         while True:
-            await trio.sleep(self.lag_max_ms / 2000)
-            now = _time.now_ms()
-            for part in list(self.partitions.values()):
-                if part.leader != self.broker_id or part.isr_update_pending:
-                    continue
-                lagging = part.lagging(self.broker_id, now, self.lag_max_ms)
-                if lagging:
-                    log.info("%s-%d: followers %s fell behind for %d ms; shrinking the ISR",
-                             part.topic, part.partition, sorted(lagging), self.lag_max_ms)
-                    self._start_isr_update(part, [r for r in part.isr if r not in lagging])
+            await trio.sleep(tick)
+            now = trio.current_time()
+            stalled = stall_ms(last, now, tick, threshold)
+            last = now
+            if stalled:
+                log.warning("this broker stood still for %d ms; its followers' lag does not "
+                            "count that time", stalled)
+                now_ms = _time.now_ms()
+                for part in self.partitions.values():
+                    if part.leader == self.broker_id:
+                        part.credit_stall(stalled, now_ms)
+            if now >= next_check:
+                next_check = now + interval
+                self._shrink_lagging()
+
+    def _shrink_lagging(self) -> None:
+        now = _time.now_ms()
+        for part in list(self.partitions.values()):
+            if part.leader != self.broker_id or part.isr_update_pending:
+                continue
+            lagging = part.lagging(self.broker_id, now, self.lag_max_ms)
+            if lagging:
+                log.info("%s-%d: followers %s fell behind for %d ms; shrinking the ISR",
+                         part.topic, part.partition, sorted(lagging), self.lag_max_ms)
+                self._start_isr_update(part, [r for r in part.isr if r not in lagging])
 
     def _start_isr_update(self, part: Partition, isr: list[int]) -> None:
         if self.isr_channel is None or self._nursery is None:

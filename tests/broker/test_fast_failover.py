@@ -1,0 +1,254 @@
+"""Fast failover (trilog/broker/controller/_liveness.py, _channel.py, _term.py,
+_controller_watch.py): a broker or controller whose process is gone is noticed by the
+connections to it closing and a refused probe, and its leadership moves at once, while its
+ZooKeeper registration still exists; a broker whose connection drops while its process lives
+(or that is paused) is left to its session timeout.  Also: the first broker back after the
+whole cluster crashed does not lead with dead brokers in its ISR."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+import trio
+from broker_helpers import serve_kafka
+from kazoo.client import KazooClient
+from replication_helpers import (
+    controller_id,
+    create,
+    fully_replicated,
+    metadata,
+    produce_all,
+    registered,
+    wait_for,
+)
+
+from trilog.broker.controller._channel import BrokerChannel
+from trilog.broker.controller._liveness import probe
+
+# -- the probe and the sender, against stand-in listeners ------------------------------------------
+
+
+async def test_a_probe_tells_refused_from_answered():
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    assert await probe("127.0.0.1", port) is True
+    await listeners[0].aclose()
+    assert await probe("127.0.0.1", port) is False
+
+
+class Replay:
+    """``stream`` with ``first`` (bytes already read from it) read again first."""
+
+    def __init__(self, stream, first: bytes) -> None:
+        self.stream, self.first = stream, first
+
+    def __aiter__(self):
+        return self._chunks()
+
+    async def _chunks(self):
+        yield self.first
+        async for data in self.stream:
+            yield data
+
+    async def send_all(self, data) -> None:
+        await self.stream.send_all(data)
+
+
+async def test_a_sender_reports_a_broker_gone_only_when_its_listener_refuses():
+    """The stand-in broker closes the controller's connection twice while it still listens
+    (an idle close, a restart of its network: not gone), then closes its listener and the
+    connection (a killed process): only then is ``on_gone`` called."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    connections: list[trio.SocketStream] = []
+    accepted = trio.Event()
+    gone = trio.Event()
+
+    async def handle(stream):
+        try:
+            first = await stream.receive_some()
+            if not first:
+                return  # a probe: connected and closed at once
+            connections.append(stream)
+            accepted.set()
+            await serve_kafka(Replay(stream, first), None)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    channel = BrokerChannel(7, ("127.0.0.1", port), controller_id=1, security=None,
+                            timeout_s=5, on_gone=gone.set)
+    server = trio.CancelScope()
+
+    async def serve() -> None:
+        with server:
+            await trio.serve_listeners(handle, listeners)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        nursery.start_soon(channel.run)
+        for _ in range(2):
+            await accepted.wait()
+            accepted = trio.Event()
+            await trio.sleep(0.2)  # the sender waits on an idle, negotiated connection
+            await connections[-1].aclose()
+        await accepted.wait()
+        await trio.sleep(0.5)
+        assert not gone.is_set()
+        assert len(connections) == 3  # it reconnected each time
+        server.cancel()  # the process dies: its listener and connections close
+        await trio.sleep(0.1)
+        await listeners[0].aclose()
+        await connections[-1].aclose()
+        with trio.fail_after(10):
+            await gone.wait()
+        channel.close()
+        nursery.cancel_scope.cancel()
+
+
+# -- real brokers ------------------------------------------------------------------------------------
+
+SESSION_MS = 20_000
+SETTINGS = {"zookeeper.session.timeout.ms": SESSION_MS, "replica.lag.time.max.ms": 2000,
+            "replica.fetch.wait.max.ms": 100, "default.replication.factor": 3}
+
+
+@pytest.fixture
+def three(broker_process, zookeeper):
+    brokers = {i: broker_process(broker_id=i, zookeeper=zookeeper, overrides=SETTINGS)
+               for i in (1, 2, 3)}
+    return brokers
+
+
+def _state(zookeeper: str, topic: str, partition: int):
+    client = KazooClient(zookeeper)
+    client.start(timeout=10)
+    try:
+        data, stat = client.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+        return json.loads(data), stat.version
+    finally:
+        client.stop()
+        client.close()
+
+
+def _leader_elsewhere(brokers, topic, old):
+    for b in brokers.values():
+        if b.broker_id != old:
+            m = metadata(b, topic)
+            if m and m[0].leader_id not in (-1, old):
+                return m[0]
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_leader_and_a_killed_controller_fail_over_before_their_sessions_end(
+        three, zookeeper):
+    brokers = three
+    controller = controller_id(brokers[1])
+    create(brokers[1], "f", 1, 3, {"min.insync.replicas": "2"})
+    # A partition led by a broker that is not the controller.
+    leader = wait_for(lambda: (m := fully_replicated(list(brokers.values()), "f", 1, 3))
+                      and m[0].leader_id, what="three in-sync replicas")
+    if leader == controller:
+        create(brokers[1], "g", 1, 3, {"min.insync.replicas": "2"})
+    topic = "f" if leader != controller else "g"
+    meta = wait_for(lambda: fully_replicated(list(brokers.values()), topic, 1, 3),
+                    what="three in-sync replicas")
+    leader = meta[0].leader_id
+    if leader == controller:
+        pytest.skip("both new partitions were led by the controller")
+
+    brokers[leader].kill()
+    new = wait_for(lambda: _leader_elsewhere(brokers, topic, leader), what="a new leader")
+    # Elected while the dead broker's ZooKeeper session (20 s) still holds its registration.
+    assert leader in registered(zookeeper)
+    assert leader not in new.isr_nodes
+    assert produce_all(brokers[new.leader_id], topic, 0, [b"after the leader"]) == 0
+
+    # The controller dies: another is elected while its registration is still there.
+    brokers[controller].kill()
+    survivor = next(b for i, b in brokers.items() if i not in (leader, controller))
+    wait_for(lambda: controller_id(survivor) not in (None, -1, controller),
+             what="a new controller")
+    assert controller in registered(zookeeper)
+    assert controller_id(survivor) == survivor.broker_id
+
+
+@pytest.mark.slow
+def test_a_paused_leader_keeps_its_leadership_and_its_isr(three, zookeeper):
+    """SIGSTOP for longer than replica.lag.time.max.ms (2 s), far shorter than the session:
+    the kernel keeps its sockets and its listener answers, so no election happens; back, it
+    handles its followers' queued fetches before its lag check, so its ISR never shrinks
+    (the state node keeps its version)."""
+    brokers = three
+    create(brokers[1], "p", 1, 3)
+    meta = wait_for(lambda: fully_replicated(list(brokers.values()), "p", 1, 3),
+                    what="three in-sync replicas")
+    leader = meta[0].leader_id
+    state, version = _state(zookeeper, "p", 0)
+    os.kill(brokers[leader].pid, signal.SIGSTOP)
+    try:
+        time.sleep(3.0)
+        others = [b for i, b in brokers.items() if i != leader]
+        assert all(metadata(b, "p")[0].leader_id == leader for b in others)
+    finally:
+        os.kill(brokers[leader].pid, signal.SIGCONT)
+    time.sleep(2.5)  # a lag check or two after the pause
+    assert _state(zookeeper, "p", 0) == (state, version)
+    assert "stood still" in brokers[leader].stderr()
+
+
+@pytest.mark.slow
+def test_the_first_broker_back_after_a_full_crash_leads_without_the_dead(broker_process,
+                                                                        zookeeper):
+    """Every broker is SIGKILLed; one comes back at once, while the others' sessions still
+    hold their registrations: it leads with itself alone in the ISR (the controller found
+    the others gone), long before replica.lag.time.max.ms (30 s here) could drop them."""
+    settings = {**SETTINGS, "replica.lag.time.max.ms": 30_000}
+    brokers = {i: broker_process(broker_id=i, zookeeper=zookeeper, overrides=settings)
+               for i in (1, 2, 3)}
+    create(brokers[1], "c", 1, 3)
+    wait_for(lambda: fully_replicated(list(brokers.values()), "c", 1, 3),
+             what="three in-sync replicas")
+    for b in brokers.values():
+        b.proc.kill()  # all at once: nobody is left to shrink an ISR
+    for b in brokers.values():
+        b.kill()
+    state, _version = _state(zookeeper, "c", 0)
+    first = state["isr"][-1]
+    back = broker_process(brokers[first].log_dir, broker_id=first, zookeeper=zookeeper,
+                          overrides=settings)
+    wait_for(lambda: (m := metadata(back, "c")) and m[0].leader_id == first
+             and list(m[0].isr_nodes) == [first], what="led by the first back, alone in the ISR")
+    assert set(registered(zookeeper)) >= {1, 2, 3} - {first}
+    state, _version = _state(zookeeper, "c", 0)
+    assert state["isr"] == [first]
+
+
+# -- the leader's own stalls (pure) ---------------------------------------------------------------
+
+
+def test_a_stall_is_a_tick_late_by_the_threshold():
+    from trilog.broker.replication._replica_manager import stall_ms
+
+    assert stall_ms(10.0, 10.25, 0.25, 500) == 0
+    assert stall_ms(10.0, 10.7, 0.25, 500) == 0
+    assert stall_ms(10.0, 13.25, 0.25, 500) == 3000
+
+
+def test_a_stall_is_credited_to_the_followers():
+    from trilog.broker.replication._partition import FollowerState, Partition
+
+    part = Partition("t", 0, replicas=(1, 2, 3), leader=1, isr=(1, 2, 3))
+    part.followers = {2: FollowerState(last_caught_up_ms=1000),
+                      3: FollowerState(last_caught_up_ms=0)}
+    # 4 s after follower 2 caught up, of which 3.5 s this leader stood still.
+    assert part.lagging(1, 5000, 2000) == {2, 3}
+    part.credit_stall(3500, 5000)
+    assert part.followers[2].last_caught_up_ms == 4500
+    assert part.lagging(1, 5000, 2000) == {3}  # (3 never caught up: no credit)
+    part.credit_stall(10_000, 5000)
+    assert part.followers[2].last_caught_up_ms == 5000  # never past now
