@@ -9,10 +9,10 @@ the broker leaves.  The controller sends to itself over its own listener, like t
 broker.
 
 **A dead broker is noticed at once.**  A sender holds its connection open between requests
-and watches it: when it ends (the kernel closes a killed process's sockets) or a connection
-cannot be made, the sender probes the broker's listener (``_liveness.py``); a refusal
-means its process is gone, and ``on_gone(registration)`` tells the term, which moves its
-leadership without waiting for its ZooKeeper session to expire.
+and watches it: when it ends (the kernel closes a killed process's sockets) the sender
+connects again at once; when a connection cannot be made, it probes the broker's listener
+(``_liveness.py``), and a refusal means its process is gone: ``on_gone(registration)`` tells
+the term, which moves its leadership without waiting for its ZooKeeper session to expire.
 
 A broker's answer of STALE_CONTROLLER_EPOCH (it has heard from a newer controller) raises
 ``StaleController`` out of the sender, which ends the term.  Per partition, the same error
@@ -42,6 +42,7 @@ from trilog.broker.controller._requests import (
 )
 from trilog.errors import (
     NO_ERROR,
+    BrokerUnreachableError,
     NetworkError,
     RequestTimedOutError,
     StaleControllerEpochError,
@@ -92,25 +93,31 @@ class BrokerChannel:
                             client_id=f"controller-{self.controller_id}",
                             connect_timeout_s=self.timeout_s,
                             request_timeout_s=self.timeout_s) as conn:
-                        backoff = 0.1
+                        backoff = 0.0  # a lost connection is made again at once
                         warned: set[int] = set()
                         while True:
                             if pending is None:
                                 pending = await self._next_request(conn)
                             await self._deliver(conn, *pending, warned)
                             pending = None
-                except (NetworkError, RequestTimedOutError) as exc:
-                    _unreachable.warning(self.broker_id, "controller %d cannot reach "
-                                         "broker %d at %s:%d (%s); retrying",
-                                         self.controller_id, self.broker_id, host, port, exc)
+                except BrokerUnreachableError as exc:
+                    # No connection: if nothing listens there any more, the process is gone.
+                    self._unreachable(exc)
                     if await probe(host, port) is False:
                         self.on_gone()
+                except (NetworkError, RequestTimedOutError) as exc:
+                    self._unreachable(exc)
                 except TrilogError as exc:  # not the network: the request is dropped
                     log.error("broker %d failed a %s request: %s", self.broker_id,
                               pending[0].API_NAME if pending else "", exc)
                     pending = None
                 await trio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                backoff = min(max(backoff * 2, 0.1), 2.0)
+
+    def _unreachable(self, exc: TrilogError) -> None:
+        _unreachable.warning(self.broker_id, "controller %d cannot reach broker %d at %s:%d "
+                             "(%s); retrying", self.controller_id, self.broker_id,
+                             *self.address, exc)
 
     async def _next_request(self, conn: BrokerConnection) -> tuple[Message, int]:
         """The next request to send; ``NetworkError`` if the connection ends first (the

@@ -10,10 +10,9 @@ a newer controller's node), and every broker's watch of ``/controller`` runs the
 An answered probe (X only closed an idle connection, or is paused) reconnects; a controller
 that is slow or cut off is left to its session timeout, as before.
 
-A controller node can also outlive a controller that restarted at once (its new process
-registered again, under a new session, before the old one expired): the node's owner is
-then not the session of X's registration, which proves it a dead life's, and it is deleted
-the same way.
+A controller node can also outlive a controller that restarted at once, faster than the
+probe (its new process answers): the restarted broker deletes that node itself, as its own
+previous life's (``ControllerElection._seen``).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from trilog.broker.controller._liveness import probe
 from trilog.broker.controller._requests import inter_broker_address
 from trilog.errors import RemoteProtocolError, TrilogError
 from trilog.net import ClientSecurity, open_connection
-from trilog.zk import CONTROLLER, BrokerRegistration, NoNodeError, ZooKeeper, ZooKeeperError, broker_path
+from trilog.zk import BrokerRegistration, NoNodeError, ZooKeeper, ZooKeeperError, broker_path
 
 log = logging.getLogger("trilog.broker.controller")
 
@@ -64,9 +63,7 @@ class ControllerWatch:
     async def _watch(self, controller: int) -> None:
         while True:
             try:
-                registration, owner = await self._registration(controller)
-                if await self._node_of_a_dead_life(controller, owner):
-                    return
+                registration = await self._registration(controller)
                 address = inter_broker_address(registration, self.listener)
                 await self._hold_connection(address)
                 if await probe(*address) is False:
@@ -78,21 +75,8 @@ class ControllerWatch:
                 log.debug("watching controller %d: %s", controller, exc)
             await trio.sleep(RETRY_S)
 
-    async def _registration(self, controller: int) -> tuple[BrokerRegistration, int]:
-        data, owner = await self.zk.get_owned(broker_path(controller))
-        return BrokerRegistration.decode(controller, data), owner
-
-    async def _node_of_a_dead_life(self, controller: int, registration_owner: int) -> bool:
-        """Is ``/controller`` owned by a session other than the controller's registration's
-        (its previous process's, which is gone)?  Deleted if so."""
-        try:
-            _data, owner = await self.zk.get_owned(CONTROLLER)
-        except NoNodeError:
-            return False
-        if owner == registration_owner:
-            return False
-        return await self.election.remove_dead(
-            controller, lambda node_owner: node_owner != registration_owner)
+    async def _registration(self, controller: int) -> BrokerRegistration:
+        return BrokerRegistration.decode(controller, await self.zk.get(broker_path(controller)))
 
     async def _hold_connection(self, address: tuple[str, int]) -> None:
         """Connect to the controller and return when the connection ends (or cannot be

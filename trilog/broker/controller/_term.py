@@ -67,6 +67,8 @@ log = logging.getLogger("trilog.broker.controller")
 
 #: what the event loop runs, one at a time
 Event = Callable[[], Awaitable[None]]
+#: an event that takes longer is logged (every other event waits behind it)
+SLOW_EVENT_S = 0.5
 #: how often a fenced broker (found gone) is probed, in case it was not
 FENCED_PROBE_S = 0.5
 
@@ -170,8 +172,13 @@ class Term:
         log.info("controller %d (epoch %d) started: %d live brokers, %d partitions",
                  self.broker_id, self.epoch, len(self.view.live), len(self.view.states))
         async for event in self._events:
+            started = trio.current_time()
             await event()
             self._events_processed.value += 1
+            took = trio.current_time() - started
+            if took > SLOW_EVENT_S:
+                log.warning("controller %d: an event (%s) took %.1f s", self.broker_id,
+                            getattr(event, "func", event).__name__, took)
 
     async def _forward(self, value: AsyncValue, handle: Callable[[list[str]], Awaitable[None]]
                        ) -> None:
