@@ -104,3 +104,23 @@ def test_without_a_record_a_node_at_our_endpoints_is_waited_for(broker_process, 
     assert "waiting up to" in again.stderr()
     assert time.monotonic() - started > 1.0
     assert _owner(zookeeper, 3) is not None
+
+
+@pytest.mark.slow
+def test_a_lone_controller_restarted_at_once_controls_again(broker_process, zookeeper):
+    """The only broker (the controller) is killed and restarted at once: it deletes its
+    previous life's /controller node too (its id, not its session), so it controls and
+    leads again long before the old session (20 s) could expire."""
+    from replication_helpers import controller_id, metadata
+
+    first = broker_process(broker_id=4, zookeeper=zookeeper, overrides=SETTINGS)
+    create(first, "lone", 1, 1)
+    wait_for(lambda: produce_all(first, "lone", 0, [b"one"]) == 0, what="a first record")
+    killed = time.monotonic()
+    first.kill()
+    again = broker_process(first.log_dir, broker_id=4, zookeeper=zookeeper, overrides=SETTINGS)
+    wait_for(lambda: controller_id(again) == 4 and (m := metadata(again, "lone"))
+             and m[0].leader_id == 4, what="the controller and leader again")
+    assert produce_all(again, "lone", 0, [b"two"]) == 0
+    assert read_all(again, "lone", 0) == [b"one", b"two"]
+    assert time.monotonic() - killed < SESSION_MS / 1000

@@ -4,8 +4,8 @@ process (for development, tests and demos of replication, failover and security)
 The command starts ZooKeeper, then the brokers (``trilog broker`` processes with ids 1..N,
 each with its log dir under ``--data-dir``), prints each one's address and one bootstrap
 string, and then watches them: a broker (or ZooKeeper) that exits by itself is started
-again, after a backoff (1 s, doubling to 10 s; a broker killed at once is refused by
-ZooKeeper until its old session expires, ``zookeeper.session.timeout.ms``).  SIGINT (Ctrl-C)
+again, after a backoff (1 s, doubling to 10 s; a killed broker registers again at once,
+deleting its dead process's registration: ``broker/cluster/_registration.py``).  SIGINT (Ctrl-C)
 or SIGTERM stops the brokers (each shuts down cleanly, as on its own SIGTERM), then
 ZooKeeper, and the command exits 0 with no process left; a second one kills what is still
 running.  The data stays in ``--data-dir`` for the next start.
