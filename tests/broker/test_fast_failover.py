@@ -252,3 +252,52 @@ def test_a_stall_is_credited_to_the_followers():
     assert part.lagging(1, 5000, 2000) == {3}  # (3 never caught up: no credit)
     part.credit_stall(10_000, 5000)
     assert part.followers[2].last_caught_up_ms == 5000  # never past now
+
+
+# -- a broker that finds a leader gone holds Metadata answers for the controller's word ----------
+
+
+async def test_metadata_waits_for_the_controller_after_a_leader_is_found_gone():
+    from types import SimpleNamespace
+
+    from trilog.broker.cluster import BrokerInfo, ZooKeeperCluster
+
+    dead = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    dead_port = dead[0].socket.getsockname()[1]
+    await dead[0].aclose()
+    alive = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    alive_port = alive[0].socket.getsockname()[1]
+    cluster = ZooKeeperCluster(None, BrokerInfo(1, "127.0.0.1", 1), "c", None, 1,
+                               trio.CapacityLimiter(1), None)
+    cluster._brokers = {1: BrokerInfo(1, "127.0.0.1", 1),
+                        2: BrokerInfo(2, "127.0.0.1", dead_port),
+                        3: BrokerInfo(3, "127.0.0.1", alive_port)}
+
+    # A lost connection to a broker that still listens changes nothing.
+    await cluster.peer_lost(3, ("127.0.0.1", alive_port))
+    with trio.fail_after(0.1):
+        await cluster.wait_settled()
+
+    # One whose listener refuses: answers wait until the controller no longer lists it.
+    await cluster.peer_lost(2, ("127.0.0.1", dead_port))
+    settled = trio.Event()
+
+    async def answer():
+        await cluster.wait_settled()
+        settled.set()
+
+    def live(*ids):
+        return SimpleNamespace(ungrouped_partition_states=[], topic_states=[], live_brokers=[
+            SimpleNamespace(id=i, endpoints=None, v0_host="127.0.0.1", v0_port=9000 + i)
+            for i in ids])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(answer)
+        await trio.sleep(0.05)
+        cluster.update_metadata(live(1, 2, 3))  # the controller has not handled it yet
+        await trio.sleep(0.05)
+        assert not settled.is_set()
+        cluster.update_metadata(live(1, 3))  # it has
+        with trio.fail_after(1):
+            await settled.wait()
+    await alive[0].aclose()

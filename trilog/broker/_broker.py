@@ -139,7 +139,7 @@ class _ClusterParts:
                  replicas: ReplicaManager, access: Access) -> None:
         security = inter_broker_security(config)
         fetchers = ReplicaFetchers(replicas, cluster.brokers, FetcherConfig.of(config),
-                                   security=security)
+                                   security=security, leader_lost=cluster.peer_lost)
         self.leadership = Leadership(
             replicas, fetchers, cluster, access,
             high_watermark_checkpoint_ms=config["replica.high.watermark.checkpoint.interval.ms"])

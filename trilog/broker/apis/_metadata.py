@@ -1,5 +1,7 @@
 """Metadata (3): the brokers, and each topic's partitions with their leaders, replicas and
-in-sync replicas, from the cluster's cached view (no I/O).
+in-sync replicas, from the cluster's cached view (no I/O; while this broker knows of a
+leader's death that the controller has not handled yet, the answer waits for it, briefly:
+``ZooKeeperCluster.wait_settled``).
 
 A topic that does not exist is created when ``auto.create.topics.enable`` and the request
 allow it (Metadata v4+ says whether) and the principal may create it; the answer for it is
@@ -44,6 +46,7 @@ class MetadataApi:
 
     async def metadata(self, request: Any, header: RequestHeader) -> Any:
         cluster = self.cluster
+        await cluster.wait_settled()
         topics_all = cluster.topics()
         access = self.access
         if request.topics is None or (header.api_version == 0 and not request.topics):

@@ -153,6 +153,12 @@ class Cluster:
         """``{topic: {partition: leader id (-1: no leader now)}}``."""
         raise NotImplementedError
 
+    async def wait_settled(self) -> None:
+        """Return when the view is worth answering Metadata from (a ZooKeeper cluster
+        waits, briefly, while a leader's death is known here but not yet handled by the
+        controller)."""
+        await trio.lowlevel.checkpoint()
+
     def partitions(self, topic: str) -> dict[int, int] | None:
         return self.topics().get(topic)
 

@@ -46,6 +46,7 @@ from trilog.broker.cluster._registration import (
 )
 from trilog.broker.configs._topic_configs import TopicConfigs, ZooKeeperConfigStore
 from trilog.broker.controller._election import ControllerElection
+from trilog.broker.controller._liveness import probe
 from trilog.broker.network._listeners import SECURITY_PROTOCOL_IDS, Listener
 from trilog.broker.configs._topic_properties import validate_overrides
 from trilog.errors import (
@@ -88,6 +89,8 @@ RETRY_S = 1.0
 #: how long past the session timeout a broker waits for its previous life's registration
 REGISTER_MARGIN_S = 3.0
 REGISTER_POLL_S = 0.2
+#: how long Metadata answers wait for the controller after a leader's process was found gone
+SETTLE_S = 0.5
 
 
 class PartitionMeta(NamedTuple):
@@ -138,6 +141,9 @@ class ZooKeeperCluster(Cluster):
         self._assignment_changed = trio.Event()
         #: who the controller is (``/controller``): this broker stands in the election
         self.controller = ControllerElection(zk, broker.node_id)
+        #: brokers this broker lost a connection to (``peer_lost``), by the trio time until
+        #: which Metadata waits for the controller's word on them
+        self._gone: dict[int, float] = {}
 
     # -- the cached view -------------------------------------------------------------------
 
@@ -205,7 +211,36 @@ class ZooKeeperCluster(Cluster):
                 elif getattr(b, "v0_host", None):
                     brokers[b.id] = BrokerInfo(b.id, b.v0_host, b.v0_port)
             self._brokers = brokers
+            # A broker found gone here is settled once the controller no longer lists it
+            # (it moved its leadership); until then Metadata waits (``wait_settled``).
+            self._gone = {b: t for b, t in self._gone.items() if b in brokers}
         self._rebuild_view()
+
+    async def peer_lost(self, broker_id: int, address: tuple[str, int]) -> None:
+        """This broker's connection to broker ``broker_id`` at ``address`` failed (a
+        follower's fetch from its leader).  If a probe finds its process gone, Metadata
+        answers wait (``wait_settled``) for the controller's next word, at most
+        ``SETTLE_S``: a client that lost its connection to a killed leader asks for metadata
+        within milliseconds, and an answer naming the dead leader would make it wait for
+        its next periodic refresh (librdkafka: 1 s), one saying "no leader" would make it
+        back off; the controller names the new leader within tens of milliseconds.  Only
+        when Metadata answers changes: what they say is the controller's."""
+        if broker_id not in self._brokers or broker_id in self._gone:
+            await trio.lowlevel.checkpoint()
+            return
+        self._gone[broker_id] = trio.current_time() + SETTLE_S
+        if await probe(*address) is not False:
+            self._gone.pop(broker_id, None)
+            self.changed.set()
+            self.changed = trio.Event()
+
+    async def wait_settled(self) -> None:
+        """Return when no broker this broker found gone awaits the controller's word (at
+        once, nearly always; see ``peer_lost``)."""
+        await trio.lowlevel.checkpoint()
+        with trio.move_on_at(max(self._gone.values(), default=0.0)):
+            while any(t > trio.current_time() for t in self._gone.values()):
+                await self.changed.wait()
 
     def update_isr(self, tp: tuple[str, int], isr: tuple[int, ...]) -> None:
         """This broker, leading ``tp``, changed its ISR (the controller tells the others)."""

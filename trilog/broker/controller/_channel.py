@@ -112,7 +112,9 @@ class BrokerChannel:
                               pending[0].API_NAME if pending else "", exc)
                     pending = None
                 await trio.sleep(backoff)
-                backoff = min(max(backoff * 2, 0.1), 2.0)
+                # 0 after a lost connection, then 10 ms doubling to 2 s: a dying process's
+                # listener may still take the first attempt; the next ones find it refusing.
+                backoff = min(max(backoff * 2, 0.01), 2.0)
 
     def _unreachable(self, exc: TrilogError) -> None:
         _unreachable.warning(self.broker_id, "controller %d cannot reach broker %d at %s:%d "

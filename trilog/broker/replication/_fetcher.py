@@ -22,6 +22,10 @@ first retry comes after 20 ms, each further one waits twice as long, up to
 the other partitions waits no longer than the next retry is due.  A lost connection is
 retried after ``replica.fetch.backoff.ms``.
 
+A fetch connection to a leader that fails is reported (``leader_lost``): this broker's
+metadata stops naming a leader whose process is gone (``LeaderLiveness``), so that clients
+that lost it keep asking until the controller names the next one.
+
 A partition added while the fetcher's long poll waits at the leader (a leader change moved
 it here) does not wait for that poll (up to ``replica.fetch.wait.max.ms``, in which an
 ``acks=all`` produce to the new leader waits for this follower): the fetcher drops the
@@ -34,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -112,8 +116,12 @@ class ReplicaFetchers:
     brokers are, ``replicas`` takes what they fetch (``append_as_follower``)."""
 
     def __init__(self, replicas: ReplicaManager, brokers: Callable[[], Iterable[BrokerInfo]],
-                 config: FetcherConfig, *, security: ClientSecurity | None = None) -> None:
+                 config: FetcherConfig, *, security: ClientSecurity | None = None,
+                 leader_lost: Callable[[int, tuple[str, int]], Awaitable[None]] | None = None
+                 ) -> None:
         self.replicas = replicas
+        #: told when a fetch connection to a leader fails (``LeaderLiveness.lost``)
+        self.leader_lost = leader_lost
         self.brokers = brokers
         self.config = config
         self.security = security
@@ -188,6 +196,8 @@ class _Fetcher:
             except (TrilogError, OSError) as exc:
                 log.info("fetching from broker %d failed (%s); retrying in %.1f s",
                          self.leader, exc, self.backoff_s)
+                if self.owner.leader_lost is not None:
+                    await self.owner.leader_lost(self.leader, address)
                 await trio.sleep(self.backoff_s)
 
     def _address(self) -> tuple[str, int] | None:
