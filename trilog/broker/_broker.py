@@ -149,8 +149,7 @@ class _ClusterParts:
             timeout_ms=config["controller.socket.timeout.ms"], security=security)
         self.controller = Controller(
             cluster.zk, cluster.controller, config.broker_id, config,
-            lambda topic: cluster.topic_configs.config_for(topic).unclean_leader_election_enable,
-            local_metadata=cluster.update_metadata)
+            lambda topic: cluster.topic_configs.config_for(topic).unclean_leader_election_enable)
         self.election = cluster.controller
 
 

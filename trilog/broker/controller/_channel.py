@@ -171,11 +171,8 @@ class ChannelManager:
 
     def __init__(self, requests: RequestBuilder, nursery: trio.Nursery, *,
                  security: ClientSecurity | None, timeout_s: float,
-                 on_gone: Callable[[BrokerRegistration], None] = lambda _reg: None,
-                 local_metadata: Callable[[Message], None] | None = None) -> None:
+                 on_gone: Callable[[BrokerRegistration], None] = lambda _reg: None) -> None:
         self.requests = requests
-        #: this broker's own metadata cache, updated at once (not after its own channel)
-        self.local_metadata = local_metadata
         #: told when a broker's process is found gone (its listener refuses connections)
         self.on_gone = on_gone
         self.nursery = nursery
@@ -207,10 +204,6 @@ class ChannelManager:
                 channel.send(requests.leader_and_isr(tps), LEADER_AND_ISR_VERSION)
         if batch.update_metadata:
             request = requests.update_metadata()
-            if self.local_metadata is not None:
-                # A client that lost its leader asks some broker for metadata within
-                # milliseconds; the controller's own answer should already name the new one.
-                self.local_metadata(request)
             for channel in self.channels.values():
                 channel.send(request, UPDATE_METADATA_VERSION)
         for (broker_id, delete), stopped in sorted(batch.stop_replica.items()):

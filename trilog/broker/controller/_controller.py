@@ -71,11 +71,8 @@ class Controller:
     tests and the broker can wait for either."""
 
     def __init__(self, zk: ZooKeeper, election: ControllerElection, broker_id: int,
-                 config: BrokerConfig, unclean_enabled: Callable[[str], bool],
-                 local_metadata: Callable[[Any], None] | None = None) -> None:
+                 config: BrokerConfig, unclean_enabled: Callable[[str], bool]) -> None:
         self.zk = zk
-        #: this broker's metadata cache (``ZooKeeperCluster.update_metadata``), told at once
-        self.local_metadata = local_metadata
         self.election = election
         self.broker_id = broker_id
         self.config = config
@@ -134,8 +131,7 @@ class Controller:
                 term = self._term = Term(
                     self.zk, epoch, self.broker_id, self.config, security=self.security,
                     unclean_enabled=self.unclean_enabled, watch_children=self.watch_children,
-                    events_processed=self.events_processed, nursery=nursery,
-                    local_metadata=self.local_metadata)
+                    events_processed=self.events_processed, nursery=nursery)
                 await nursery.start(term.run)
                 self.active_epoch.value = epoch
         finally:

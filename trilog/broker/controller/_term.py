@@ -92,8 +92,7 @@ class Term:
     def __init__(self, zk: ZooKeeper, epoch: int, broker_id: int, config: BrokerConfig, *,
                  security: ClientSecurity | None, unclean_enabled: Callable[[str], bool],
                  watch_children: Callable[[str], Awaitable[AsyncValue]],
-                 events_processed: AsyncValue[int], nursery: trio.Nursery,
-                 local_metadata: Callable[[Any], None] | None = None) -> None:
+                 events_processed: AsyncValue[int], nursery: trio.Nursery) -> None:
         self.zk = zk
         self.epoch = epoch
         self.broker_id = broker_id
@@ -107,8 +106,7 @@ class Term:
         self.channels = ChannelManager(
             RequestBuilder(self.view, broker_id, epoch, config.inter_broker_listener.name),
             nursery, security=security, timeout_s=config["controller.socket.timeout.ms"] / 1000,
-            on_gone=lambda reg: self.post(functools.partial(self._on_broker_gone, reg)),
-            local_metadata=local_metadata)
+            on_gone=lambda reg: self.post(functools.partial(self._on_broker_gone, reg)))
         self.reassignments = Reassignments(zk, self.view, self.store, self.machine,
                                            self.channels.send)
         self.moves = LeaderMoves(self.view, self.machine, self.channels.send,
