@@ -97,20 +97,21 @@ def test_a_user_quota_is_shared_by_its_clients_a_client_default_is_not():
 # -- the rate --------------------------------------------------------------------------------
 
 
-def test_rate_is_measured_over_at_least_samples_less_one_windows():
+def test_rate_is_measured_over_at_least_one_window():
     rate = Rate(RateConfig(samples=11, window_ms=1000))
     rate.record(10_000, 0)
-    assert rate.window_size_ms(0) == 10_000
-    assert rate.measure(0) == pytest.approx(1000.0)
+    # a new client: over one window (Kafka's ten would let 10 s of quota through at once)
+    assert rate.window_size_ms(0) == 1000
+    assert rate.measure(0) == pytest.approx(10_000.0)
+    assert rate.measure(400) == pytest.approx(10_000.0)
     rate.record(10_000, 5_500)
-    # 5 full windows since the first sample began, short of 10 by 5: 10.5 s in all
-    assert rate.window_size_ms(5_500) == 10_500
-    assert rate.measure(5_500) == pytest.approx(20_000 / 10.5)
-    # past the minimum, the window is the time since the oldest sample began
+    # past one window, the window is the time since the oldest sample began
+    assert rate.window_size_ms(5_500) == 5_500
+    assert rate.measure(5_500) == pytest.approx(20_000 / 5.5)
     assert rate.window_size_ms(10_900) == pytest.approx(10_900)
     # and the first sample, 11 windows old, is forgotten
-    assert rate.window_size_ms(11_000) == pytest.approx(10_500)
-    assert rate.measure(11_000) == pytest.approx(10_000 / 10.5)
+    assert rate.window_size_ms(11_000) == pytest.approx(5_500)
+    assert rate.measure(11_000) == pytest.approx(10_000 / 5.5)
 
 
 def test_rate_forgets_samples_older_than_the_whole_window():
@@ -120,7 +121,7 @@ def test_rate_forgets_samples_older_than_the_whole_window():
     assert rate.measure(2999) == pytest.approx(3000 / 2.999, rel=0.01)
     assert rate.measure(10_000) == 0.0
     rate.record(500, 10_000)
-    assert rate.measure(10_000) == pytest.approx(250.0)  # 500 over the minimum 2 s
+    assert rate.measure(10_000) == pytest.approx(500.0)  # 500 over the minimum 1 s
 
 
 def test_unrecord_takes_a_value_back():
@@ -136,18 +137,20 @@ def test_throttle_time_is_the_excess_over_the_quota_times_the_window():
     assert throttle_time_ms(900, 1000, 10_000) == 0
     manager = QuotaManager(RateConfig(samples=11, window_ms=1000))
     manager.set(entity(client_id="app"), {P: 1000.0})
-    assert manager.record(P, "u", "app", 10_000, 0) == 0  # 1000/s over 10 s: at the quota
-    # 15000 over 10 s = 1500/s: half again the quota, so half the window to wait
-    assert manager.record(P, "u", "app", 5_000, 0) == 5000
-    manager.throttled(P, "u", "app", 5000)
-    stats = {k: (rate, given, n) for k, rate, given, n in manager.statistics(0)}
-    assert stats[(P, "", "app")][1:] == (5000, 1)
+    assert manager.record(P, "u", "app", 1_000, 0) == 0  # 1000/s over 1 s: at the quota
+    # 1500 over 1 s = 1500/s: half again the quota, so half the window to wait
+    assert manager.record(P, "u", "app", 500, 0) == 500
+    # 10 s on, the window is 10 s: 11500 over 10 s, 1150/s: 15 % over, 1.5 s to wait
+    assert manager.record(P, "u", "app", 10_000, 10_000) == 1500
+    manager.throttled(P, "u", "app", 500)
+    stats = {k: (rate, given, n) for k, rate, given, n in manager.statistics(10_000)}
+    assert stats[(P, "", "app")][1:] == (500, 1)
 
 
 def test_request_throttle_is_capped_at_one_window():
     manager = QuotaManager(RateConfig(samples=11, window_ms=1000))
     manager.set(entity(default_client=True), {REQUEST_PERCENTAGE: 1.0})
-    # 5 s of handler time in a 10 s window is 50 %, fifty times the quota
+    # 0.5 s of handler time in a 1 s window is 50 %, fifty times the quota
     assert manager.record(REQUEST_PERCENTAGE, "u", "c", 500.0, 0) == 1000
 
 

@@ -219,7 +219,7 @@ def test_a_consumers_fetch_is_capped_at_what_its_quota_allows(broker):
                 continue  # throttled: the connection was muted, ask again
             part = only_partition(answer)
             records = bytes(part.records or b"")
-            # one window's worth (two 1 s windows less one): at most 120 KB, 2 batches
+            # one window's worth: at most 120 KB, 2 batches
             assert 0 < len(records) <= 120_000, len(records)
             received += len(records)
             offset += len(records) // 50_000

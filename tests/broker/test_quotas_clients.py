@@ -31,7 +31,7 @@ def load_benchmark():
 
 @pytest.fixture
 def broker(broker_process):
-    # Two 1 s windows: a fresh client's burst is one second's quota, not ten (the default's).
+    # Two 1 s windows: a short history, so a 4 s test sees the rate settle.
     return broker_process(overrides={"num.partitions": 1, "quota.window.num": 2})
 
 

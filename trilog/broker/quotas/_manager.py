@@ -133,14 +133,14 @@ class QuotaManager:
 
     def max_in_window(self, key: str, user: str, client_id: str) -> float | None:
         """The most a client may take in one go before the rate alone throttles it: its
-        quota over ``samples - 1`` windows (Kafka's ``getMaxValueInQuotaWindow``: a
-        consumer's fetch is capped at it, else a fetch larger than that would be answered
-        empty, throttled and taken back, again and again); None: unlimited."""
+        quota over one window, the least a rate is measured over (``_rate``; Kafka's
+        ``getMaxValueInQuotaWindow`` takes ``samples - 1``, its least).  A consumer's fetch
+        is capped at it, else a fetch larger than that would be answered empty, throttled
+        and taken back, again and again; None: unlimited."""
         resolved = self.resolve(key, user, client_id)
         if resolved is None:
             return None
-        config = self.config
-        return max(resolved[1] * (config.samples - 1) * config.window_ms / 1000, 1.0)
+        return max(resolved[1] * self.config.window_ms / 1000, 1.0)
 
     # -- the rates --------------------------------------------------------------------------
 
