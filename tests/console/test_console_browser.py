@@ -129,6 +129,11 @@ def test_the_overview_draws_its_chart(console, browser):
     _wait(lambda: _chart_drawn(browser, 8), what="the overview's chart")
     legend = browser.find_element(By.CSS_SELECTOR, "figure.chart .legend").text
     assert "produced" in legend
+    # The figures are kept current like the charts: one made stale is set again.
+    browser.execute_script(
+        "document.querySelector('[data-live=produce_rate]').textContent = 'stale';")
+    _wait(lambda: browser.find_element(By.CSS_SELECTOR, "[data-live=produce_rate]").text
+          .endswith("/s"), what="the produced figure set again from /api/cluster")
     _screenshot(browser, "overview")
 
 

@@ -89,8 +89,11 @@ def _chart(src: str, title: str) -> str:
             f'</figcaption><div class="plot">waiting for samples…</div></figure>')
 
 
-def _card(label: str, value: str, *, bad: bool = False) -> str:
-    return (f'<div class="card{" bad" if bad else ""}"><div class="value">{value}</div>'
+def _card(label: str, value: str, *, bad: bool = False, live: str = "") -> str:
+    """A figure; ``live`` names its field in the page's JSON twin, which the page's script
+    reads again every few seconds to keep the figure current (as the charts are)."""
+    field = f' data-live="{e(live)}"' if live else ""
+    return (f'<div class="card{" bad" if bad else ""}"><div class="value"{field}>{value}</div>'
             f'<div class="label">{e(label)}</div></div>')
 
 
@@ -104,16 +107,19 @@ def _sampling_note(d: dict[str, Any]) -> str:
 
 def overview_page(d: dict[str, Any]) -> Page:
     cards = "".join([
-        _card("brokers", e(len(d["brokers"]))), _card("topics", e(d["topics"])),
-        _card("partitions", e(d["partitions"])),
-        _card("under-replicated", e(d["under_replicated"]), bad=d["under_replicated"] > 0),
-        _card("offline", e(d["offline"]), bad=d["offline"] > 0),
-        _card("produced", e(rate(d["produce_rate"]))),
-        _card("consumed", e(rate(d["consume_rate"])))])
+        _card("brokers", e(len(d["brokers"]))),
+        _card("topics", e(d["topics"]), live="topics"),
+        _card("partitions", e(d["partitions"]), live="partitions"),
+        _card("under-replicated", e(d["under_replicated"]), bad=d["under_replicated"] > 0,
+              live="under_replicated"),
+        _card("offline", e(d["offline"]), bad=d["offline"] > 0, live="offline"),
+        _card("produced", e(rate(d["produce_rate"])), live="produce_rate"),
+        _card("consumed", e(rate(d["consume_rate"])), live="consume_rate")])
     brokers = _table(["ID", "Address", "Rack", "Controller"], [
         [e(b["id"]), e(f'{b["host"]}:{b["port"]}'), e(b["rack"]),
          "yes" if b["controller"] else ""] for b in d["brokers"]], cls="brokers")
-    body = (f'<div class="cards">{cards}</div>{_sampling_note(d)}'
+    body = (f'<div class="cards" data-live-source="/api/cluster">{cards}</div>'
+            f'{_sampling_note(d)}'
             f'{_chart("/api/charts/cluster", "Records per second, all topics")}'
             f'<h2>Brokers</h2>{brokers}'
             f'<p class="note">Cluster id {e(d["cluster_id"])}; controller '

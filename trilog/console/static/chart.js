@@ -105,11 +105,40 @@
     }
   }
 
+  // Figures marked data-live="field" inside an element with data-live-source="URL" are
+  // set again from URL's JSON, as the page itself rendered them: rates as "1,234.5/s"
+  // (fields ending in _rate; "–" when not known yet), counts as numbers.
+  async function refreshFigures(source) {
+    try {
+      const response = await fetch(source.dataset.liveSource, {credentials: "same-origin"});
+      if (!response.ok) return;
+      const data = await response.json();
+      source.querySelectorAll("[data-live]").forEach((node) => {
+        const value = data[node.dataset.live];
+        if (node.dataset.live.endsWith("_rate")) {
+          node.textContent = value === null || value === undefined ? "\u2013"
+            : value.toLocaleString("en-US", {minimumFractionDigits: 1,
+                                             maximumFractionDigits: 1}) + "/s";
+        } else if (value !== undefined) {
+          node.textContent = String(value);
+          const card = node.closest(".card");
+          if (card && (node.dataset.live === "offline" ||
+                       node.dataset.live === "under_replicated")) {
+            card.classList.toggle("bad", value > 0);
+          }
+        }
+      });
+    } catch (err) {
+      // the next round tries again; the charts show the console is stale
+    }
+  }
+
   function start() {
     const figures = Array.from(document.querySelectorAll("figure[data-chart]"));
-    const all = () => Promise.all(figures.map(refresh));
+    const sources = Array.from(document.querySelectorAll("[data-live-source]"));
+    const all = () => Promise.all([...figures.map(refresh), ...sources.map(refreshFigures)]);
     all();
-    if (figures.length) setInterval(all, REFRESH_MS);
+    if (figures.length || sources.length) setInterval(all, REFRESH_MS);
   }
 
   if (document.readyState === "loading") {
