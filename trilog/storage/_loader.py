@@ -179,6 +179,8 @@ def _load_or_recover(directory: str, segments: list[LogSegment], first_unverifie
         segment = segments[i]
         if i < first_unverified:
             if segment.load_indexes():
+                if i < len(segments) - 1:
+                    segment.release_fd()
                 i += 1
                 continue
             logger.warning("%s: segment %d does not end on a batch boundary; recovering",
@@ -197,6 +199,8 @@ def _load_or_recover(directory: str, segments: list[LogSegment], first_unverifie
                                directory, dead.base_offset)
                 dead.delete()
             del segments[i + 1 :]
+        if i < len(segments) - 1:
+            segment.release_fd()  # (a log of many segments holds one file open)
         i += 1
     return indexes_written, min(first_unverified, len(segments))
 

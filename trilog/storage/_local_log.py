@@ -10,6 +10,7 @@ Opening and recovery are ``_loader``'s.
 from __future__ import annotations
 
 import logging
+import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 
@@ -40,10 +41,13 @@ class LocalLog:
     """
 
     def __init__(
-        self, directory: str, config: LogConfig, recovery_point: int, needs_recovery: bool
+        self, directory: str, config: LogConfig, recovery_point: int, needs_recovery: bool,
+        *, guard: threading.Lock | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
+        #: The append lock, every segment's ``guard`` (the file cache's rule).
+        self.guard = guard
         loaded = load_segments(directory, config, recovery_point, needs_recovery)
         self._set_segments(loaded.segments)
         self.log_end_offset = self.active.next_offset
@@ -61,13 +65,20 @@ class LocalLog:
         self.segments = segments
         self.base_offsets = tuple(s.base_offset for s in segments)
         self.active = segments[-1]
+        guard = self.guard
+        for segment in segments:
+            segment.guard = guard
 
     def batch_epochs(self) -> Iterator[tuple[int, int]]:
         """``(partition_leader_epoch, base_offset)`` of every batch, oldest first (a walk of
         every header; while opening)."""
         for segment in self.segments:
+            if not segment.size:
+                continue
             for _pos, _size, header in walk_batches(segment.fd, 0, segment.size, chunk=1 << 20):
                 yield header.partition_leader_epoch, header.base_offset
+            if segment is not self.active:
+                segment.release_fd()  # (opening: a log of many segments holds one open)
 
     def count_below(self, offset: int) -> int:
         """Under the append lock: how many of the oldest segments hold only offsets below

@@ -239,8 +239,16 @@ class Log(LogReader, SegmentRemovals):
         self._replicated = replicated
         self._epochs = LeaderEpochCache(None)  # until the segments are loaded
         self._producer_state = ProducerStateManager()
+        # Held while opening: the segment file cache closes no file of this log meanwhile.
+        with self._lock:
+            self._open(recovery_point, needs_recovery, log_start_offset, high_watermark)
+
+    def _open(self, recovery_point: int, needs_recovery: bool, log_start_offset: int,
+              high_watermark: int | None) -> None:
+        """While opening, under the append lock: the segments, the producer state, the
+        leader epochs."""
         self._local = local = LocalLog(self.directory, self.config, recovery_point,
-                                       needs_recovery)
+                                       needs_recovery, guard=self._lock)
         self._snapshots = ProducerSnapshots(self.directory, local.snapshot_offsets)
         self._log_start_offset = max(log_start_offset, local.base_offsets[0])
         restarted = self._log_start_offset > local.log_end_offset

@@ -25,6 +25,7 @@ from trilog.records import (
 from trilog.storage._config import LogConfig
 from trilog.storage._files import remove
 from trilog.storage._index import IndexCorruptError, OffsetIndex, TimeIndex
+from trilog.storage._open_files import SEGMENT_FILES
 from trilog.storage._txn_index import TransactionIndex
 
 if TYPE_CHECKING:
@@ -94,6 +95,10 @@ class LogSegment:
     under its lock.  Readers never use ``fd`` directly: they take their own descriptor with
     ``dup_fd`` (``None`` once the segment is closed), so closing or deleting a segment can
     never make a reader read another file that reused the descriptor number.
+
+    The log file is opened lazily: ``fd`` opens it on first use, and the process's
+    ``SEGMENT_FILES`` cache may close it again (``evict``) while nobody holds ``guard`` (the
+    owning ``Log``'s append lock, which every user of ``fd`` holds); ``close`` is final.
     """
 
     def __init__(
@@ -119,7 +124,13 @@ class LogSegment:
             load=load_txn_index,
         )
         self.index_interval_bytes = config.index_interval_bytes
-        self.fd = fd
+        self._fd = fd
+        #: Who must be held to use ``fd`` (None: the cache never closes the file).
+        self.guard: threading.Lock | None = None
+        #: Used since the cache's clock last passed (see ``_open_files``).
+        self.used = True
+        self._pinned = False  # never evicted (unlinked files still read)
+        self._closed = False
         self._fd_lock = threading.Lock()
         self._io_lock = threading.Lock()  # a flush's index writes vs. delete's unlinks
         self._deleted = False
@@ -150,6 +161,7 @@ class LogSegment:
         path = os.path.join(directory, segment_file_name(base_offset, ".log" + suffix))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         segment = cls(directory, base_offset, fd, 0, config, suffix, load_txn_index=False)
+        SEGMENT_FILES.opened(segment)
         try:
             segment.txn_index.reset()  # (a stale file of that name)
             segment.offset_index.reset()
@@ -164,13 +176,59 @@ class LogSegment:
     @classmethod
     def open(cls, directory: str, base_offset: int, config: LogConfig, *,
              load_txn_index: bool = True) -> LogSegment:
-        """Open an existing segment's log file; indexes are loaded by the caller's choice of
+        """An existing segment, its log file opened on first use (``size``: the file's, if
+        the caller listed it); indexes are loaded by the caller's choice of
         ``load_indexes`` (trusting) or ``recover`` (validating), and the ``.txnindex`` now
         (``load_txn_index=False``: the caller knows there is none)."""
         path = os.path.join(directory, segment_file_name(base_offset, ".log"))
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
-        return cls(directory, base_offset, fd, os.fstat(fd).st_size, config,
+        return cls(directory, base_offset, -1, os.stat(path).st_size, config,
                    load_txn_index=load_txn_index)
+
+    # -- the descriptor --------------------------------------------------------------------
+
+    @property
+    def fd(self) -> int:
+        """The log file's descriptor, opened if the cache closed it.  Hold ``guard``."""
+        fd = self._fd
+        self.used = True
+        if fd >= 0:
+            return fd
+        return self._reopen()
+
+    def _reopen(self) -> int:
+        with self._fd_lock:
+            fd = self._fd
+            if fd >= 0:
+                return fd
+            if self._closed:
+                raise ValueError(f"{self.log_path} is closed")
+            self._fd = fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+        SEGMENT_FILES.opened(self)
+        return fd
+
+    def evict(self) -> bool:
+        """The cache's: close the file (reopened on the next use) if its guard is free."""
+        guard = self.guard
+        if guard is None or self._pinned or not guard.acquire(blocking=False):
+            return False
+        try:
+            with self._fd_lock:
+                fd, self._fd = self._fd, -1
+            if fd >= 0:
+                os.close(fd)
+        finally:
+            guard.release()
+        return True
+
+    def release_fd(self) -> None:
+        """Close the file until its next use, by its only user (the loader, a flush)."""
+        if self._pinned:
+            return
+        with self._fd_lock:
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            SEGMENT_FILES.closed(self)
+            os.close(fd)
 
     def load_indexes(self) -> bool:
         """Load (or, if missing or corrupt, rebuild) the indexes of a trusted segment, then
@@ -199,7 +257,8 @@ class LogSegment:
         self.next_offset = self.base_offset
         self.bytes_since_last_index_entry = 0
         end = position
-        for pos, size, header in walk_batches(self.fd, position, self.size):
+        batches = walk_batches(self.fd, position, self.size) if position < self.size else ()
+        for pos, size, header in batches:
             end = pos + size
             self.next_offset = header.last_offset + 1
             if header.max_timestamp > self.max_timestamp:
@@ -365,11 +424,17 @@ class LogSegment:
     # -- reading -------------------------------------------------------------------------
 
     def dup_fd(self) -> int | None:
-        """A private descriptor of the log file for a reader, or None if closed."""
+        """A private descriptor of the log file for a reader, or None if closed (or, while
+        the cache has it closed, deleted).  Not counted by the cache: the reader closes it."""
         with self._fd_lock:
-            if self.fd < 0:
+            if self._closed:
                 return None
-            return os.dup(self.fd)
+            if self._fd >= 0:
+                return os.dup(self._fd)
+            try:
+                return os.open(self.log_path, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
 
     def translate_offset(
         self, fd: int, offset: int, max_position: int
@@ -481,8 +546,10 @@ class LogSegment:
     def close(self) -> None:
         """Close the log file's descriptor (readers' dups stay valid)."""
         with self._fd_lock:
-            fd, self.fd = self.fd, -1
+            fd, self._fd = self._fd, -1
+            self._closed = True
         if fd >= 0:
+            SEGMENT_FILES.closed(self)
             os.close(fd)
 
     def delete(self) -> None:
@@ -501,8 +568,16 @@ class LogSegment:
         list; ``close`` comes after.  A flush of this segment does nothing from now on."""
         with self._io_lock:
             self._deleted = True
+            self.pin()
             for path in self._paths():
                 remove(path)
+
+    def pin(self) -> None:
+        """Keep the file open until ``close`` (opening it now if the cache had closed it)."""
+        with self._fd_lock:
+            self._pinned = True
+        if not self._closed:
+            self._reopen()
 
     def change_suffix(self, old: str, new: str) -> None:
         """Rename its files from ``<name><old>`` to ``<name><new>`` (Kafka's
