@@ -133,13 +133,23 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def line(name: str, value: float, target: float | None, unit: str = "s") -> None:
+def line(name: str, value: float, target: float | None, unit: str = "s",
+         cpu: float | None = None) -> None:
+    """One figure beside its target; ``cpu``: the broker's CPU seconds meanwhile (the
+    figure that means something on a loaded machine)."""
     if unit == "MB":
         shown, goal = f"{value / 1e6:8.0f} MB", f"{target / 1e6:.0f} MB" if target else ""
     else:
         shown, goal = f"{value:8.3f} s ", f"{target:g} s" if target else ""
     verdict = "" if target is None else ("  ok" if value <= target else "  MISSED")
-    print(f"{name:<28}{shown}   target {goal or '-':<10}{verdict}", flush=True)
+    spent = "" if cpu is None else f"   (broker CPU {cpu:.2f} s)"
+    print(f"{name:<28}{shown}   target {goal or '-':<10}{verdict:<8}{spent}", flush=True)
+
+
+def timed(broker: BrokerProcess, name: str, target: float | None, fn, *args) -> None:
+    cpu = broker.cpu()
+    value = fn(*args)
+    line(name, value, target, cpu=broker.cpu() - cpu)
 
 
 class Run:
@@ -167,8 +177,8 @@ class Run:
         line(name, time.perf_counter() - started, target)
         client = Client(broker.address)
         try:
-            line("  then metadata", metadata(client, 1, self.total), None)
-            line("  then fetch", fetch(client, self.topics, self.args.partitions), None)
+            timed(broker, "  then metadata", None, metadata, client, 1, self.total)
+            timed(broker, "  then fetch", None, fetch, client, self.topics, self.args.partitions)
         finally:
             client.close()
         return broker
@@ -178,11 +188,13 @@ class Run:
         broker = self.broker().start()
         client = Client(broker.address)
         try:
-            line("create", create(client, self.topics, args.partitions), TARGETS["create"])
-            line("metadata (all topics)", metadata(client, args.metadata_rounds, self.total),
-                 TARGETS["metadata"])
-            line("produce one each", produce(client, self.topics, args.partitions), None)
-            line("fetch each", fetch(client, self.topics, args.partitions), None)
+            timed(broker, "create", TARGETS["create"], create, client, self.topics,
+                  args.partitions)
+            timed(broker, "metadata (all topics)", TARGETS["metadata"], metadata, client,
+                  args.metadata_rounds, self.total)
+            timed(broker, "produce one each", None, produce, client, self.topics,
+                  args.partitions)
+            timed(broker, "fetch each", None, fetch, client, self.topics, args.partitions)
             line("RSS", rss(broker.pid), TARGETS["rss"], "MB")
             print(f"{'open descriptors':<28}{open_fds(broker.pid):8d}     (hard limit "
                   f"{args.nofile or 'unchanged'})", flush=True)

@@ -197,15 +197,16 @@ class LeaderEpochCache:
             if self._entries:
                 self._replace([])
 
-    def write(self) -> None:
-        """Write the checkpoint with the current entries (e.g. after rebuilding them)."""
+    def write(self, *, sync: bool = True) -> None:
+        """Write the checkpoint with the current entries (e.g. after rebuilding them);
+        ``sync=False``: not fsynced (entries the next opening would rebuild the same)."""
         with self._lock:
-            self._replace(list(self._entries))
+            self._replace(list(self._entries), sync=sync)
 
-    def _replace(self, kept: list[EpochEntry]) -> None:
+    def _replace(self, kept: list[EpochEntry], *, sync: bool = True) -> None:
         """Under the lock: write the checkpoint, then publish ``kept``."""
         if self.path is not None:
-            write_atomically(self.path, format_checkpoint(kept))
+            write_atomically(self.path, format_checkpoint(kept), sync=sync)
         self._entries = tuple(kept)
 
 
@@ -332,7 +333,9 @@ def load_leader_epochs(
     cache = LeaderEpochCache(path, cut.entries)
     if write or list(cut.entries) != stored:
         try:
-            cache.write()
+            # Not fsynced (one fsync a log would slow the start of 50,000 logs): a lost or
+            # torn file is rebuilt or cut the same way at the next opening.
+            cache.write(sync=False)
         except OSError as exc:  # a full disk must not stop a start
             logger.warning("%s: cannot write %s: %s", directory, LEADER_EPOCH_CHECKPOINT_FILE,
                            exc)

@@ -173,15 +173,15 @@ class LocalLog:
 
     # -- closing -------------------------------------------------------------------------
 
-    def close(self) -> OSError | None:
-        """Under every lock, the log closed: write the indexes out and close every file.
-        Every file is closed even when an index write fails; the first such error is
-        returned."""
+    def close(self, sync: bool = True) -> OSError | None:
+        """Under every lock, the log closed: write the indexes out (fsynced if ``sync``) and
+        close every file.  Every file is closed even when an index write fails; the first
+        such error is returned."""
         error: OSError | None = None
         for segment in self.segments:
             try:
-                segment.offset_index.flush()
-                segment.time_index.flush()
+                segment.offset_index.flush(fsync=sync)
+                segment.time_index.flush(fsync=sync)
             except OSError as exc:
                 error = error or exc
             segment.close()
