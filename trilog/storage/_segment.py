@@ -166,8 +166,11 @@ class LogSegment:
             segment.txn_index.reset()  # (a stale file of that name)
             segment.offset_index.reset()
             segment.time_index.reset()
-            segment.offset_index.flush(fsync=False)
-            segment.time_index.flush(fsync=False)
+            # The empty index files are written by the first flush (or roll, or close), as
+            # every index entry is: two file creations fewer for each new partition.
+            for index in (segment.offset_index, segment.time_index):
+                if os.path.exists(index.path):  # a stale one
+                    index.flush(fsync=False)
         except BaseException:
             segment.delete()
             raise
