@@ -218,3 +218,23 @@ def test_a_producer_snapshot_is_still_written_where_there_are_producers(tmp_path
         assert producer.producer_id == 7 and producer.last_sequence == 2
     finally:
         reopened.shutdown()
+
+
+def test_an_index_has_a_file_once_it_has_entries(tmp_path, capacity):
+    capacity(None)
+    manager = LogManager(tmp_path / "logs", LogConfig(index_interval_bytes=100))
+    small, large = manager.create_logs("t", range(2))
+    small.append(make_batch(1))
+    for _ in range(5):
+        large.append(make_batch(2, value_size=100))
+    manager.shutdown()
+    names = {p: set(os.listdir(tmp_path / "logs" / f"t-{p}")) for p in range(2)}
+    assert f"{0:020d}.index" not in names[0] and f"{0:020d}.timeindex" not in names[0]
+    assert {f"{0:020d}.index", f"{0:020d}.timeindex"} <= names[1]
+    reopened = LogManager(tmp_path / "logs", LogConfig(index_interval_bytes=100))
+    try:  # a missing index is rebuilt from its few batches
+        assert [lg.log_end_offset for lg in reopened.logs()] in ([1, 10], [10, 1])
+        assert reopened.get_log("t", 0).active_segment.max_timestamp == 1_000
+        assert len(reopened.get_log("t", 1).active_segment.offset_index) > 0
+    finally:
+        reopened.shutdown()

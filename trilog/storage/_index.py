@@ -9,7 +9,10 @@ Both files hold exactly their entries (no preallocation), so a size that is not 
 of the entry size means a torn write.  In memory an index is a pair of ``array``s searched
 with ``bisect`` (C-speed binary search); entries reach the file lazily, on ``flush`` (or when
 the segment is rolled or closed): an index is rebuildable from its log, and recovery
-rebuilds the indexes of everything after the recovery point.
+rebuilds the indexes of everything after the recovery point.  An index without entries has
+no file (a partition of one record costs no index file): loading a missing index rebuilds it
+from its segment, which then holds only a few batches (less than ``index_interval_bytes``
+before its last one).
 """
 
 from __future__ import annotations
@@ -94,6 +97,11 @@ class _SparseIndex:
         return len(self._offsets)
 
     @property
+    def written(self) -> bool:
+        """Whether the file holds entries (so it must exist)."""
+        return self._file_entries > 0
+
+    @property
     def is_full(self) -> bool:
         return len(self._offsets) >= self.max_entries
 
@@ -109,6 +117,11 @@ class _SparseIndex:
         """Write the entries the file lacks, then fsync it (unless ``fsync`` is false)."""
         n = len(self._offsets)
         if n == self._file_entries and (self._synced or not fsync):
+            return
+        if n == 0 and self._file_entries <= 0 and not os.path.exists(self.path):
+            # No file for an empty index (a new partition's): loading a missing one rebuilds
+            # it from the few batches such a segment holds.
+            self._file_entries, self._synced = 0, True
             return
         start = max(self._file_entries, 0)
         _write_tail(self.path, start * self.ENTRY_SIZE, self._encode(start, n), fsync)

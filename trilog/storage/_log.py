@@ -687,8 +687,7 @@ class Log(LogReader, SegmentRemovals):
         with self._delete_lock, self._flush_lock, self._lock:
             if self._closed:
                 return
-            active = self._local.active
-            active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
+            self._local.active.seal_time_index()
         error: OSError | None = None
         try:
             if sync:

@@ -522,10 +522,18 @@ class LogSegment:
             self.rolling_ms = None
         return dropped
 
+    def seal_time_index(self) -> None:
+        """Record the final max timestamp in the time index (Kafka does the same at a roll
+        and a close): the next opening walks only the batches after the last offset index
+        entry.  Without such an entry it walks them all and finds the max itself, so no
+        entry (and no file) is written for a segment of a few batches."""
+        if len(self.offset_index):
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
     def on_become_inactive(self) -> None:
-        """When rolled: record the final max timestamp (Kafka does the same) and hand the
-        index entries to the page cache."""
-        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        """When rolled: record the final max timestamp and hand the index entries to the
+        page cache."""
+        self.seal_time_index()
         self.offset_index.flush(fsync=False)
         self.time_index.flush(fsync=False)
 
@@ -587,7 +595,13 @@ class LogSegment:
         ``changeFileSuffixes``): the indexes first, the log file last, so that the log's
         name says how far a rename got."""
         for index in (self.offset_index, self.time_index):
-            index.path = _renamed(index.path, old, new)
+            target = _with_suffix(index.path, old, new)
+            try:
+                os.rename(index.path, target)
+            except FileNotFoundError:
+                if index.written:
+                    raise
+            index.path = target  # (an index never written has no file yet)
         self.txn_index.rename(_with_suffix(self.txn_index.path, old, new))
         self.log_path = _renamed(self.log_path, old, new)
 
