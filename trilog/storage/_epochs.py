@@ -308,17 +308,23 @@ def load_leader_epochs(
     *,
     empty: bool,
     discard: bool = False,
+    none_if_missing: bool = False,
 ) -> LeaderEpochCache:
     """The leader-epoch cache of the log in ``directory`` when it opens: the checkpoint, cut
     to the log's offsets (a crash may leave entries past the log end or before the log
     start, as Kafka's loader expects), or, when the file is missing or unreadable, rebuilt
     from ``batch_epochs`` (``(partition_leader_epoch, base_offset)`` of every batch, oldest
     first: a walk of the segments, taken only then and once, as the result is written).
-    ``empty``: the log holds no batch; ``discard``: it restarted empty, its epochs go."""
+    ``empty``: the log holds no batch; ``discard``: it restarted empty, its epochs go;
+    ``none_if_missing`` (a standalone log after a clean shutdown: an entry is written to the
+    file when it is made, so a missing file means none): no walk of every header, and no
+    file written for an empty cache."""
     path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE)
     stored = read_checkpoint(path)
     if discard:
         stored, write = [], True
+    elif stored is None and none_if_missing:
+        stored, write = [], False
     elif stored is None:
         stored = [] if empty else epochs_from_batches(batch_epochs)
         write = not empty

@@ -63,8 +63,10 @@ def load_segments(
     files disagree.  After a recovery whose rebuilt indexes were all written, the recovery
     point is the new log end offset; otherwise it stays where it was.
     """
-    _finish_swaps(directory)
-    listing = _list_directory(directory)
+    names = os.listdir(directory)  # (once: a broker opens 50,000 logs)
+    if _finish_swaps(directory, names):
+        names = os.listdir(directory)
+    listing = _list_directory(directory, names)
     bases = listing.bases
     segments: list[LogSegment] = []
     try:
@@ -92,14 +94,15 @@ def load_segments(
                      listing.snapshots)
 
 
-def _finish_swaps(directory: str) -> None:
-    """Complete every committed swap of the log cleaner (``<base>.log.swap``): remove the
-    segments it replaces, then give it its final name."""
-    swaps = sorted(n for n in os.listdir(directory)
+def _finish_swaps(directory: str, names: list[str]) -> bool:
+    """Complete every committed swap of the log cleaner (``<base>.log.swap``) among the
+    directory's ``names``: remove the segments it replaces, then give it its final name.
+    Whether there was one."""
+    swaps = sorted(n for n in names
                    if n.endswith(".log" + SWAP_SUFFIX) and n[:20].isdigit() and len(n) == 29)
     if not swaps:
-        return
-    logs = [int(n[:20]) for n in os.listdir(directory)
+        return False
+    logs = [int(n[:20]) for n in names
             if n.endswith(".log") and len(n) == 24 and n[:20].isdigit()]
     for name in swaps:
         base = int(name[:20])
@@ -117,6 +120,7 @@ def _finish_swaps(directory: str) -> None:
         logger.warning("%s: finished the interrupted swap of cleaned segment %d (replacing "
                        "offsets %d..%d)", directory, base, base, end - 1)
     fsync_dir(directory)
+    return True
 
 
 def _next_offset(path: str, base_offset: int) -> int:
@@ -137,13 +141,13 @@ class _Listing(NamedTuple):
     snapshots: list[int]  # the offsets of the producer snapshots, ascending
 
 
-def _list_directory(directory: str) -> _Listing:
+def _list_directory(directory: str, names: list[str]) -> _Listing:
     """What the directory holds (one listing: a broker opens thousands of logs); leftovers
     of interrupted work and indexes whose log is gone are removed on the way."""
     bases: list[int] = []
     index_files: list[tuple[int, str]] = []
     snapshots: list[int] = []
-    for name in os.listdir(directory):
+    for name in names:
         path = os.path.join(directory, name)
         if name.endswith(_LEFTOVERS):
             remove(path)

@@ -272,7 +272,8 @@ class Log(LogReader, SegmentRemovals):
         self._publish()
         self._epochs = load_leader_epochs(
             self.directory, self._log_start_offset, local.log_end_offset, local.batch_epochs(),
-            empty=local.log_end_offset == local.base_offsets[0], discard=restarted)
+            empty=local.log_end_offset == local.base_offsets[0], discard=restarted,
+            none_if_missing=clean_shutdown and not self._replicated)
 
     def _load_producers(self, rebuild_from: int | None) -> ProducerStateLoad:
         """Under every lock (or while opening): build the producer state from the newest

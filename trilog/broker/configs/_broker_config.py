@@ -271,8 +271,8 @@ PROPERTIES: tuple[Property, ...] = (
              "Largest request frame; a larger one closes its connection.", low=1024),
     Property("max.connections", _int, _INT_MAX,
              "Connections open at once; a new one above it is closed as soon as it is accepted. "
-             "The descriptor budget (`ulimit -n` less the log's files and a reserve) may cap it "
-             "lower.", low=0),
+             "The descriptor budget (`ulimit -n` less the log's open files and a reserve, "
+             "never less than max(64, 10 %)) may cap it lower.", low=0),
     Property("max.connections.per.ip", _int, _INT_MAX,
              "Connections open at once from one address; more are closed at once.", low=0),
     Property("max.connections.per.ip.overrides", _host_counts, {},
