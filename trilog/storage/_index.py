@@ -113,12 +113,14 @@ class _SparseIndex:
     def _encode(self, start: int, n: int) -> bytes:
         raise NotImplementedError
 
-    def flush(self, fsync: bool = True) -> None:
-        """Write the entries the file lacks, then fsync it (unless ``fsync`` is false)."""
+    def flush(self, fsync: bool = True, *, empty_file: bool = False) -> None:
+        """Write the entries the file lacks, then fsync it (unless ``fsync`` is false).
+        Without entries no file is made, unless ``empty_file``."""
         n = len(self._offsets)
         if n == self._file_entries and (self._synced or not fsync):
             return
-        if n == 0 and self._file_entries <= 0 and not os.path.exists(self.path):
+        if (n == 0 and not empty_file and self._file_entries <= 0
+                and not os.path.exists(self.path)):
             # No file for an empty index (a new partition's): loading a missing one rebuilds
             # it from the few batches such a segment holds.
             self._file_entries, self._synced = 0, True

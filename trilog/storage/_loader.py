@@ -215,8 +215,7 @@ def _recover_segment(directory: str, segment: LogSegment, min_offset: int) -> tu
     truncated = segment.recover(min_offset)
     os.fsync(segment.fd)  # recovered bytes may only be in the page cache
     try:
-        segment.offset_index.flush()
-        segment.time_index.flush()
+        segment.flush_indexes()
     except OSError as exc:
         # A full disk must not stop a start: the rebuilt indexes serve from memory, and the
         # next flush writes them.  Until one does, the recovery point stays where it was,

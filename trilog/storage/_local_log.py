@@ -180,8 +180,7 @@ class LocalLog:
         error: OSError | None = None
         for segment in self.segments:
             try:
-                segment.offset_index.flush(fsync=sync)
-                segment.time_index.flush(fsync=sync)
+                segment.flush_indexes(fsync=sync)
             except OSError as exc:
                 error = error or exc
             segment.close()

@@ -530,12 +530,19 @@ class LogSegment:
         if len(self.offset_index):
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
+    def flush_indexes(self, fsync: bool = True) -> None:
+        """Write both indexes' new entries (fsynced if ``fsync``).  An offset index without
+        entries gets no file; a time index gets one whenever the offset index has entries
+        (a missing one is then rebuilt at opening: its last entry may hold the segment's max
+        timestamp, which time-based retention reads)."""
+        self.offset_index.flush(fsync)
+        self.time_index.flush(fsync, empty_file=len(self.offset_index) > 0)
+
     def on_become_inactive(self) -> None:
         """When rolled: record the final max timestamp and hand the index entries to the
         page cache."""
         self.seal_time_index()
-        self.offset_index.flush(fsync=False)
-        self.time_index.flush(fsync=False)
+        self.flush_indexes(fsync=False)
 
     def flush(self) -> None:
         """fsync the log file and write + fsync both indexes.  Safe against a concurrent
@@ -550,8 +557,7 @@ class LogSegment:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            self.offset_index.flush()
-            self.time_index.flush()
+            self.flush_indexes()
             self.txn_index.flush()
 
     def close(self) -> None:
