@@ -179,8 +179,8 @@ class LogSegment:
     @classmethod
     def open(cls, directory: str, base_offset: int, config: LogConfig, *,
              load_txn_index: bool = True) -> LogSegment:
-        """An existing segment, its log file opened on first use (``size``: the file's, if
-        the caller listed it); indexes are loaded by the caller's choice of
+        """An existing segment, its log file opened on first use; indexes are loaded by the
+        caller's choice of
         ``load_indexes`` (trusting) or ``recover`` (validating), and the ``.txnindex`` now
         (``load_txn_index=False``: the caller knows there is none)."""
         path = os.path.join(directory, segment_file_name(base_offset, ".log"))
@@ -224,7 +224,7 @@ class LogSegment:
         return True
 
     def release_fd(self) -> None:
-        """Close the file until its next use, by its only user (the loader, a flush)."""
+        """Close the file until its next use, by its only user (the loader)."""
         if self._pinned:
             return
         with self._fd_lock:
