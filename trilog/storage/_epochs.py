@@ -316,15 +316,16 @@ def load_leader_epochs(
     from ``batch_epochs`` (``(partition_leader_epoch, base_offset)`` of every batch, oldest
     first: a walk of the segments, taken only then and once, as the result is written).
     ``empty``: the log holds no batch; ``discard``: it restarted empty, its epochs go;
-    ``none_if_missing`` (a standalone log after a clean shutdown: an entry is written to the
-    file, fsynced, when it is made, so a missing file, not a corrupt one, means none): no walk
-    of every header, and no file written for an empty cache."""
+    ``none_if_missing`` (a standalone log after a clean shutdown, whose directory listing
+    has no checkpoint: an entry is written to the file, fsynced, when it is made, so a
+    missing file, not a corrupt one, means none): no walk of every header, and no file
+    written for an empty cache."""
     path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE)
-    stored = read_checkpoint(path)
+    stored = [] if none_if_missing else read_checkpoint(path)
     if discard:
         stored, write = [], True
-    elif stored is None and none_if_missing and not os.path.exists(path):
-        stored, write = [], False
+    elif none_if_missing:
+        write = False
     elif stored is None:
         stored = [] if empty else epochs_from_batches(batch_epochs)
         write = not empty

@@ -29,6 +29,7 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from trilog.storage._config import LogConfig
+from trilog.storage._epochs import LEADER_EPOCH_CHECKPOINT_FILE
 from trilog.storage._files import fsync_dir, remove
 from trilog.storage._producer_snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from trilog.storage._segment import LogSegment, segment_file_name, walk_batches
@@ -52,6 +53,8 @@ class LoadedLog(NamedTuple):
     first_recovered: int | None
     #: the offsets of the producer snapshots in the directory, ascending
     snapshot_offsets: list[int]
+    #: the directory holds a ``leader-epoch-checkpoint``
+    epoch_checkpoint: bool
 
 
 def load_segments(
@@ -77,7 +80,8 @@ def load_segments(
         if needs_recovery and segments:
             # The segment holding the recovery point and all later ones are re-validated.
             first_unverified = max(0, bisect_right(bases, recovery_point) - 1)
-        indexes_written, recovered = _load_or_recover(directory, segments, first_unverified)
+        indexes_written, recovered = _load_or_recover(directory, segments, first_unverified,
+                                                      listing.index_files)
         if needs_recovery and segments and indexes_written:
             recovery_point = segments[-1].next_offset
         first_recovered = segments[recovered].base_offset if recovered < len(segments) else None
@@ -91,7 +95,7 @@ def load_segments(
     for segment in segments[:-1]:
         segment.on_become_inactive()
     return LoadedLog(tuple(segments), recovery_point, created, first_recovered,
-                     listing.snapshots)
+                     listing.snapshots, LEADER_EPOCH_CHECKPOINT_FILE in names)
 
 
 def _finish_swaps(directory: str, names: list[str]) -> bool:
@@ -138,6 +142,7 @@ def _next_offset(path: str, base_offset: int) -> int:
 class _Listing(NamedTuple):
     bases: list[int]  # of the .log files, ascending
     txn_indexes: set[int]  # the bases with a .txnindex file
+    index_files: dict[int, int]  # how many of .index and .timeindex each base has
     snapshots: list[int]  # the offsets of the producer snapshots, ascending
 
 
@@ -163,16 +168,19 @@ def _list_directory(directory: str, names: list[str]) -> _Listing:
             index_files.append((int(stem), path))
     known = set(bases)
     txn_indexes = set()
+    counts: dict[int, int] = {}
     for base, path in index_files:
         if base not in known:
             remove(path)
         elif path.endswith(".txnindex"):
             txn_indexes.add(base)
-    return _Listing(sorted(bases), txn_indexes, sorted(snapshots))
+        else:
+            counts[base] = counts.get(base, 0) + 1
+    return _Listing(sorted(bases), txn_indexes, counts, sorted(snapshots))
 
 
-def _load_or_recover(directory: str, segments: list[LogSegment], first_unverified: int
-                     ) -> tuple[bool, int]:
+def _load_or_recover(directory: str, segments: list[LogSegment], first_unverified: int,
+                     index_files: dict[int, int]) -> tuple[bool, int]:
     """Trust the segments before ``first_unverified`` (until one's files disagree), recover
     the rest, and drop everything after the first invalid stretch (in place).  Return
     whether every rebuilt index reached the disk, and the index of the first segment
@@ -182,9 +190,8 @@ def _load_or_recover(directory: str, segments: list[LogSegment], first_unverifie
     while i < len(segments):
         segment = segments[i]
         if i < first_unverified:
-            if segment.load_indexes():
-                if i < len(segments) - 1:
-                    segment.release_fd()
+            if segment.load_indexes(index_files.get(segment.base_offset, 0)):
+                segment.release_fd()
                 i += 1
                 continue
             logger.warning("%s: segment %d does not end on a batch boundary; recovering",
@@ -203,8 +210,7 @@ def _load_or_recover(directory: str, segments: list[LogSegment], first_unverifie
                                directory, dead.base_offset)
                 dead.delete()
             del segments[i + 1 :]
-        if i < len(segments) - 1:
-            segment.release_fd()  # (a log of many segments holds one file open)
+        segment.release_fd()  # (opening leaves no file open: 50,000 logs open at start)
         i += 1
     return indexes_written, min(first_unverified, len(segments))
 

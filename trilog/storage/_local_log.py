@@ -60,6 +60,8 @@ class LocalLog:
         self.first_recovered = loaded.first_recovered
         #: The producer snapshots the opening found (``ProducerSnapshots`` takes them).
         self.snapshot_offsets = loaded.snapshot_offsets
+        #: Whether the directory held a leader-epoch checkpoint.
+        self.epoch_checkpoint = loaded.epoch_checkpoint
 
     def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
         self.segments = segments
@@ -77,8 +79,7 @@ class LocalLog:
                 continue
             for _pos, _size, header in walk_batches(segment.fd, 0, segment.size, chunk=1 << 20):
                 yield header.partition_leader_epoch, header.base_offset
-            if segment is not self.active:
-                segment.release_fd()  # (opening: a log of many segments holds one open)
+            segment.release_fd()  # (opening leaves no file open)
 
     def count_below(self, offset: int) -> int:
         """Under the append lock: how many of the oldest segments hold only offsets below

@@ -234,7 +234,8 @@ class Log(LogReader, SegmentRemovals):
         self._flush_lock = threading.Lock()
         self._delete_lock = threading.Lock()  # before _flush_lock and _lock (see above)
         self._closed = False
-        os.makedirs(self.directory, exist_ok=True)
+        if not clean_shutdown:  # (a log dir's listing found it: no syscall)
+            os.makedirs(self.directory, exist_ok=True)
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
         self._replicated = replicated
@@ -273,7 +274,8 @@ class Log(LogReader, SegmentRemovals):
         self._epochs = load_leader_epochs(
             self.directory, self._log_start_offset, local.log_end_offset, local.batch_epochs(),
             empty=local.log_end_offset == local.base_offsets[0], discard=restarted,
-            none_if_missing=clean_shutdown and not self._replicated)
+            none_if_missing=(clean_shutdown and not self._replicated
+                             and not local.epoch_checkpoint))
 
     def _load_producers(self, rebuild_from: int | None) -> ProducerStateLoad:
         """Under every lock (or while opening): build the producer state from the newest

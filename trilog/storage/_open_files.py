@@ -20,11 +20,13 @@ a ``Log``) or ``pinned`` ones (the cleaner's replaced segments, unlinked but sti
 never evicted; readers take descriptors of their own (``LogSegment.dup_fd``), which the cache
 neither counts nor closes: a fetch's ``sendfile`` reads its own duplicate.
 
-``capacity`` None: no bound (a process that never set one).  Thread-safe.
+``capacity`` None: no bound.  A process that sets none gets half its soft descriptor limit
+(``default_capacity``).  Thread-safe.
 """
 
 from __future__ import annotations
 
+import resource
 import threading
 from collections import OrderedDict
 from typing import Protocol
@@ -96,5 +98,14 @@ class SegmentFiles:
                 order.move_to_end(segment)
 
 
+def default_capacity() -> int:
+    """Half the process's soft descriptor limit: the bound of a process that sets none (a
+    tool or a test opening a ``LogManager``; the broker sets it from its budget)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 16
+    return max(16, soft // 2)
+
+
 #: The process's cache: the descriptor table is per process, as is its bound.
-SEGMENT_FILES = SegmentFiles()
+SEGMENT_FILES = SegmentFiles(default_capacity())

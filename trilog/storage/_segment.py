@@ -130,6 +130,7 @@ class LogSegment:
         #: Used since the cache's clock last passed (see ``_open_files``).
         self.used = True
         self._pinned = False  # never evicted (unlinked files still read)
+        self._opened_mtime_ms: int | None = None  # the log file's mtime when opened
         self._closed = False
         self._fd_lock = threading.Lock()
         self._io_lock = threading.Lock()  # a flush's index writes vs. delete's unlinks
@@ -184,8 +185,11 @@ class LogSegment:
         ``load_indexes`` (trusting) or ``recover`` (validating), and the ``.txnindex`` now
         (``load_txn_index=False``: the caller knows there is none)."""
         path = os.path.join(directory, segment_file_name(base_offset, ".log"))
-        return cls(directory, base_offset, -1, os.stat(path).st_size, config,
-                   load_txn_index=load_txn_index)
+        stat = os.stat(path)
+        segment = cls(directory, base_offset, -1, stat.st_size, config,
+                      load_txn_index=load_txn_index)
+        segment._opened_mtime_ms = stat.st_mtime_ns // 1_000_000  # (one stat, not two)
+        return segment
 
     # -- the descriptor --------------------------------------------------------------------
 
@@ -233,12 +237,15 @@ class LogSegment:
             SEGMENT_FILES.closed(self)
             os.close(fd)
 
-    def load_indexes(self) -> bool:
+    def load_indexes(self, files: int = 2) -> bool:
         """Load (or, if missing or corrupt, rebuild) the indexes of a trusted segment, then
         find ``next_offset`` and the max timestamp by walking the few batches after the last
         index entry.  Return False if the data does not end on a batch boundary or the
-        indexes point past it (the caller then runs ``recover``).
+        indexes point past it (the caller then runs ``recover``).  ``files``: how many of the
+        two index files the directory holds (0: a small segment's, rebuilt at once).
         """
+        if not files:
+            return self.rebuild_indexes()
         try:
             self.offset_index.load(self.size)
             self.time_index.load()
@@ -275,7 +282,10 @@ class LogSegment:
         """A reopened segment's age for rolling.  When its first batch was appended is not
         recorded, so count from the file's mtime (the last append): a reopened segment may
         roll late, never early, and client clocks play no part."""
-        self.rolling_ms = None if self.size == 0 else min(self.last_modified_ms, now_ms())
+        mtime, self._opened_mtime_ms = self._opened_mtime_ms, None
+        if mtime is None:
+            mtime = self.last_modified_ms
+        self.rolling_ms = None if self.size == 0 else min(mtime, now_ms())
 
     def rebuild_indexes(self) -> bool:
         """Rebuild both indexes from a (trusted) walk of the batches; False if the data does
