@@ -96,6 +96,12 @@ class _SparseIndex:
     def __len__(self) -> int:
         return len(self._offsets)
 
+    def absent(self) -> None:
+        """The file is known not to exist (a directory listing said so): a flush without
+        entries need not look."""
+        if not len(self._offsets):
+            self._file_entries, self._synced = 0, True
+
     @property
     def written(self) -> bool:
         """Whether the file holds entries (so it must exist)."""

@@ -245,7 +245,11 @@ class LogSegment:
         two index files the directory holds (0: a small segment's, rebuilt at once).
         """
         if not files:
-            return self.rebuild_indexes()
+            rebuilt = self.rebuild_indexes()
+            if not len(self.offset_index):  # (else flush_indexes writes both files)
+                self.offset_index.absent()
+                self.time_index.absent()
+            return rebuilt
         try:
             self.offset_index.load(self.size)
             self.time_index.load()
