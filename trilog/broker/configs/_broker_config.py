@@ -305,7 +305,7 @@ PROPERTIES: tuple[Property, ...] = (
              "Most partitions one topic may have (INVALID_PARTITIONS above it).", low=1),
     Property("max.broker.partitions", _int, 10_000,
              "Most partitions this broker may hold (POLICY_VIOLATION above it).  Partitions "
-             "cost memory (about 10 KB each), not descriptors: segment files are opened "
+             "cost memory (about 6 KB each), not descriptors: segment files are opened "
              "lazily, at most what `ulimit -n` leaves beside the connections' floor and a "
              "reserve.", low=1),
     Property("log.retention.hours", _int, 168, "Delete segments older than this (hours).", low=-1),
