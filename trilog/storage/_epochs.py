@@ -321,19 +321,17 @@ def load_leader_epochs(
     missing file, not a corrupt one, means none): no walk of every header, and no file
     written for an empty cache."""
     path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE)
-    stored = [] if none_if_missing else read_checkpoint(path)
+    found = None if none_if_missing else read_checkpoint(path)
+    stored: list[EpochEntry] = [] if found is None else found
+    write = False
     if discard:
         stored, write = [], True
-    elif none_if_missing:
-        write = False
-    elif stored is None:
+    elif found is None and not none_if_missing:
         stored = [] if empty else epochs_from_batches(batch_epochs)
         write = not empty
         if write:
             logger.info("%s: rebuilt the leader-epoch cache from the batch headers: %s",
                         directory, [tuple(e) for e in stored])
-    else:
-        write = False
     cut = LeaderEpochCache(None, stored)
     cut.truncate_from_end(log_end_offset)
     cut.truncate_from_start(log_start_offset)
