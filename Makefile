@@ -1,7 +1,7 @@
 # trilog: `make run` starts a broker on the embedded default; `make test` runs the whole suite.
 # Both create .venv. `make run` installs what a broker needs and nothing more (no Spark, no
-# test tools); `make test` adds the `spark` and `test` extras and makes sure a ZooKeeper and
-# kcat are installed.
+# test tools); `make test` adds the `spark` and `test` extras and makes sure a ZooKeeper,
+# kcat and Chromium are installed.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -10,7 +10,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # the package's build inputs: a change to any of them installs again
 BUILD_INPUTS := pyproject.toml setup.py trilog/records/_speedups.c
 
-.PHONY: install install-all compiler zookeeper kcat run cluster test bench clean
+.PHONY: install install-all compiler zookeeper kcat chromium run cluster test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ zookeeper: $(VENV)/.installed
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y zookeeper; \
 	  $(BIN)/trilog zookeeper --check; }
 
+# Chromium and its WebDriver (Debian's packages), for the console's browser tests.
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  echo "installing Debian's chromium and chromium-driver (for the console's tests)"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium chromium-driver; }
+
 # kcat (Debian's package), one of the independent Kafka clients the tests check trilog with.
 kcat:
 	@command -v kcat >/dev/null || { \
@@ -61,8 +67,11 @@ run: install
 cluster: install zookeeper
 	$(BIN)/trilog cluster --brokers 3
 
-test: install-all kcat
-	$(BIN)/python -m pytest
+# The suite runs on TEST_WORKERS processes (pytest-xdist; each test module whole on one of
+# them): most tests wait on brokers and ZooKeeper, so two workers fit two cores.
+TEST_WORKERS ?= 2
+test: install-all kcat chromium
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: install-all
 	$(BIN)/python benchmarks/storage_append.py

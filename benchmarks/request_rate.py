@@ -1,32 +1,36 @@
 """Request rate: small requests on one connection with one in flight, and the broker's CPU
-time per request, beside the floor of any trio server measured in the same run.
+time per request, beside a floor measured in the same run.
 
 A ``trilog broker`` runs as a child process on a free loopback port (``_common.BrokerProcess``);
-its CPU time (user + sys, ``/proc/<pid>/stat``) is read before and after each phase.  The client
-is this process: a blocking socket that sends one request, reads its answer, and sends the
-next, timing each round trip.  Phases:
+its CPU time (user + sys, ``/proc/<pid>/stat``) is read before and after each phase.  The
+floor is a minimal trio server (a child process) that speaks just enough Kafka for a
+producer: ApiVersions, Metadata v0-v1 and Produce v3, one partition led by itself, every
+answer made once at start, no storage.  It is the cost of trio, the loopback and the client,
+with no broker in it.  Each phase runs against the floor and then the broker, ``--rounds``
+times alternating; medians are shown.  Phases:
 
-  floor         the same client against a minimal trio server (a child process) that splits
-                the frames and answers each with bytes of a produce answer's size: the cost
-                of trio, the loopback and this client, with no Kafka in it.
-  api-versions  ApiVersions v0 (the smallest request; its answer is made once).
-  produce       Produce v3, acks=1, one record of ``--value-bytes`` per request (the
-                latency-sensitive configuration: ``linger.ms=0``, one in flight).
-  kafka-python  the same produce through kafka-python, ``send(...).get()`` per record
-                (acks=1, ``linger_ms=0``): the figure a pure-Python Kafka client gets, its
-                own per-record cost included.
-  pipelined     (if confluent-kafka is installed) librdkafka with ``linger.ms=0`` and its
-                default pipelining, paced at ``--rate`` records/s for ``--seconds``: delivery
-                latency percentiles and the broker's memory, which must not grow with a queue
-                (a connection that sends faster than it is answered is slowed by TCP, since
-                the broker reads a connection's next request only after answering the last).
+  api-versions        ApiVersions v0 (the smallest request), from a blocking socket client
+                      that sends one request, reads its answer and sends the next.
+  metadata v1         Metadata v1 for one topic, the same client.
+  produce acks=1      Produce v3, acks=1, one record of ``--value-bytes`` per request, the
+                      same client.
+  librdkafka produce  confluent-kafka (librdkafka) with one record per request and one in
+                      flight: ``linger.ms`` 0, ``batch.num.messages`` 1,
+                      ``max.in.flight.requests.per.connection`` 1, acks=1 (issue 27's
+                      configuration; target: at least 0.8x the floor).
 
-Issue 14's target is 20,000 single-record produce requests/s on one connection (at most
-50 us of broker time per request).  Absolute figures swing by tens of percent on this VM:
-compare each phase with the floor of the same run.
+Against the broker only:
 
-    .venv/bin/python benchmarks/request_rate.py                  # 5 s per phase
-    .venv/bin/python benchmarks/request_rate.py --seconds 10 --rate 5000
+  kafka-python        the same produce through kafka-python, ``send(...).get()`` per record
+                      (acks=1, ``linger_ms=0``): the figure a pure-Python Kafka client gets.
+  pipelined           librdkafka with ``linger.ms=0`` and its default pipelining, paced at
+                      ``--rate`` records/s for ``--seconds``: delivery latency percentiles
+                      and the broker's memory, which must not grow with a queue.
+
+Absolute figures swing by tens of percent on this VM: compare each phase with its floor.
+
+    .venv/bin/python benchmarks/request_rate.py                  # 5 s per phase, 3 rounds
+    .venv/bin/python benchmarks/request_rate.py --seconds 10 --rounds 5
 """
 
 from __future__ import annotations
@@ -49,17 +53,51 @@ from trilog import protocol as p  # noqa: E402
 from trilog.records import build_batch  # noqa: E402
 
 _SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhi")  # a request header's api key, version, correlation id
 
 
 # -- the floor: a minimal trio server ---------------------------------------------------------
 
 
-def _floor_server(port_queue, answer_size: int) -> None:
+def _kafka_floor_server(port_queue, topic: str) -> None:
+    """The floor for Kafka clients: a trio server that speaks just enough Kafka for a
+    producer (ApiVersions, Metadata v0-v1, Produce v3, one partition led by itself), every
+    answer made once at start (only its correlation id is written per request), no storage."""
     import trio
 
-    answer = _SIZE.pack(answer_size) + bytes(answer_size)
+    listeners_ready: list = []
+
+    def answers(port: int) -> dict[tuple[int, int], bytes]:
+        keys = {p.ApiKey.API_VERSIONS: (0, 2), p.ApiKey.METADATA: (0, 1),
+                p.ApiKey.PRODUCE: (3, 3)}
+        versions = p.ApiVersionsResponse(error_code=0, throttle_time_ms=0, api_keys=[
+            p.ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
+            for k, (lo, hi) in keys.items()])
+        M = p.MetadataResponse
+        metadata = M(brokers=[M.MetadataResponseBroker(node_id=0, host="127.0.0.1",
+                                                       port=port)],
+                     cluster_id=None, controller_id=0, topics=[M.MetadataResponseTopic(
+                         error_code=0, name=topic, is_internal=False, partitions=[
+                             M.MetadataResponseTopic.MetadataResponsePartition(
+                                 error_code=0, partition_index=0, leader_id=0,
+                                 replica_nodes=[0], isr_nodes=[0])])])
+        R = p.ProduceResponse
+        produce = R(throttle_time_ms=0, responses=[R.TopicProduceResponse(
+            name=topic, partition_responses=[R.TopicProduceResponse.PartitionProduceResponse(
+                index=0, error_code=0, base_offset=0, log_append_time_ms=-1,
+                log_start_offset=0)])])
+        made = {(int(p.ApiKey.API_VERSIONS), v): p.encode_response(versions, v, 0)
+                for v in range(3)}
+        # a newer client's first ApiVersions (v3+): Kafka's fallback, as the broker answers
+        made.update({(int(p.ApiKey.API_VERSIONS), v): p.encode_api_versions_fallback(
+            0, {int(k): r for k, r in keys.items()}) for v in range(3, 5)})
+        made.update({(int(p.ApiKey.METADATA), v): p.encode_response(metadata, v, 0)
+                     for v in range(2)})
+        made[(int(p.ApiKey.PRODUCE), 3)] = p.encode_response(produce, 3, 0)
+        return made
 
     async def serve(stream) -> None:
+        made = listeners_ready[0]
         sock = stream.socket
         fd = sock.fileno()
         buf = bytearray()
@@ -76,12 +114,18 @@ def _floor_server(port_queue, answer_size: int) -> None:
                 n = _SIZE.unpack_from(buf)[0]
                 if len(buf) < 4 + n:
                     break
+                key, version, correlation = _HEADER.unpack_from(buf, 4)
+                answer = made.get((key, version))
+                if answer is None:
+                    return  # not a request this floor knows: close
                 del buf[:4 + n]
-                os.write(fd, answer)
+                os.write(fd, answer[:4] + _SIZE.pack(correlation) + answer[8:])
 
     async def main() -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        port_queue.put(listeners[0].socket.getsockname()[1])
+        port = listeners[0].socket.getsockname()[1]
+        listeners_ready.append(answers(port))
+        port_queue.put(port)
         await trio.serve_listeners(serve, listeners)
 
     trio.run(main)
@@ -158,6 +202,50 @@ def kafka_python_sync(bootstrap: str, topic: str, seconds: float, value_bytes: i
         producer.close()
 
 
+# -- librdkafka, one record per request ----------------------------------------------------
+
+
+def librdkafka_single(bootstrap: str, topic: str, seconds: float, value_bytes: int,
+                      pid: int) -> dict | None:
+    """librdkafka with one record per request and one request in flight (``linger.ms`` 0,
+    ``batch.num.messages`` 1, ``max.in.flight`` 1, acks=1): requests/s is records delivered
+    per second, the server's (``pid``) CPU per request beside it."""
+    try:
+        from confluent_kafka import Producer
+    except ImportError:
+        return None
+    delivered = [0]
+
+    def done(err, _msg) -> None:
+        if err is None:
+            delivered[0] += 1
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1,
+                         "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1,
+                         "enable.idempotence": False, "queue.buffering.max.messages": 100_000})
+    value = b"v" * value_bytes
+
+    def run(until: float) -> None:
+        while time.perf_counter() < until:
+            # keep a few hundred records queued, so a request is always ready to go
+            while len(producer) < 500:
+                producer.produce(topic, value, partition=0, on_delivery=done)
+            producer.poll(0.001)
+
+    try:
+        run(time.perf_counter() + 1.0)  # warm-up: connections, metadata
+        meter = CpuMeter(pid)
+        first = delivered[0]
+        meter.start()
+        run(time.perf_counter() + seconds)
+        cpu = meter.stop()
+        n = delivered[0] - first
+        return {"requests/s": n / cpu["wall"], "cpu_us": cpu["proc_cpu"] / max(n, 1) * 1e6}
+    finally:
+        producer.purge()
+        producer.flush(10)
+
+
 # -- pipelined: librdkafka ------------------------------------------------------------------
 
 
@@ -216,56 +304,83 @@ def _rss(pid: int) -> int:
 # -- main -------------------------------------------------------------------------------------
 
 
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def _phases(address: tuple[str, int], frames: dict[str, bytes], seconds: float, pid: int,
+            value_bytes: int) -> dict[str, dict]:
+    """One round of the phases that run against both the floor and the broker."""
+    out = {name: one_in_flight(address, frame, seconds, pid) for name, frame in frames.items()}
+    single = librdkafka_single(f"{address[0]}:{address[1]}", "rate", seconds, value_bytes, pid)
+    if single is not None:
+        out["librdkafka produce"] = single
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each phase")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of floor and broker, alternating (medians are shown)")
     parser.add_argument("--value-bytes", type=int, default=100, help="record value size")
     parser.add_argument("--rate", type=int, default=10_000,
                         help="records/s of the pipelined librdkafka phase")
     args = parser.parse_args(argv)
 
-    rows: list[tuple[str, dict]] = []
-    produce = produce_frame("rate", args.value_bytes)
-    # Floor: answers the size of a Produce v3 answer for one partition.
+    frames = {
+        "api-versions": p.encode_request(p.ApiVersionsRequest(), 0, 1, client_id="rate"),
+        "metadata v1": p.encode_request(p.MetadataRequest(topics=[
+            p.MetadataRequest.MetadataRequestTopic(name="rate")]), 1, 1, client_id="rate"),
+        "produce acks=1": produce_frame("rate", args.value_bytes),
+    }
+    floor_runs: list[dict[str, dict]] = []
+    broker_runs: list[dict[str, dict]] = []
     ctx = mp.get_context("spawn")
     ports = ctx.Queue()
-    server = ctx.Process(target=_floor_server, args=(ports, 4 + 4 + 2 + 4 + 4 + 2 + 8 + 8 + 4),
-                        daemon=True)
+    server = ctx.Process(target=_kafka_floor_server, args=(ports, "rate"), daemon=True)
     server.start()
     try:
-        port = ports.get(timeout=30)
-        rows.append(("floor (trio echo)", one_in_flight(("127.0.0.1", port), produce,
-                                                        args.seconds, server.pid)))
+        floor_address = ("127.0.0.1", ports.get(timeout=30))
+        with tempfile.TemporaryDirectory(prefix="trilog-rate-") as data, \
+                BrokerProcess(data) as broker:
+            create_topic(broker.address, "rate")
+            for _ in range(args.rounds):
+                floor_runs.append(_phases(floor_address, frames, args.seconds, server.pid,
+                                          args.value_bytes))
+                broker_runs.append(_phases(broker.address, frames, args.seconds, broker.pid,
+                                           args.value_bytes))
+            bootstrap = f"{broker.host}:{broker.port}"
+            kafka = kafka_python_sync(bootstrap, "rate", args.seconds, args.value_bytes,
+                                      broker.pid)
+            piped = pipelined(bootstrap, "rate", args.rate, args.seconds, args.value_bytes,
+                              broker.pid)
     finally:
         server.terminate()
         server.join(10)
 
-    with tempfile.TemporaryDirectory(prefix="trilog-rate-") as data, \
-            BrokerProcess(data) as broker:
-        create_topic(broker.address, "rate")
-        api_versions = p.encode_request(p.ApiVersionsRequest(), 0, 1, client_id="request-rate")
-        rows.append(("api-versions", one_in_flight(broker.address, api_versions,
-                                                   args.seconds, broker.pid)))
-        rows.append(("produce acks=1", one_in_flight(broker.address, produce, args.seconds,
-                                                     broker.pid)))
-        bootstrap = f"{broker.host}:{broker.port}"
-        kafka = kafka_python_sync(bootstrap, "rate", args.seconds, args.value_bytes,
-                                  broker.pid)
-        if kafka is not None:
-            rows.append(("kafka-python sync", kafka))
-        piped = pipelined(bootstrap, "rate", args.rate, args.seconds, args.value_bytes,
-                          broker.pid)
-
-    floor = rows[0][1]
-    print(f"one connection, one request in flight, {args.seconds:.0f} s per phase "
+    print(f"one connection, one request in flight, {args.seconds:.0f} s per phase, "
+          f"{args.rounds} rounds of floor and broker alternating, medians "
           f"({os.cpu_count()} cores)")
-    print(f"{'phase':20s} {'requests/s':>11s} {'x floor':>8s} {'server CPU us/req':>18s} "
-          f"{'p50 us':>8s} {'p99 us':>8s}")
-    for name, r in rows:
-        print(f"{name:20s} {r['requests/s']:11,.0f} {r['requests/s'] / floor['requests/s']:8.2f} "
-              f"{r['cpu_us']:18.1f} {r['p50_us']:8.0f} {r['p99_us']:8.0f}")
-    print("target: produce >= 20,000 requests/s, <= 50 us of broker CPU per request")
+    print("floor: a trio server speaking just enough Kafka (ApiVersions, Metadata v0-v1, "
+          "Produce v3), answers made once, no storage")
+    print(f"{'phase':20s} {'floor req/s':>12s} {'trilog req/s':>13s} {'x floor':>8s} "
+          f"{'broker CPU us/req':>18s} {'p50 us':>7s} {'p99 us':>7s}")
+    for name in broker_runs[0]:
+        floor = _median([r[name]["requests/s"] for r in floor_runs])
+        rate = _median([r[name]["requests/s"] for r in broker_runs])
+        cpu = _median([r[name]["cpu_us"] for r in broker_runs])
+        p50 = _median([r[name].get("p50_us", float("nan")) for r in broker_runs])
+        p99 = _median([r[name].get("p99_us", float("nan")) for r in broker_runs])
+        print(f"{name:20s} {floor:12,.0f} {rate:13,.0f} {rate / floor:8.2f} {cpu:18.1f} "
+              f"{p50:7.0f} {p99:7.0f}")
+    if kafka is not None:
+        print(f"{'kafka-python sync':20s} {'':12s} {kafka['requests/s']:13,.0f} {'':8s} "
+              f"{kafka['cpu_us']:18.1f} {kafka['p50_us']:7.0f} {kafka['p99_us']:7.0f}")
+    print("targets: librdkafka single-record produce >= 0.8x the floor (issue 27); "
+          "produce >= 20,000 requests/s, <= 50 us of broker CPU per request (issue 14)")
     if piped is None:
         print("pipelined: confluent-kafka is not installed; skipped")
     elif "p50_ms" not in piped:

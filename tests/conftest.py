@@ -178,6 +178,20 @@ class BrokerProcess:
             self._stderr.close()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) each test
+    module runs whole on one worker, so its module-scoped brokers start once; the Spark
+    modules share one group, so one worker starts the one Spark session of the run.  That
+    group is the longest: it goes first (a worker takes it while the other starts on the
+    rest), else the run would end with one worker on Spark and the other idle."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        group = "spark" if module.startswith("tests/spark/") else module
+        item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "numprocesses", None):
+        items.sort(key=lambda item: not item.nodeid.startswith("tests/spark/"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed test that started broker processes shows the end of each one's log."""

@@ -30,6 +30,9 @@ LONG_FUNCTIONS = {
 FORBIDDEN = {
     "trilog.broker": ("trilog.client", "trilog.sync", "trilog.spark", "trilog.cli"),
     "trilog.client": ("trilog.broker", "trilog.sync", "trilog.spark", "trilog.cli"),
+    # the console uses only the public clients, so it works against any Kafka broker
+    "trilog.console": ("trilog.broker", "trilog.sync", "trilog.spark", "trilog.cli",
+                       "trilog.zk"),
     "trilog.net": ("trilog.broker", "trilog.client", "trilog.storage", "trilog.zk"),
     "trilog.storage": ("trilog.broker", "trilog.client", "trilog.net", "trilog.zk"),
     "trilog.records": ("trilog.broker", "trilog.client", "trilog.net", "trilog.storage"),

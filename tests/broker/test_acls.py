@@ -162,6 +162,32 @@ async def test_acls_survive_a_restart_and_can_be_removed(broker_process, secured
         assert [b.entry.operation.title for b in left] == ["Describe"]
 
 
+async def test_add_and_remove_print_the_change_then_the_whole_list(secured, tmp_path):
+    """As kafka-acls: the ACLs changed under "Adding (Removing) ACLs for resource", then
+    every ACL the resource has now under "Current ACLs for resource"."""
+    _broker, address, _data = secured
+    resource = "`ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`:"
+    alice = " \t(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)"
+    bob = " \t(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)"
+    first = await acls(address, tmp_path, "admin", "--add", "--allow-principal", "User:alice",
+                       "--operation", "Write", "--topic", "orders")
+    assert first.returncode == 0, first.stderr
+    second = await acls(address, tmp_path, "admin", "--add", "--allow-principal", "User:bob",
+                        "--operation", "Read", "--topic", "orders")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == [
+        f"Adding ACLs for resource {resource}", bob, "",
+        f"Current ACLs for resource {resource}", alice, bob, "",
+        "Added 1 ACL(s)."]
+    removed = await acls(address, tmp_path, "admin", "--remove", "--allow-principal",
+                         "User:alice", "--topic", "orders")
+    assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.splitlines() == [
+        f"Removing ACLs for resource {resource}", alice, "",
+        f"Current ACLs for resource {resource}", bob, "",
+        "Removed 1 ACL(s)."]
+
+
 async def test_acl_apis_without_an_authorizer_say_security_is_disabled(broker_process):
     broker = broker_process()
     async with trilog.open_admin(broker.bootstrap) as admin:

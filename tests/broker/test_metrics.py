@@ -93,6 +93,10 @@ class FakeSource:
     def under_replicated_partitions(self):
         return 0
 
+    def quotas(self):
+        return [("producer_byte_rate", "", "app", 1024.5, 1500, 2),
+                ("request_percentage", "alice", "app", 12.5, 0, 0)]
+
 
 def scrape(source) -> str:
     return generate_latest(registry_for(source)).decode()
@@ -408,3 +412,15 @@ async def test_a_busy_metrics_port_is_a_clear_error(tmp_path):
             async with open_broker({"port": 0, "log.dirs": str(tmp_path / "data"),
                                     "metrics.port": port}):
                 pass
+
+
+def test_client_quota_rates_and_throttle_times_are_served_per_user_and_client_id():
+    scraped = samples(scrape(FakeSource()))
+    assert value(scraped, "trilog_quota_byte_rate", type="Produce", user="",
+                 client_id="app") == 1024.5
+    assert value(scraped, "trilog_quota_throttle_time_ms_total", type="Produce", user="",
+                 client_id="app") == 1500
+    assert value(scraped, "trilog_quota_throttled_responses_total", type="Produce", user="",
+                 client_id="app") == 2
+    assert value(scraped, "trilog_quota_request_time_percent", user="alice",
+                 client_id="app") == 12.5

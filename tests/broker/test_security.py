@@ -216,6 +216,8 @@ def test_confluent_kafka_without_a_certificate_is_refused_when_one_is_required(
                                  **librdkafka_security("SSL", None, certs)})
     assert errors and errors[0].code() in (KafkaError._SSL, KafkaError._TRANSPORT,
                                            KafkaError._ALL_BROKERS_DOWN), errors
+    # The broker's TLS alert says why (not only "connection closed by peer").
+    assert "certificate" in errors[0].str(), errors
     with_cert = AdminClient({"bootstrap.servers": bootstrap,
                              **librdkafka_security("SSL", None, certs),
                              "ssl.certificate.location": certs["client_cert"],

@@ -22,7 +22,9 @@ from broker_helpers import (
     produce_request,
     only_partition,
     roundtrip,
+    wait_for,
 )
+from replication_helpers import live_brokers
 
 from trilog import protocol as p
 from trilog.broker.configs._broker_config import BrokerConfig
@@ -311,6 +313,8 @@ def test_kafka_python_and_confluent_kafka_describe_and_alter(broker_process):
 @pytest.mark.slow
 def test_a_change_through_one_broker_reaches_every_broker(broker_process, zookeeper):
     brokers = [broker_process(broker_id=i, zookeeper=zookeeper) for i in (1, 2)]
+    # (the creating broker places replicas on the brokers it knows of: wait until it knows)
+    wait_for(lambda: sorted(live_brokers(brokers[0])) == [1, 2], what="broker 1 to see 2")
     with connect(brokers[0].bootstrap) as sock:
         assert create_with_configs(sock, "spread", {"max.message.bytes": "300"},
                                    partitions=4).error_code == 0

@@ -202,6 +202,35 @@ def test_offsets_sent_to_a_transaction_move_with_it(broker):
         f"out-{i}".encode() for i in range(4)]
 
 
+def _offset_fetch(broker, group: str, topic: str, require_stable: bool):
+    with connect(broker.bootstrap) as sock:
+        request = p.OffsetFetchRequest(group_id=group, require_stable=require_stable, topics=[
+            p.OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+        part = roundtrip(sock, request, 7).topics[0].partitions[0]
+        return part.error_code, part.committed_offset
+
+
+def test_offsets_of_an_open_transaction_are_unstable_to_a_read_committed_fetch(broker):
+    # KIP-447: a consumer that asks for stable offsets (OffsetFetch v7 require_stable, as
+    # a read_committed consumer does) is told UNSTABLE_OFFSET_COMMIT while a transaction's
+    # offsets are pending, instead of the older offsets it would replay records from.
+    source = _topic(broker)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                         "group.id": group, "enable.auto.commit": False})
+    producer = _producer(broker, f"tx-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([confluent_kafka.TopicPartition(source, 0, 7)],
+                                         consumer.consumer_group_metadata(), 20)
+    assert _offset_fetch(broker, group, source, require_stable=True) == (88, -1)
+    assert _offset_fetch(broker, group, source, require_stable=False) == (0, -1)
+    producer.commit_transaction(20)
+    assert wait_for(lambda: _offset_fetch(broker, group, source, True) == (0, 7),
+                    what="the committed transaction's offset")
+    consumer.close()
+
+
 def _find_txn_coordinator(broker, tid: str) -> int:
     with connect(broker.bootstrap) as sock:
         def found():

@@ -123,16 +123,29 @@ async def test_a_bootstrap_server_without_a_port_is_a_bad_option(tool):
            "(e.g. 127.0.0.1:9092)" in done.stderr
 
 
-async def test_a_plaintext_tool_at_a_tls_listener_hears_of_command_config(broker_process,
-                                                                         tmp_path):
+async def test_a_plaintext_tool_at_a_tls_or_sasl_listener_hears_of_command_config(
+        broker_process, tmp_path):
+    """A TLS listener closes a plaintext client at its first bytes, a SASL listener at its
+    first request after ApiVersions: the tool says which it likely met, and what to set."""
     certs = make_certs(tmp_path)
-    tls = broker_process(overrides={"listeners": "SSL://127.0.0.1:0",
+    tls = broker_process(overrides={"listeners": "SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
                                     "ssl.certfile": certs["server"], "ssl.cafile": certs["ca"]})
     done = await cli("topics", "--list", "--bootstrap-server", tls.bootstrap,
                      "--bootstrap-timeout-ms", "1000")
     assert done.returncode == 1
-    assert "TLS or SASL listener: connect with its security_protocol" in done.stderr
-    assert "trilog's tools take them from --command-config FILE" in done.stderr
+    assert done.stderr.strip() == (
+        f"trilog topics: no broker answered at {tls.bootstrap}: broker {tls.bootstrap} closed "
+        "the connection during the first request: is it a TLS (SSL) listener? set "
+        "security.protocol in --command-config FILE (security.protocol=SSL or SASL_SSL, "
+        "ssl.ca.location=..., ...; see docs/security.md)")
+    sasl = tls.listener("SASL_PLAINTEXT")
+    done = await cli("acls", "--list", "--bootstrap-server", sasl)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"trilog acls: broker {sasl} closed the connection at its first request after "
+        "ApiVersions: is it a SASL listener? set security.protocol (SASL_PLAINTEXT or "
+        "SASL_SSL), sasl.mechanism and the login in --command-config FILE (see "
+        "docs/security.md)")
     config = tmp_path / "client.properties"
     config.write_text(f"security.protocol=SSL\nssl.ca.location={certs['ca']}\n")
     fixed = await cli("topics", "--list", "--bootstrap-server", tls.bootstrap,

@@ -6,6 +6,7 @@ from trilog.protocol import (
     API_VERSIONS,
     BOOLEAN,
     BYTES,
+    FLOAT64,
     INT8,
     INT16,
     INT32,
@@ -34,6 +35,8 @@ def _value(rng, t, nullable, nulls):
         return rng.choice([-(2**bits), 2**bits - 1, rng.randint(-(2**bits), 2**bits - 1)])
     if t is BOOLEAN:
         return rng.choice([True, False])
+    if t is FLOAT64:
+        return rng.choice([0.0, 1048576.0, 12.5, -1.0])
     if t is STRING:
         return rng.choice(["", "t\u00e9st", "topic-" + str(rng.randint(0, 999))])
     if t in (BYTES, RECORDS):

@@ -102,7 +102,7 @@ def test_truncated_bodies_raise_remote_protocol_error(cls, version):
 
 def test_registries_cover_the_brief():
     expected = {
-        0: (0, 7), 1: (0, 10), 2: (0, 4), 3: (0, 7), 8: (0, 7), 9: (0, 5), 10: (0, 3),
+        0: (0, 7), 1: (0, 10), 2: (0, 4), 3: (0, 7), 8: (0, 7), 9: (0, 7), 10: (0, 3),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 2), 18: (0, 2),
         19: (0, 3), 20: (0, 3), 21: (0, 1), 22: (0, 4), 32: (0, 3), 33: (0, 1), 35: (0, 1),
         37: (0, 1), 42: (0, 1), 44: (0, 0), 47: (0, 0),
@@ -112,6 +112,8 @@ def test_registries_cover_the_brief():
         17: (0, 1), 36: (0, 1), 29: (0, 1), 30: (0, 1), 31: (0, 1),
         # Transactions (issue 24)
         24: (0, 3), 25: (0, 3), 26: (0, 3), 27: (0, 1), 28: (0, 3), 65: (0, 0), 66: (0, 1),
+        # Client quotas (issue 25): KIP-546, v1 flexible
+        48: (0, 1), 49: (0, 1),
     }  # fmt: skip
     assert dict(API_VERSIONS) == expected
     assert set(REQUEST_CLASSES) == set(RESPONSE_CLASSES) == set(expected)

@@ -47,6 +47,23 @@ def test_client_and_server_agree(mechanism, user):
         server.respond(b"n,,n=x,r=y")
 
 
+def test_unknown_scram_extensions_are_ignored_as_kafka_does():
+    """Extensions after the nonce (Kafka's tokenauth=true, a client's own) change nothing:
+    the login completes, and they stay part of the signed message.  One that is not
+    key=value is still malformed."""
+    credential = ScramCredential.create("SCRAM-SHA-256", "secret")
+    for extensions in (",tokenauth=true", ",x=1,traceid=abc=def"):
+        server = ScramServer("SCRAM-SHA-256", lambda name: credential)
+        client = ScramClient("SCRAM-SHA-256", "alice", "secret")
+        client._first_bare += extensions  # what the client signs, and sends
+        first = server.respond(client.first_message())
+        client.verify(server.respond(client.final_message(first)))
+        assert server.complete and server.username == "alice"
+    server = ScramServer("SCRAM-SHA-256", lambda name: credential)
+    with pytest.raises(SaslError, match="not an extension"):
+        server.respond(b"n,,n=alice,r=abc,novalue")
+
+
 @pytest.mark.parametrize("password, user", [("wrong", "alice"), ("secret", "mallory")])
 def test_a_wrong_password_or_unknown_user_fails_alike(password, user):
     credential = ScramCredential.create("SCRAM-SHA-256", "secret")

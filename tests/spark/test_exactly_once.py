@@ -174,8 +174,10 @@ def _wait(predicate, what: str, process, timeout: float = 300) -> None:
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
-def test_a_driver_killed_mid_batch_restarts_from_its_checkpoint(broker, tmp_path, guarantee):
+def test_a_driver_killed_mid_batch_restarts_from_its_checkpoint(broker, tmp_path):
+    # (exactly once only: at least once, a batch replayed whole after a restart is Spark's
+    # own checkpoint recovery, the same with any sink; this is the suite's longest test)
+    guarantee = "exactly_once"
     inputs = _inputs(300)  # batches of 600: offsets 0-149, then 150-299 of each partition
     produce(broker.bootstrap, "in", inputs)
     checkpoint = tmp_path / "ckpt"
@@ -187,10 +189,9 @@ def test_a_driver_killed_mid_batch_restarts_from_its_checkpoint(broker, tmp_path
         # to commit once task 0 is done) while partition 0's stalls mid-write.
         _wait(lambda: len(read_back(broker.bootstrap, "out")) >= 600 + 3 * 150 + 20,
               "batch 1 written by tasks 1-3", first)
-        if guarantee == "exactly_once":
-            query_id = (tmp_path / "query-id").read_text().strip()
-            ids = [transactional_id("trilog-spark", query_id, p) for p in range(4)]
-            assert {_recorded(broker.bootstrap, i) for i in ids} == {0}  # not committed
+        query_id = (tmp_path / "query-id").read_text().strip()
+        ids = [transactional_id("trilog-spark", query_id, p) for p in range(4)]
+        assert {_recorded(broker.bootstrap, i) for i in ids} == {0}  # not committed
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
@@ -202,12 +203,7 @@ def test_a_driver_killed_mid_batch_restarts_from_its_checkpoint(broker, tmp_path
     everything = read_back(broker.bootstrap, "out")
     assert sum(_values(everything).values()) > len(inputs)  # the killed attempt's rows
     committed = _values(read_back(broker.bootstrap, "out", "read_committed"))
-    if guarantee == "exactly_once":
-        assert committed == expected
-    else:
-        # Batch 1 replayed whole: tasks 1-3's rows and task 0's first rows twice.
-        assert set(committed) == set(expected)
-        assert sum(committed.values()) >= len(inputs) + 3 * 150 + 20
+    assert committed == expected
 
 
 def _write(options, rows: list[bytes], batch_id: int, partition_id: int):

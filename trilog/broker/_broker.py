@@ -10,15 +10,18 @@ listeners (their ports are part of the broker's registration); ``open_cluster``
 then ``Broker`` builds its parts, each given what it uses when it is made (``Broker.__init__``
 is the one place that knows them all), and one nursery holds their tasks: the network, the
 log tasks (flushes, retention, the log cleaner), the replica manager, the group and
-transaction coordinators and, in a cluster, the replicas' leadership (fetchers) and the controller.
+transaction coordinators, the quotas' change notifications and, in a cluster, the
+replicas' leadership (fetchers) and the controller.
 
 The parts: the replica manager (``replication/``: the one append path; standalone it leads
 every partition) under the APIs that read and write partitions (``apis/``), the group
-coordinator (``groups/``), the transaction coordinator (``transactions/``), security (``security/``: the ACLs' ``Access`` every API asks,
-SASL logins), and in a ZooKeeper cluster the controller's word on this broker's replicas,
-its controlled shutdown and the controller's own work (``controller/``).  Every part that
-answers requests says which with ``apis()``; the request dispatcher (``network/``) takes
-them all.
+coordinator (``groups/``), the transaction coordinator (``transactions/``), security
+(``security/``: the ACLs' ``Access`` every API asks, SASL logins), the client quotas
+(``quotas/``: every request counted by the dispatcher's hook, a throttled connection muted
+by the network), and in a ZooKeeper cluster the controller's word on this broker's
+replicas, its controlled shutdown and the controller's own work (``controller/``).  Every
+part that answers requests says which with ``apis()``; the request dispatcher
+(``network/``) takes them all.
 
 Clean shutdown, in order: make a running log cleaning give up; in a cluster move this
 broker's leaderships away (controlled shutdown) and resign the controller's place; stop
@@ -63,6 +66,7 @@ from trilog.broker.apis import (
     ListOffsetsApi,
     MetadataApi,
     ProduceApi,
+    QuotaApis,
     TopicApis,
     TxnMarkerApi,
 )
@@ -88,6 +92,14 @@ from trilog.broker.network import (
     inter_broker_security,
     server_ssl_context,
     tls_principal,
+)
+from trilog.broker.quotas import (
+    ClientQuotas,
+    QuotaManager,
+    RateConfig,
+    RequestQuotas,
+    ZooKeeperQuotaStore,
+    standalone_quota_store,
 )
 from trilog.broker.replication import (
     ControlledShutdown,
@@ -177,12 +189,19 @@ class Broker:
             ProducerIds(config.broker_id, config.log_dirs[0]), self.txn_markers.write,
             inter_broker_security(config) if clustered else None)
         self.users = _user_store(config, cluster)
+        #: the client quotas (quotas/: the calculator, its store, the requests' hook)
+        self.quotas = ClientQuotas(
+            ZooKeeperQuotaStore(cluster.zk) if isinstance(cluster, ZooKeeperCluster)
+            else standalone_quota_store(config.log_dirs),
+            QuotaManager(RateConfig(config["quota.window.num"],
+                                    config["quota.window.size.seconds"] * 1000)))
         sasl = SaslAuthenticator(config["sasl.enabled.mechanisms"], self.users)
         self.dispatcher = RequestDispatcher(
             self._services(access, sasl), max_request_bytes=config["socket.request.max.bytes"],
             metrics=self.metrics,
             gate=partial(refused_request, access) if access.enabled else None,
-            before_login=sasl.before_login, raw_login=sasl.raw_token)
+            before_login=sasl.before_login, raw_login=sasl.raw_token,
+            throttle=RequestQuotas(self.quotas.manager))
         self.network = Network(
             self.dispatcher.handle, listeners,
             max_request_bytes=config["socket.request.max.bytes"],
@@ -213,7 +232,8 @@ class Broker:
         config, cluster, replicas = self.config, self.cluster, self.replicas
         services: list[ApiService] = [
             ProduceApi(replicas, access, self.metrics),
-            FetchApi(replicas, self.purgatory, access, self.metrics, self.limiter),
+            FetchApi(replicas, self.purgatory, access, self.metrics, self.limiter,
+                     self.quotas.manager),
             ListOffsetsApi(replicas, access, self.limiter),
             MetadataApi(cluster, access, auto_create=config["auto.create.topics.enable"]),
             TopicApis(cluster, access, self.metrics,
@@ -223,6 +243,7 @@ class Broker:
             self.txn_markers,
             AdminApis(cluster, self.logs, self.coordinator, access, self.limiter),
             ConfigApis(config, cluster, access),
+            QuotaApis(self.quotas, access),
             self.coordinator,
             sasl,
             self.acls if self.acls is not None else AclsDisabled(),
@@ -282,6 +303,8 @@ class Broker:
         config = self.config
         async with trio.open_nursery() as nursery:
             await self.users.check()  # a damaged store stops the broker (_json_store.py)
+            await self.quotas.load_all()  # likewise
+            nursery.start_soon(self.quotas.follow_changes)
             if self.acls is not None:
                 await self.acls.load()  # before any request is served
                 nursery.start_soon(self.acls.run)
@@ -367,6 +390,10 @@ class BrokerSource:
         # _cleaner_manager.py's vocabulary); a broker without one has no cleaner metrics.
         cleaner = self._broker.cleaner
         return None if cleaner is None else cleaner.statistics()
+
+    def quotas(self) -> Iterable[tuple[str, str, str, float, int, int]]:
+        stats = self._broker.quotas.manager.statistics(trio.current_time() * 1000)
+        return [(*key, rate, throttle_ms, count) for key, rate, throttle_ms, count in stats]
 
     def under_replicated_partitions(self) -> int:
         replicas = self._broker.replicas

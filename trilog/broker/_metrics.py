@@ -127,7 +127,23 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("trilog_consumer_group_lag_read_committed", "gauge", "group, topic, partition",
      "Last stable offset less the committed offset: the lag of a read_committed consumer, "
      "which cannot read past a transaction still open."),
+    ("trilog_quota_byte_rate", "gauge", "type, user, client_id",
+     "Kafka's byte-rate: the bytes per second a client quota measures now (type Produce: "
+     "request bytes, Fetch: fetched record bytes), over quota.window.num windows; user or "
+     "client_id empty when the quota is shared by all of them."),
+    ("trilog_quota_request_time_percent", "gauge", "user, client_id",
+     "Kafka's request-time: the share of one request handler's time (percent) a "
+     "request_percentage quota measures now."),
+    ("trilog_quota_throttle_time_ms_total", "counter", "type, user, client_id",
+     "Kafka's throttle-time, summed: milliseconds of throttle given in answers (type "
+     "Produce, Fetch or Request: the quota that set it)."),
+    ("trilog_quota_throttled_responses_total", "counter", "type, user, client_id",
+     "Answers throttled by a client quota."),
 )
+
+#: quota key -> the ``type`` label of the quota metrics (Kafka's quota types)
+QUOTA_TYPES = {"producer_byte_rate": "Produce", "consumer_byte_rate": "Fetch",
+               "request_percentage": "Request"}
 
 
 # -- plain counters (the hot paths' side) --------------------------------------------------------
@@ -370,6 +386,11 @@ class MetricsSource(Protocol):
 
     def under_replicated_partitions(self) -> int: ...
 
+    def quotas(self) -> Iterable[tuple[str, str, str, float, int, int]]:
+        """``(quota key, user, client id, rate now, throttle ms given, answers throttled)``
+        of every client quota rate kept (``QuotaManager.statistics``)."""
+        ...
+
 
 class BrokerCollector:
     """A prometheus_client custom collector: every metric of :data:`METRICS`, built from
@@ -391,6 +412,28 @@ class BrokerCollector:
         if cleaner is not None:
             yield from _cleaner(cleaner)
         yield from self._groups(source)
+        yield from self._quotas(source.quotas())
+
+    def _quotas(self, rates: Iterable[tuple[str, str, str, float, int, int]]
+                ) -> Iterator[Metric]:
+        labels = ["type", "user", "client_id"]
+        byte_rate = GaugeMetricFamily("trilog_quota_byte_rate", _doc("trilog_quota_byte_rate"),
+                                      labels=labels)
+        request_time = GaugeMetricFamily("trilog_quota_request_time_percent",
+                                         _doc("trilog_quota_request_time_percent"),
+                                         labels=labels[1:])
+        throttle, throttled = (
+            CounterMetricFamily(n, _doc(n + "_total"), labels=labels)
+            for n in ("trilog_quota_throttle_time_ms", "trilog_quota_throttled_responses"))
+        for key, user, client_id, rate, throttle_ms, count in sorted(rates):
+            kind = QUOTA_TYPES.get(key, key)
+            if kind == "Request":
+                request_time.add_metric([user, client_id], rate)
+            else:
+                byte_rate.add_metric([kind, user, client_id], rate)
+            throttle.add_metric([kind, user, client_id], throttle_ms)
+            throttled.add_metric([kind, user, client_id], count)
+        yield from (byte_rate, request_time, throttle, throttled)
 
     def _topics(self, requests: RequestMetrics) -> Iterator[Metric]:
         names = ("trilog_topic_bytes_in", "trilog_topic_records_in", "trilog_topic_bytes_out")

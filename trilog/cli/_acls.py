@@ -1,5 +1,9 @@
 """``trilog acls``: add, remove and list ACLs through the brokers (like ``kafka-acls.sh``).
-The work is ``Admin.create_acls``, ``describe_acls`` and ``delete_acls``."""
+The work is ``Admin.create_acls``, ``describe_acls`` and ``delete_acls``.
+
+As kafka-acls does, ``--add`` and ``--remove`` print the ACLs they changed under "Adding
+(Removing) ACLs for resource", then each resource's whole list as it is now under "Current
+ACLs for resource" (read back from the brokers), and ``--list`` prints the lists alone."""
 
 from __future__ import annotations
 
@@ -143,14 +147,16 @@ async def _main(args) -> int:
                 if problem:
                     raise UsageError(problem)
             await admin.create_acls(bindings)
-            print(f"Added {len(bindings)} ACL(s):")
-            _print(bindings)
+            _print(bindings, "Adding ACLs for resource")
+            await _print_current(admin, bindings)
+            print(f"Added {len(bindings)} ACL(s).")
             return 0
         if args.remove:
             filters = _remove_filters(args, resources, pattern_type)
             removed = await admin.delete_acls(filters)
-            print(f"Removed {len(removed)} ACL(s):")
-            _print(removed)
+            _print(removed, "Removing ACLs for resource")
+            await _print_current(admin, removed)
+            print(f"Removed {len(removed)} ACL(s).")
             return 0
         filters = [AclBindingFilter(kind, name, pattern_type, args.principal)
                    for kind, name in resources] or [
@@ -176,14 +182,35 @@ def _remove_filters(args, resources, pattern_type) -> list[AclBindingFilter]:
             in product(resources, principals, operations)]
 
 
-def _print(bindings: list[AclBinding]) -> None:
+async def _print_current(admin, changed: list[AclBinding]) -> None:
+    """Each changed resource's whole ACL list as the brokers hold it now."""
+    patterns = sorted({b.pattern for b in changed})
+    for pattern in patterns:
+        now = await admin.describe_acls(AclBindingFilter(
+            pattern.resource_type, pattern.name, pattern.pattern_type))
+        now = sorted(b for b in now if b.pattern == pattern)
+        if now:
+            _print(now)
+        else:
+            print(f"Current ACLs for resource `{_pattern_text(pattern)}`: none\n")
+
+
+def _pattern_text(pattern: ResourcePattern) -> str:
+    return (f"ResourcePattern(resourceType={pattern.resource_type.name}, "
+            f"name={pattern.name}, patternType={pattern.pattern_type.name})")
+
+
+def _print(bindings: list[AclBinding], title: str = "Current ACLs for resource") -> None:
+    """``bindings`` grouped by resource (kafka-acls' layout), a blank line after each."""
     current = None
-    for b in bindings:
+    for b in sorted(bindings, key=lambda b: b.pattern):
         if b.pattern != current:
+            if current is not None:
+                print()
             current = b.pattern
-            print(f"Current ACLs for resource `ResourcePattern(resourceType="
-                  f"{b.pattern.resource_type.name}, name={b.pattern.name}, "
-                  f"patternType={b.pattern.pattern_type.name})`:")
+            print(f"{title} `{_pattern_text(b.pattern)}`:")
         e = b.entry
         print(f" \t(principal={e.principal}, host={e.host}, operation={e.operation.name}, "
               f"permissionType={e.permission_type.name})")
+    if current is not None:
+        print()

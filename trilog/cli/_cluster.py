@@ -153,6 +153,7 @@ async def _main(args, data: Path) -> None:
                     late = [str(b.broker_id) for b in brokers if not b.ready.is_set()]
                     raise ClusterError(f"broker(s) {', '.join(late)} not ready within "
                                        f"{_START_TIMEOUT_S * 2:.0f} s; see their logs in {data}")
+                await _wait_until_they_see_each_other(args.host, brokers)
                 bootstrap = ",".join(f"{args.host}:{b.port}" for b in brokers)
                 print(f"{PROG}: ready: bootstrap servers {bootstrap} (ZooKeeper "
                       f"{zookeeper.connect_string}); Ctrl-C stops it", flush=True)
@@ -165,6 +166,29 @@ async def _main(args, data: Path) -> None:
             await _stop_all(brokers, zookeeper)
             nursery.cancel_scope.cancel()
     print(f"{PROG}: stopped", flush=True)
+
+
+async def _wait_until_they_see_each_other(host: str, brokers: list[_Broker]) -> None:
+    """Wait (at most ``_START_TIMEOUT_S``) until each broker's Metadata lists every broker:
+    "ready" then means a topic of replication factor N can be created through any of them
+    (a broker learns of the others from the controller a moment after they register).  A
+    broker this command cannot ask (a listener that wants TLS or a login) is not waited for."""
+    from trilog.net import open_connection
+    from trilog.protocol import MetadataRequest
+
+    async def sees_all(port: int) -> bool:
+        try:
+            async with open_connection(host, port, client_id=PROG, connect_timeout_s=2,
+                                       request_timeout_s=5) as conn:
+                response = await conn.request(MetadataRequest(topics=[]), version=1)
+        except (TrilogError, OSError):
+            return True  # not ours to judge (a secured listener): do not hold "ready"
+        return len(response.brokers) >= len(brokers)
+
+    with trio.move_on_after(_START_TIMEOUT_S):
+        for broker in brokers:
+            while not await sees_all(broker.port):
+                await trio.sleep(0.1)
 
 
 async def _start_zookeeper(zookeeper: ZooKeeperServer) -> None:

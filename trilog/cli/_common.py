@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from trilog._concurrency import unwrap_exception_group
-from trilog.errors import ApiError, NoBrokersAvailableError, TrilogError
+from trilog.errors import ApiError, NetworkError, NoBrokersAvailableError, TrilogError
 from trilog.records import CODEC_NAMES, codec_for_name, is_available
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -236,14 +236,36 @@ def run_tool(prog: str, main: Callable[..., Awaitable[int]], *args,
         return 1
 
 
+#: What the connection says when a broker closed it before any answer (a plaintext client
+#: at a TLS listener), and at the first request after ApiVersions (a client without SASL
+#: at a SASL listener): ``trilog.net``'s ``BrokerConnection``.
+_CLOSED_AT_FIRST_REQUEST = "closed the connection during the first request"
+_CLOSED_BEFORE_LOGIN = "closed the connection at its first request after ApiVersions"
+#: The library's hint for a plaintext client whose connections were closed
+#: (``trilog.client``'s bootstrap), which the tools say in their own words.
+_LIBRARY_HINT = "; a broker that closes the connection before answering"
+_TLS_HINT = (": is it a TLS (SSL) listener? set security.protocol in --command-config FILE "
+             "(security.protocol=SSL or SASL_SSL, ssl.ca.location=..., ...; see "
+             "docs/security.md)")
+_SASL_HINT = (": is it a SASL listener? set security.protocol (SASL_PLAINTEXT or SASL_SSL), "
+              "sasl.mechanism and the login in --command-config FILE (see docs/security.md)")
+
+
 def describe(exc: BaseException) -> str:
-    """One line for an error: its message, and Kafka's name for a broker's error code."""
+    """One line for an error: its message, and Kafka's name for a broker's error code; a
+    connection that a broker closed at once says what is likely wrong with the tool's
+    security settings."""
     text = str(exc) or type(exc).__name__
     if isinstance(exc, NoBrokersAvailableError):
-        if "security_protocol" in text:  # the library's hint, in the tools' words
+        head, hint, _rest = text.partition(_LIBRARY_HINT)
+        if hint and _CLOSED_AT_FIRST_REQUEST in head and "security_protocol (" in text:
+            text = head + _TLS_HINT  # every server cut the plaintext tool off at once
+        elif "security_protocol" in text:  # the library's hint, in the tools' words
             text += ("; trilog's tools take them from --command-config FILE "
                      "(security.protocol=SASL_SSL, ssl.ca.location=..., ...)")
         return text.replace("(bootstrap_timeout_ms)", "(--bootstrap-timeout-ms)")
+    if isinstance(exc, NetworkError) and _CLOSED_BEFORE_LOGIN in text:
+        return text + _SASL_HINT
     if isinstance(exc, ApiError) and exc.code > 0 and exc.name not in text:
         text += f" [{exc.name}]"
     return text

@@ -1,5 +1,5 @@
-"""``trilog configs``: describe and change topic and broker configs (like
-``kafka-configs.sh``).  The work is ``Admin.describe_configs`` and ``Admin.alter_configs``
+"""``trilog configs``: describe and change topic and broker configs, and client quotas
+(``_quota_configs``), like ``kafka-configs.sh``.  The work is ``Admin.describe_configs`` and ``Admin.alter_configs``
 (DescribeConfigs and IncrementalAlterConfigs); this module parses options and prints."""
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from trilog.cli._common import (
     run_tool,
     split_config_list,
 )
+from trilog.cli._quota_configs import EntityPart, quota_entity
+from trilog.cli._quota_configs import alter as alter_quotas
+from trilog.cli._quota_configs import describe as describe_quotas
 from trilog.client import ConfigEntry, ConfigResource, open_admin
 
 _KINDS = {"topics": "topic", "brokers": "broker"}
@@ -36,7 +39,11 @@ def add_parser(sub) -> None:
             "overrides); --all prints every setting with its value and where it comes from\n"
             "(DYNAMIC_TOPIC_CONFIG: the topic's override, STATIC_BROKER_CONFIG: the\n"
             "broker's properties, DEFAULT_CONFIG: nobody set it). Without --entity-name,\n"
-            "every topic (or broker) is described."
+            "every topic (or broker) is described.\n\n"
+            "Client quotas (users, clients, or a user's client id; --entity-default for\n"
+            "<default>): producer_byte_rate and consumer_byte_rate in bytes per second,\n"
+            "request_percentage in percent of a request handler's time. A client over its\n"
+            "quota is throttled (throttle_time_ms in its answers). See docs/operations.md."
         ),
         epilog=(
             "examples:\n"
@@ -45,16 +52,36 @@ def add_parser(sub) -> None:
             "      --add-config retention.ms=86400000,cleanup.policy=[compact,delete]\n"
             "  trilog configs --entity-type topics --entity-name orders --alter \\\n"
             "      --delete-config retention.ms\n"
-            "  trilog configs --entity-type brokers --entity-name 0 --describe --all"
+            "  trilog configs --entity-type brokers --entity-name 0 --describe --all\n"
+            "  trilog configs --entity-type clients --entity-name app --alter \\\n"
+            "      --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152\n"
+            "  trilog configs --entity-type users --entity-name alice --entity-type clients \\\n"
+            "      --entity-default --alter --add-config request_percentage=50\n"
+            "  trilog configs --entity-type clients --describe"
         ),
     )
     p.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", type=bootstrap_list,
                    help=f"broker(s) of the cluster (default {DEFAULT_BOOTSTRAP})")
     add_connection_args(p)
-    p.add_argument("--entity-type", choices=sorted(_KINDS),
-                   help="what to describe or alter: topics or brokers")
-    p.add_argument("--entity-name", metavar="NAME",
-                   help="the topic's name or the broker's id (optional with --describe)")
+    p.add_argument("--entity-type", choices=sorted(_KINDS) + ["clients", "users"],
+                   action=EntityPart, const="type",
+                   help="what to describe or alter: topics, brokers, or the client quotas of "
+                        "users or clients (client ids); users then clients for a user's "
+                        "quotas for one client id")
+    p.add_argument("--entity-name", metavar="NAME", action=EntityPart, const="name",
+                   help="the topic's name, the broker's id, the user or the client id "
+                        "(optional with --describe)")
+    p.add_argument("--entity-default", nargs=0, action=EntityPart, const="default",
+                   help="the <default> user or client id (quotas of those with none of "
+                        "their own)")
+    p.add_argument("--user", metavar="NAME",
+                   help="short for --entity-type users --entity-name NAME")
+    p.add_argument("--client", metavar="ID",
+                   help="short for --entity-type clients --entity-name ID")
+    p.add_argument("--user-defaults", action="store_true",
+                   help="short for --entity-type users --entity-default")
+    p.add_argument("--client-defaults", action="store_true",
+                   help="short for --entity-type clients --entity-default")
     p.add_argument("--topic", metavar="TOPIC",
                    help="short for --entity-type topics --entity-name TOPIC")
     p.add_argument("--broker", metavar="ID",
@@ -70,7 +97,7 @@ def add_parser(sub) -> None:
                    help="with --alter: remove these overrides (back to the broker's default)")
     p.add_argument("--all", action="store_true",
                    help="with --describe: every setting, defaults included")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, entity_type=None, entity_name=None, entity_parts=[])
 
 
 def run(args) -> int:
@@ -102,6 +129,9 @@ def _changes(args) -> dict[str, str | None]:
 
 
 async def _main(args) -> int:
+    quota_parts = quota_entity(args)
+    if quota_parts is not None:
+        return await _quotas(args, quota_parts)
     kind, name = _entity(args)
     if name == "":
         raise UsageError("--entity-name must not be empty")
@@ -144,6 +174,22 @@ async def _main(args) -> int:
             continue
         _print_resource(r, every=args.all)
     return status
+
+
+async def _quotas(args, parts: list) -> int:
+    """The client quotas of a user, a client id, or both (``_quota_configs``)."""
+    if args.all:
+        raise UsageError("--all is for topics and brokers")
+    changes = _changes(args) if args.alter else {}
+    if args.alter and not changes:
+        raise UsageError("--alter needs --add-config or --delete-config")
+    if not args.alter and (args.add_config or args.delete_config):
+        raise UsageError("--add-config and --delete-config go with --alter")
+    async with open_admin(args.bootstrap_server or DEFAULT_BOOTSTRAP,
+                          client_id="trilog-configs", **connection_kwargs(args)) as admin:
+        if args.alter:
+            return await alter_quotas(admin, parts, changes)
+        return await describe_quotas(admin, parts)
 
 
 def _error_text(r: ConfigResource) -> str:

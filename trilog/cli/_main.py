@@ -42,6 +42,8 @@ COMMANDS: dict[str, Command] = {
     "zookeeper": Command("_zookeeper", "run a standalone ZooKeeper for development"),
     "users": Command("_users", "add, delete or list SASL users (SCRAM credentials)"),
     "acls": Command("_acls", "add, remove or list ACLs"),
+    "console": Command("_console", "serve a web console: brokers, topics, records, "
+                                   "consumer groups, lag and rate charts"),
 }
 
 

@@ -11,6 +11,8 @@ from trilog.client._admin import (
     Admin,
     AdminConfig,
     AdminOptions,
+    BrokerDescription,
+    ClusterDescription,
     ConfigEntry,
     ConfigResource,
     DeletedRecords,
@@ -23,6 +25,7 @@ from trilog.client._admin import (
     open_admin,
 )
 from trilog.client._brokers import BrokerAddress, parse_bootstrap
+from trilog.client._quotas import QuotaEntity, QuotaFilter, quota_entity
 from trilog.client._assignment import Blacklist, TopicFilter, Whitelist, assign_ranges
 from trilog.client._client import Client, open_client
 from trilog.net import BrokerConnection, open_connection
@@ -121,11 +124,16 @@ __all__ = [
     "Admin",
     "AdminConfig",
     "AdminOptions",
+    "BrokerDescription",
+    "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
     "DeletedRecords",
     "LogDirInfo",
     "LogDirPartition",
+    "QuotaEntity",
+    "QuotaFilter",
+    "quota_entity",
     "BrokerAddress",
     "BrokerConnection",
     "AbortableTransactionError",

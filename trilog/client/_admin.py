@@ -8,6 +8,9 @@ and writes the seeds' layout (``/brokers/topics/<topic>`` assignments over
 same ``Admin`` interface; the ZooKeeper one cannot touch records, log dirs or configs (the
 brokers validate configs: ``describe_configs`` and ``alter_configs`` go through them).
 
+Client quotas (KIP-546): ``describe_client_quotas`` and ``alter_client_quotas`` (any broker:
+the quotas are the cluster's, ``_quotas.py``); brokers only.
+
 Transactions (KIP-664): ``list_transactions`` asks every broker for the transactional ids it
 coordinates (ListTransactions), ``describe_transactions`` asks each id's coordinator
 (FindCoordinator key type 1, DescribeTransactions); brokers only.
@@ -37,6 +40,12 @@ from trilog.client._brokers import (
     registered_brokers,
 )
 from trilog.client._coordinator import TRANSACTION, find_coordinator
+from trilog.client._quotas import (
+    QuotaEntity,
+    QuotaFilter,
+    alter_client_quotas,
+    describe_client_quotas,
+)
 from trilog.client._retry import REQUEST_RETRY
 from trilog.client._settings import config_from_options
 from trilog.net import BrokerConnection, ClientSecurity, SecurityOptions, open_connection
@@ -100,6 +109,26 @@ class TopicInfo:
     partitions: tuple[PartitionInfo, ...] = field(default_factory=tuple)
     internal: bool = False
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class BrokerDescription:
+    """A live broker as Metadata describes it: its address and rack (None: none set)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """The cluster as Kafka's ``describeCluster`` shows it: its id, the controller's broker
+    id (-1: unknown, or a broker too old to say) and the live brokers by id."""
+
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerDescription, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -223,6 +252,11 @@ class Admin:
     async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         raise NotImplementedError
 
+    async def describe_cluster(self) -> ClusterDescription:
+        """The cluster id, the controller and the live brokers with their racks (one
+        Metadata request for no topic).  Needs brokers."""
+        raise _needs_brokers("describe_cluster")
+
     async def list_topics(self) -> list[str]:
         return sorted(t.name for t in await self.describe_topics() if t.error is None)
 
@@ -331,6 +365,23 @@ class Admin:
         does not know gets its ``error``.  Needs brokers."""
         raise _needs_brokers("describe_transactions")
 
+    async def describe_client_quotas(self, filters: Iterable[QuotaFilter] = (), *,
+                                     strict: bool = False
+                                     ) -> dict[QuotaEntity, dict[str, float]]:
+        """The client quotas set, ``{entity: {quota: value}}``, of the entities every filter
+        matches (all when none; ``strict``: only entities of no other entity types than the
+        filters name).  Needs DescribeConfigs on the cluster.  Needs brokers."""
+        raise _needs_brokers("describe_client_quotas")
+
+    async def alter_client_quotas(self, entity: QuotaEntity,
+                                  changes: Mapping[str, float | None], *,
+                                  validate_only: bool = False) -> None:
+        """Set (``{quota: value}``) or remove (``{quota: None}``) quotas of ``entity``
+        (``quota_entity(...)``), keeping the others; every broker applies them.  Raises the
+        broker's error (``InvalidRequestError`` naming a bad quota,
+        ``ClusterAuthorizationFailedError``).  Needs brokers."""
+        raise _needs_brokers("alter_client_quotas")
+
 
 def _needs_brokers(what: str) -> TrilogError:
     return TrilogError(f"{what} is done by the brokers: open the admin with bootstrap_servers")
@@ -368,6 +419,12 @@ class _BrokerAdmin(Admin):
     async def brokers(self) -> list[BrokerAddress]:
         meta = await self._metadata([])
         return [BrokerAddress(b.node_id, b.host, b.port) for b in meta.brokers]
+
+    async def describe_cluster(self) -> ClusterDescription:
+        meta = await self._metadata([])
+        brokers = tuple(BrokerDescription(b.node_id, b.host, b.port, b.rack)
+                        for b in sorted(meta.brokers, key=lambda b: b.node_id))
+        return ClusterDescription(meta.cluster_id, meta.controller_id, brokers)
 
     async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         meta = await self._metadata(names)
@@ -690,6 +747,16 @@ class _BrokerAdmin(Admin):
                 if tries.last or not exc.retriable:
                     raise
         raise AssertionError("unreachable: the last try returns or raises")
+
+    async def describe_client_quotas(self, filters: Iterable[QuotaFilter] = (), *,
+                                     strict: bool = False
+                                     ) -> dict[QuotaEntity, dict[str, float]]:
+        return await describe_client_quotas(self.conn, filters, strict)
+
+    async def alter_client_quotas(self, entity: QuotaEntity,
+                                  changes: Mapping[str, float | None], *,
+                                  validate_only: bool = False) -> None:
+        await alter_client_quotas(self.conn, entity, changes, validate_only)
 
     async def elect_leaders(self, partitions: Iterable[PartitionKey] | None = None,
                             election: str = "preferred") -> dict[PartitionKey, str | None]:

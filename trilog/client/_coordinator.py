@@ -24,6 +24,7 @@ from trilog.errors import (
     CoordinatorLoadInProgressError,
     NetworkError,
     RequestTimedOutError,
+    UnstableOffsetCommitError,
     error_for_code,
     raise_for_code,
 )
@@ -160,7 +161,8 @@ class Coordinator:
                 if not exc.retriable or tries.last or (
                         unreachable and not self._retry_unreachable):
                     raise
-                if not isinstance(exc, CoordinatorLoadInProgressError):
+                if not isinstance(exc, (CoordinatorLoadInProgressError,
+                                        UnstableOffsetCommitError)):
                     self.reset()  # moved, or gone: find it again
         raise AssertionError("unreachable: the last attempt returns or raises")
 

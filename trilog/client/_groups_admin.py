@@ -311,6 +311,14 @@ class GroupAdmin:
         err = error_for_code(code)
         raise type(err)(f"topic {topic!r}: {err}")
 
+    async def list_offsets(self, partitions: Iterable[PartitionKey], timestamp: int = LATEST
+                           ) -> dict[PartitionKey, int]:
+        """Each partition's offset for ``timestamp`` (``LATEST``: the log end at the admin's
+        isolation level, ``EARLIEST``: the log start, or ms: the first record at or after),
+        one ListOffsets per leader; -1 where no record is that recent, and a partition
+        that keeps failing (no leader, gone) is left out.  Needs brokers."""
+        return await self._list_offsets(list(partitions), timestamp)
+
     async def _list_offsets(self, tps: list[PartitionKey], timestamp: int
                             ) -> dict[PartitionKey, int]:
         """ListOffsets to each partition's leader (one request per leader).  A partition

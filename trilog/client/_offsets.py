@@ -74,12 +74,17 @@ class BrokerOffsetStore:
     commits are then fenced by the coordinator (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
     REBALANCE_IN_PROGRESS are raised at once, never retried).  The defaults (-1, "") are a
     commit outside group management, as the ZooKeeper connector's.
+
+    ``require_stable`` (a read_committed consumer's store) asks OffsetFetch v7+ not to
+    answer with offsets a transaction is about to replace (KIP-447): the coordinator says
+    UNSTABLE_OFFSET_COMMIT until the transaction ends, and the fetch is retried.
     """
 
     def __init__(self, client: Client, group_id: str, *,
-                 coordinator: Coordinator | None = None) -> None:
+                 coordinator: Coordinator | None = None, require_stable: bool = False) -> None:
         self._client = client
         self._group = group_id
+        self.require_stable = require_stable
         self.coordinator = coordinator or Coordinator(client, group_id)
         self.generation_id = -1
         self.member_id = ""
@@ -113,7 +118,8 @@ class BrokerOffsetStore:
                 return {}
             topics = [R.OffsetFetchRequestTopic(name=t, partition_indexes=sorted(ps))
                       for t, ps in _by_topic(dict.fromkeys(partitions)).items()]
-        response = await self.coordinator.request(R(group_id=self._group, topics=topics))
+        response = await self.coordinator.request(R(group_id=self._group, topics=topics,
+                                                    require_stable=self.require_stable))
         return {(t.name, p.partition_index): p.committed_offset
                 for t in response.topics for p in t.partitions if p.committed_offset >= 0}
 

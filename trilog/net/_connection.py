@@ -13,6 +13,9 @@ checked by one task per connection every ``TIMEOUT_CHECK_S`` while requests wait
 ``NetworkClient`` checks them in its poll loop), so a request costs no timer of its own; a request's bytes are
 written straight to the socket when it has room, and the reader receives without trio's
 socket wrapper: a request and its answer cost one trip through the scheduler each way.
+
+An answer with a ``throttle_time_ms`` (a client quota, KIP-219) holds back the connection's
+next requests for that long: the broker reads nothing from the connection meanwhile.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 TIMEOUT_CHECK_S = 0.05
 #: What one read of a TLS connection takes at most.
 RECEIVE_BYTES = 256 * 1024
+#: Requests a connection makes before it serves its user (the version check, a login).
+_OPENING_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                           ApiKey.SASL_AUTHENTICATE})
 
 
 class PendingResponse:
@@ -106,6 +112,10 @@ class BrokerConnection:
         self._watch_wanted: trio.Event | None = None
         #: api key -> (min, max) the broker supports; filled by ``negotiate``.
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self._answered = False  # the broker answered a request
+        self._served = False  # ... and one beyond ApiVersions and the login
+        #: a quota throttled the last answer: send nothing before this (trio time; 0: free)
+        self.throttled_until = 0.0
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port})"
@@ -164,6 +174,8 @@ class BrokerConnection:
         if self._closed_error is not None:
             raise NetworkError(f"connection to {self.host}:{self.port} is closed") \
                 from self._closed_error
+        if self.throttled_until:
+            await self._wait_throttled()
         api_key = request.API_KEY
         if version is None:
             version = self.version_for(api_key, (request.MIN_VERSION, request.MAX_VERSION))
@@ -197,6 +209,16 @@ class BrokerConnection:
         finally:
             lock.release()
         return pending
+
+    async def _wait_throttled(self) -> None:
+        """KIP-219: after an answer with a throttle time, send nothing until it is over (the
+        broker reads nothing from this connection meanwhile; a request sent now would wait
+        there, its timeout running)."""
+        until = self.throttled_until
+        if until <= trio.current_time():
+            self.throttled_until = 0.0
+            return
+        await trio.sleep_until(until)
 
     async def wait_response(self, pending: PendingResponse, timeout_s: float | None = None
                             ) -> Any:
@@ -271,7 +293,7 @@ class BrokerConnection:
                     continue
                 del target
                 if not received:
-                    raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
+                    raise self._closed_by_broker()
                 for payload in splitter.advance(received):
                     self._deliver(payload)
                 if not waited:
@@ -287,9 +309,21 @@ class BrokerConnection:
         while True:
             data = await self._stream.receive_some(RECEIVE_BYTES)
             if not data:
-                raise NetworkError(f"broker {self.host}:{self.port} closed the connection")
+                raise self._closed_by_broker()
             for payload in splitter.feed(data):
                 self._deliver(payload)
+
+    def _closed_by_broker(self) -> NetworkError:
+        """The error of a connection the broker closed, saying when, which tells why most
+        of the time: before any answer (a TLS listener closes a client that does not speak
+        TLS on its first bytes), or at the first request after ApiVersions of a client
+        without SASL (a SASL listener closes a client that does not log in)."""
+        text = f"broker {self.host}:{self.port} closed the connection"
+        if not self._answered:
+            text += " during the first request"
+        elif not self._served and not (self.security is not None and self.security.sasl):
+            text += " at its first request after ApiVersions"
+        return NetworkError(text)
 
     def _deliver(self, payload: bytes | bytearray) -> None:
         correlation_id = read_correlation_id(payload)
@@ -299,10 +333,18 @@ class BrokerConnection:
                 f"response with unknown correlation id {correlation_id} from "
                 f"{self.host}:{self.port}"
             )
+        self._answered = True
+        if pending.api_key not in _OPENING_APIS:
+            self._served = True
         try:
             _header, pending.response = decode_response(payload, pending.api_key, pending.version)
         except ProtocolError as exc:
             pending.error = exc
+        else:
+            throttle_ms = getattr(pending.response, "throttle_time_ms", 0)
+            if throttle_ms and throttle_ms > 0:
+                self.throttled_until = max(self.throttled_until,
+                                           trio.current_time() + throttle_ms / 1000)
         pending.event.set()
 
     def _fail(self, error: BaseException) -> BaseException:

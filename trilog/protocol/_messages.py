@@ -8,6 +8,7 @@ ending every struct, request header v2 and response header v1, see ``_schema`` a
     FindCoordinator 3   InitProducerId 2-4   AddPartitionsToTxn 3   AddOffsetsToTxn 3
     EndTxn 3            WriteTxnMarkers 1    TxnOffsetCommit 3
     DescribeTransactions 0                   ListTransactions 0-1
+    DescribeClientQuotas 1                   AlterClientQuotas 1
 
 Every message declares Kafka's ``flexibleVersions`` (``flexible="N+"``), also where they
 all lie past the versions implemented here: the header version of any (api key, version)
@@ -26,7 +27,7 @@ Supported (``API_VERSIONS``)::
 
     Produce(0) 0-7      Fetch(1) 0-10        ListOffsets(2) 0-4    Metadata(3) 0-7
     LeaderAndIsr(4) 0-3 StopReplica(5) 0-1   UpdateMetadata(6) 0-5 ControlledShutdown(7) 1-2
-    OffsetCommit(8) 0-7 OffsetFetch(9) 0-5   FindCoordinator(10) 0-3
+    OffsetCommit(8) 0-7 OffsetFetch(9) 0-7   FindCoordinator(10) 0-3
     JoinGroup(11) 0-5   Heartbeat(12) 0-3    LeaveGroup(13) 0-3    SyncGroup(14) 0-3
     DescribeGroups(15) 0-4                   ListGroups(16) 0-2
     SaslHandshake(17) 0-1                    SaslAuthenticate(36) 0-1
@@ -40,6 +41,7 @@ Supported (``API_VERSIONS``)::
     DescribeLogDirs(35) 0-1                  CreatePartitions(37) 0-1
     DeleteGroups(42) 0-1                     ElectLeaders(43) 0-1
     IncrementalAlterConfigs(44) 0            OffsetDelete(47) 0
+    DescribeClientQuotas(48) 0-1             AlterClientQuotas(49) 0-1
     DescribeTransactions(65) 0               ListTransactions(66) 0-1
 
 Not encoded: the flexible versions of the other APIs above (declaring one is adding its
@@ -65,6 +67,7 @@ import enum
 from trilog.protocol._primitives import (
     BOOLEAN,
     BYTES,
+    FLOAT64,
     INT8,
     INT16,
     INT32,
@@ -500,17 +503,20 @@ OffsetCommitResponse = message(K.OFFSET_COMMIT, "OffsetCommitResponse", (0, 7), 
 ], flexible="8+")
 
 # -- OffsetFetch (9) ----------------------------------------------------------------------
-# v2: null topics means all, top-level error_code; v3: throttle; v5: committed_leader_epoch.
+# v2: null topics means all, top-level error_code; v3: throttle; v5: committed_leader_epoch;
+# v6 is flexible; v7: require_stable (KIP-447: UNSTABLE_OFFSET_COMMIT for a partition with a
+# transaction's offsets pending); v8+ (not here) batch the groups (KIP-709).
 
-OffsetFetchRequest = message(K.OFFSET_FETCH, "OffsetFetchRequest", (0, 5), [
+OffsetFetchRequest = message(K.OFFSET_FETCH, "OffsetFetchRequest", (0, 7), [
     F("group_id", STRING),
     F("topics", Array(Struct("OffsetFetchRequestTopic", [
         F("name", STRING),
         F("partition_indexes", Array(INT32)),
     ])), nullable="2+"),
+    F("require_stable", BOOLEAN, "7+", default=False),
 ], flexible="6+")
 
-OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 5), [
+OffsetFetchResponse = message(K.OFFSET_FETCH, "OffsetFetchResponse", (0, 7), [
     F("throttle_time_ms", INT32, "3+"),
     F("topics", Array(Struct("OffsetFetchResponseTopic", [
         F("name", STRING),
@@ -1286,7 +1292,67 @@ ElectLeadersResponse = message(K.ELECT_LEADERS, "ElectLeadersResponse", (0, 1), 
     ]))),
 ], flexible="2+")
 
-del F, K, _LeaderAndIsrPartitionState, _UpdateMetadataPartitionState
+# -- DescribeClientQuotas (48) / AlterClientQuotas (49) --------------------------------------
+# KIP-546; v1 is v0 made flexible. An entity is a list of (entity_type, entity_name):
+# entity_type "user" or "client-id", entity_name None for the <default> entity. A filter
+# component's match_type: 0 = exactly the name ``match`` (None: the default), 1 = the
+# default, 2 = any entity of that type (the default too). ``strict``: only entities with no
+# other entity types than the components name. Values are float64 (a byte rate of 1 MiB/s
+# is 1048576.0).
+
+_QuotaEntity = Struct("EntityData", [
+    F("entity_type", STRING),
+    F("entity_name", STRING, nullable="0+"),
+])
+
+DescribeClientQuotasRequest = message(
+    K.DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotasRequest", (0, 1), [
+    F("components", Array(Struct("ComponentData", [
+        F("entity_type", STRING),
+        F("match_type", INT8),
+        F("match", STRING, nullable="0+", default=None),
+    ]))),
+    F("strict", BOOLEAN),
+], flexible="1+")
+
+DescribeClientQuotasResponse = message(
+    K.DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotasResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("error_message", STRING, nullable="0+", default=None),
+    F("entries", Array(Struct("EntryData", [
+        F("entity", Array(_QuotaEntity)),
+        F("values", Array(Struct("ValueData", [
+            F("key", STRING),
+            F("value", FLOAT64),
+        ]))),
+    ])), nullable="0+"),
+], flexible="1+")
+
+AlterClientQuotasRequest = message(
+    K.ALTER_CLIENT_QUOTAS, "AlterClientQuotasRequest", (0, 1), [
+    F("entries", Array(Struct("EntryData", [
+        F("entity", Array(_QuotaEntity)),
+        F("ops", Array(Struct("OpData", [
+            F("key", STRING),
+            F("value", FLOAT64),
+            F("remove", BOOLEAN),
+        ]))),
+    ]))),
+    F("validate_only", BOOLEAN),
+], flexible="1+")
+
+AlterClientQuotasResponse = message(
+    K.ALTER_CLIENT_QUOTAS, "AlterClientQuotasResponse", (0, 1), [
+    F("throttle_time_ms", INT32),
+    F("entries", Array(Struct("EntryData", [
+        F("error_code", INT16),
+        F("error_message", STRING, nullable="0+", default=None),
+        F("entity", Array(_QuotaEntity)),
+    ]))),
+], flexible="1+")
+
+del F, K, _LeaderAndIsrPartitionState, _QuotaEntity, _UpdateMetadataPartitionState
 # fmt: on
 
 # -- Registries ---------------------------------------------------------------------------

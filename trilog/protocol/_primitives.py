@@ -54,6 +54,7 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
+_FLOAT64 = struct.Struct(">d")
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -120,6 +121,11 @@ class Reader:
 
     def boolean(self) -> bool:
         return self._unpack(_INT8, "boolean") != 0
+
+    def float64(self) -> float:
+        start = self._take(8, "float64")
+        value: float = _FLOAT64.unpack_from(self._view, start)[0]
+        return value
 
     def _uvarint(self, max_bytes: int, what: str) -> int:
         result = shift = 0
@@ -414,6 +420,24 @@ class _Boolean(Type):
 
     def default(self) -> bool:
         return False
+
+
+class _Float64(Type):
+    """Kafka's ``float64``: an IEEE 754 double, big-endian (DescribeClientQuotas' values)."""
+
+    name = "float64"
+    min_size = 8
+
+    def write(self, w: Writer, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise LocalProtocolError(f"float64 needs a number, got {type(value).__name__}")
+        w.buf += _FLOAT64.pack(float(value))
+
+    def read(self, r: Reader) -> float:
+        return r.float64()
+
+    def default(self) -> float:
+        return 0.0
 
 
 def _zigzag_bytes(value: int, bits: int) -> bytearray:
@@ -797,6 +821,7 @@ INT32: Type = _Fixed("int32", _INT32, _INT32_MIN, _INT32_MAX, "int32")
 INT64: Type = _Fixed("int64", _INT64, _INT64_MIN, _INT64_MAX, "int64")
 UINT32: Type = _Fixed("uint32", _UINT32, 0, 0xFFFFFFFF, "uint32")
 BOOLEAN: Type = _Boolean()
+FLOAT64: Type = _Float64()
 VARINT: Type = _VarInt("varint", 32)
 VARLONG: Type = _VarInt("varlong", 64)
 UNSIGNED_VARINT: Type = _UnsignedVarInt()

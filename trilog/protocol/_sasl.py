@@ -8,7 +8,9 @@ PLAIN, one token from the client::
 SCRAM, two round trips (``,``-separated ``k=v`` attributes)::
 
     client-first   n,,n=<user>,r=<client nonce>[,<extensions>]   (gs2 header "n,,": no
-                                                                    channel binding)
+                                                                    channel binding;
+                                                                    extensions, key=value
+                                                                    each, are ignored)
     server-first   r=<client nonce + server nonce>,s=<base64 salt>,i=<iterations>
     client-final   c=biws,r=<nonce>,p=<base64 ClientProof>        ("biws" = base64("n,,"))
     server-final   v=<base64 ServerSignature>   or   e=<error>
@@ -280,11 +282,17 @@ class ScramServer:
             raise SaslError("client-first message must start with 'n,,' (no channel "
                             "binding, no authorization id)")
         bare = text[len(_GS2_HEADER):]
-        attrs = _attributes(bare, "client-first message")
+        parts = bare.split(",")
+        attrs = _attributes(",".join(parts[:2]), "client-first message")
         if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r":
             raise SaslError("client-first message must be n=<user>,r=<nonce>")
-        for key, value in attrs[2:]:
-            raise SaslError(f"unsupported SCRAM extension {key}={value[:20]!r}")
+        # Extensions (Kafka's tokenauth=true, a client's own) are ignored, as Kafka's
+        # ScramSaslServer ignores those it does not support; each must still be key=value.
+        for extension in parts[2:]:
+            key, sep, _value = extension.partition("=")
+            if not key or not sep:
+                raise SaslError(f"client-first message: {extension[:20]!r} is not an "
+                                "extension (key=value)")
         username, client_nonce = _unescape(attrs[0][1]), attrs[1][1]
         if not username or not client_nonce:
             raise SaslError("empty user name or nonce")

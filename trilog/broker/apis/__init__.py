@@ -1,7 +1,7 @@
 """The client-facing APIs that read and write partitions and topics, over the broker's parts:
 Produce and Fetch and ListOffsets (the replica manager), Metadata and CreateTopics /
 DeleteTopics / CreatePartitions (the cluster view), DeleteRecords and DescribeLogDirs (the
-logs), the config APIs (the topics' configs), FindCoordinator (asking the group and the
+logs), the config APIs (the topics' configs), the client quota APIs (the quotas' store), FindCoordinator (asking the group and the
 transaction coordinators), WriteTxnMarkers (a transaction's markers, appended here).  Each
 class is an ``ApiService``: its ``apis()`` go to the request dispatcher.  (The group, transaction,
 ACL, SASL, replication and controller APIs are served by those parts themselves.)
@@ -14,6 +14,7 @@ from trilog.broker.apis._find_coordinator import FindCoordinatorApi
 from trilog.broker.apis._list_offsets import ListOffsetsApi
 from trilog.broker.apis._metadata import MetadataApi
 from trilog.broker.apis._produce import ProduceApi
+from trilog.broker.apis._quotas import QuotaApis
 from trilog.broker.apis._topics import TopicApis
 from trilog.broker.apis._txn_markers import TxnMarkerApi
 
@@ -25,6 +26,7 @@ __all__ = [
     "ListOffsetsApi",
     "MetadataApi",
     "ProduceApi",
+    "QuotaApis",
     "TxnMarkerApi",
     "TopicApis",
 ]

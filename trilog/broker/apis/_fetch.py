@@ -19,6 +19,10 @@ A consumer's fetch with ``isolation_level`` 1 (READ_COMMITTED, v4+) reads below 
 stable offset (no record of a transaction still open) and gets the aborted transactions its
 records hold (``aborted_transactions``: producer id and first offset), which the consumer
 skips; every answer carries the partition's ``last_stable_offset``.
+
+A consumer with a ``consumer_byte_rate`` quota gets at most its quota over the quota
+windows less one in a fetch (Kafka's cap: a larger answer would be throttled and sent
+empty every time); the throttle itself is the quotas' request hook's (``quotas/``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import trio
 from trilog._topic import PartitionKey
 from trilog.broker._limits import MAX_OPEN_SLICES
 from trilog.broker._metrics import RequestMetrics
-from trilog.broker.network import ApiHandler
+from trilog.broker.network import ApiHandler, current_session
+from trilog.broker.quotas import CONSUMER_BYTE_RATE, QuotaManager, parked, user_of
 from trilog.broker.replication import FetchPurgatory, ReplicaManager, partition_error
 from trilog.broker.security import Access, AclOperation, ResourceType
 from trilog.errors import (
@@ -92,7 +97,10 @@ class FetchApi:
     """Serves Fetch.  Runs in the trio thread; reads go to worker threads."""
 
     def __init__(self, replicas: ReplicaManager, purgatory: FetchPurgatory, access: Access,
-                 metrics: RequestMetrics, limiter: trio.CapacityLimiter) -> None:
+                 metrics: RequestMetrics, limiter: trio.CapacityLimiter,
+                 quotas: QuotaManager | None = None) -> None:
+        #: the client quotas: a consumer's fetch is capped at what its byte rate allows
+        self.quotas = quotas
         self.replicas = replicas
         self.logs: LogManager = replicas.logs
         self.purgatory = purgatory
@@ -111,6 +119,8 @@ class FetchApi:
                   for t in request.topics for p in t.partitions]
         replica = request.replica_id
         max_bytes = request.max_bytes if version >= 3 else 0x7FFFFFFF
+        if replica < 0 and self.quotas is not None and self.quotas.active:
+            max_bytes = self._quota_cap(max_bytes, header.client_id or "")
         convert = None if version >= 4 else (0 if version < 2 else 1)
         committed = version >= 4 and request.isolation_level == READ_COMMITTED and replica < 0
         tps = [(w.topic, w.partition) for w in wanted]
@@ -118,11 +128,15 @@ class FetchApi:
         results = await self._read_all(wanted, max_bytes, convert, replica, epochs, committed)
         total = sum(r.data.length for r in results if r.data is not None)
         errors = any(r.error for r in results)
-        if request.max_wait_ms > 0 and total < request.min_bytes and not errors and wanted:
+        min_bytes = min(request.min_bytes, max_bytes)  # (a quota's cap bounds it too)
+        if request.max_wait_ms > 0 and total < min_bytes and not errors and wanted:
             _close(results)
-            await self.purgatory.wait(tps, request.min_bytes - total,
+            parked_at = trio.current_time()
+            await self.purgatory.wait(tps, min_bytes - total,
                                       request.max_wait_ms / 1000, since=mark,
                                       replica=replica >= 0)
+            # A parked fetch uses no handler time (the request quota leaves it out).
+            parked.set(trio.current_time() - parked_at)
             results = await self._read_all(wanted, max_bytes, convert, replica, None,
                                            committed)
         try:
@@ -130,6 +144,14 @@ class FetchApi:
         except BaseException:
             _close(results)
             raise
+
+    def _quota_cap(self, max_bytes: int, client_id: str) -> int:
+        """``max_bytes`` capped at what the consumer's ``consumer_byte_rate`` allows in one
+        go (Kafka's; a first batch larger than that is still sent whole, KIP-74)."""
+        assert self.quotas is not None
+        user = user_of(current_session.get().principal)
+        cap = self.quotas.max_in_window(CONSUMER_BYTE_RATE, user, client_id)
+        return max_bytes if cap is None else min(max_bytes, int(cap))
 
     def _checked(self, wanted: Sequence[_Wanted], replica: int,
                  epochs: list[int] | None) -> list[int | None]:

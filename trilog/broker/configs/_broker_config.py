@@ -192,8 +192,14 @@ PROPERTIES: tuple[Property, ...] = (
              'org.apache.kafka.common.security.scram.ScramLoginModule required '
              'username="admin" password="..."; (the ScramLoginModule or PlainLoginModule).'),
     Property("connection.failed.authentication.delay.ms", _int, 100,
-             "How long a connection whose SASL login failed stays open after its answer "
-             "(slows password guessing).", low=0),
+             "How long the answer to a failed SASL login (or to a request out of turn "
+             "before it) waits before it is sent and the connection closed: slows password "
+             "guessing; other connections are served meanwhile.", low=0),
+    Property("sasl.server.max.receive.size", _int, 512 * 1024,
+             "The largest request a connection on a SASL listener may send before its "
+             "login; one announcing more closes the connection at once. Requests before the "
+             "login draw on a budget of their own (32 times this), never on "
+             "queued.max.request.bytes.", low=64),
     Property("authorizer.class.name", _authorizer, None,
              "Turns ACLs on: kafka.security.authorizer.AclAuthorizer (Kafka's name; also "
              "kafka.security.auth.SimpleAclAuthorizer). Unset: every principal may do "
@@ -283,6 +289,11 @@ PROPERTIES: tuple[Property, ...] = (
     Property("queued.max.request.bytes", _int, 256 * _MB,
              "Request bytes received or queued, broker-wide; at the limit connections stop "
              "reading until requests are answered (-1: no limit).", low=-1),
+    Property("quota.window.num", _int, 11,
+             "Samples a client quota's rate is measured over (Kafka's; the rate is taken over "
+             "at least this many less one windows).", low=1),
+    Property("quota.window.size.seconds", _int, 1,
+             "Length of each sample of a client quota's rate, in seconds.", low=1),
     Property("socket.send.buffer.bytes", _int, 1 << 20, "SO_SNDBUF of client sockets (-1: the OS default)."),
     Property("socket.receive.buffer.bytes", _int, 1 << 20, "SO_RCVBUF of client sockets (-1: the OS default)."),
     Property("message.max.bytes", _int, 1048588,

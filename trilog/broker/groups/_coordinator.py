@@ -49,6 +49,7 @@ from trilog.broker.groups._offsets import OFFSETS_TOPIC, OffsetManager, partitio
 from trilog.errors import (
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
+    UnstableOffsetCommitError,
     NO_ERROR,
     ApiError,
     CoordinatorLoadInProgressError,
@@ -529,6 +530,10 @@ class GroupCoordinator:
         if code and version >= 2:
             return R(throttle_time_ms=0, topics=[], error_code=code)
         stored = {} if code else self.offsets.fetch(self.partition_of(gid), gid)
+        # KIP-447: a read_committed consumer (v7+ require_stable) must not start from
+        # offsets a transaction is about to replace: it retries until the marker lands.
+        unstable = (self.offsets.pending_partitions(self.partition_of(gid), gid)
+                    if version >= 7 and request.require_stable and not code else set())
         access = self.access
         if request.topics is None:
             # All the group's offsets: those of topics one may not describe are left out.
@@ -550,6 +555,10 @@ class GroupCoordinator:
                     parts.append(P(partition_index=index, committed_offset=-1,
                                    committed_leader_epoch=-1, metadata="",
                                    error_code=TopicAuthorizationFailedError.code))
+                elif (name, index) in unstable:
+                    parts.append(P(partition_index=index, committed_offset=-1,
+                                   committed_leader_epoch=-1, metadata="",
+                                   error_code=UnstableOffsetCommitError.code))
                 elif om is None:
                     parts.append(P(partition_index=index, committed_offset=-1,
                                    committed_leader_epoch=-1, metadata="", error_code=code))

@@ -355,6 +355,13 @@ class OffsetManager:
             return {}
         return dict(part.offsets.get(group, {}))
 
+    def pending_partitions(self, partition: int, group: str) -> set[PartitionKey]:
+        """The partitions of ``group`` with offsets of a transaction not ended yet."""
+        part = self.partitions.get(partition)
+        if part is None:
+            return set()
+        return {tp for by_group in part.pending.values() for tp in by_group.get(group, ())}
+
     def groups(self) -> set[str]:
         """Every group with committed offsets in a loaded partition."""
         return {g for p in self.partitions.values() if p.loaded for g in p.offsets}

@@ -15,6 +15,7 @@ from trilog.broker.network._dispatch import (
     RawLogin,
     RequestDispatcher,
     RequestGate,
+    RequestThrottle,
 )
 from trilog.broker.network._listeners import (
     ANONYMOUS,
@@ -61,6 +62,7 @@ __all__ = [
     "RawLogin",
     "RequestDispatcher",
     "RequestGate",
+    "RequestThrottle",
     "ResponseParts",
     "Session",
     "Settings",

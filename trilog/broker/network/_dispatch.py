@@ -62,6 +62,10 @@ class ApiService(Protocol):
 RequestGate = Callable[[int, int, Any], Any]
 #: ``raw_login(token, session)``: the answer parts of a SASL token sent bare (SaslHandshake v0).
 RawLogin = Callable[[bytes, Session], Awaitable[ResponseParts]]
+#: ``throttle(header, request, response, session, request_bytes, seconds)``: the response
+#: to send, once the request is counted against its client's quotas (the quotas'
+#: ``RequestQuotas``: it sets the throttle time in the response and mutes the session).
+RequestThrottle = Callable[[RequestHeader, Any, Any, Session, int, float], Any]
 
 
 class RequestDispatcher:
@@ -70,7 +74,8 @@ class RequestDispatcher:
     def __init__(self, services: Iterable[ApiService], *, max_request_bytes: int,
                  metrics: RequestMetrics | None = None, gate: RequestGate | None = None,
                  before_login: frozenset[int] = frozenset(),
-                 raw_login: RawLogin | None = None) -> None:
+                 raw_login: RawLogin | None = None,
+                 throttle: RequestThrottle | None = None) -> None:
         handlers: dict[int, ApiHandler] = {ApiKey.API_VERSIONS: self.api_versions}
         for service in services:
             for key, handler in service.apis().items():
@@ -87,6 +92,7 @@ class RequestDispatcher:
         self._gate = gate
         self._before_login = before_login
         self._raw_login = raw_login
+        self._throttle = throttle
 
     async def handle(self, frame: memoryview, session: Session) -> ResponseParts | Later | None:
         """The response's parts (None: no response is due; ``Later``: the request is done,
@@ -100,7 +106,7 @@ class RequestDispatcher:
                 and self._raw_login is not None):
             return await self._raw_login(bytes(frame), session)
         try:
-            header, response = await self._respond(frame, session)
+            header, response = await self._respond(frame, session, started)
         except ProtocolError as exc:  # the connection closes: no answer
             api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
             self.metrics.request_refused(api_key)
@@ -137,7 +143,8 @@ class RequestDispatcher:
                          request_bytes, sent, seconds, errors)
         return parts
 
-    async def _respond(self, frame: memoryview, session: Session) -> tuple[RequestHeader, Any]:
+    async def _respond(self, frame: memoryview, session: Session,
+                       started: float) -> tuple[RequestHeader, Any]:
         """``(header, response)`` of a request frame: a message, ``Later`` (its message
         comes later), None (no answer is due), or ready parts (the ApiVersions fallback)."""
         if not session.authenticated:
@@ -165,12 +172,16 @@ class RequestDispatcher:
                 await trio.lowlevel.checkpoint()
                 return header, refusal
         try:
-            return header, await handler(request, header)
+            response = await handler(request, header)
         except ProtocolError:
             raise
         except ApiError as exc:  # a request-level error a handler did not map
             log.warning("%s from %s failed: %s", _api(header.api_key), session.peer, exc)
             raise RemoteProtocolError(f"request failed: {exc}") from exc
+        if self._throttle is not None:
+            response = self._throttle(header, request, response, session, len(frame) + 4,
+                                      time.perf_counter() - started)
+        return header, response
 
     async def api_versions(self, request: Any, header: RequestHeader) -> Any:
         # No checkpoint: the answer is made once, and the connection yields between requests.

@@ -43,6 +43,23 @@ Limits (:class:`ConnectionLimits`, Kafka's property names):
   the connections for this (as Kafka's selector does), so waiting for a request costs no
   timer of its own.
 
+Before its login (a SASL listener's connection until the login is done) a connection is
+someone the broker does not know yet, and gets less (Kafka's ``SaslServerAuthenticator``):
+
+- ``sasl.server.max.receive.size`` (512 KiB): a request announcing more closes the
+  connection as soon as its 4-byte size arrives, before its body is buffered;
+- its bytes draw on a budget of their own (``login_request_bytes``, the same rules as
+  ``queued.max.request.bytes``), never on ``queued.max.request.bytes``: connections that
+  never log in cannot stop the reads of those that did.  The login done, what the
+  connection holds moves to the broker-wide budget;
+- ``connection.failed.authentication.delay.ms``: a failed login (or a request out of turn)
+  is answered, and the connection closed, only after that delay, which holds up nothing
+  but that connection (Kafka's delayed close: a password guesser waits for each answer).
+
+A client quota's throttle (``Session.throttled_until``, set by the request dispatcher's quota
+hook) mutes a connection once its answer is out: nothing more is handled from it until then
+(KIP-219; TCP holds the client's next requests meanwhile).
+
 Shutdown (``drain``): stop accepting, stop reading new requests, let the requests received
 finish (parked long polls are woken by the handler), then close.
 """
@@ -86,7 +103,7 @@ MAX_QUEUED_ANSWERS = 16
 #: The readers' shared receive buffer (per listener): what one read can take at most.
 SCRATCH_BYTES = 256 * 1024
 #: How long a connection closed after its last answer (a failed login) waits for the
-#: client to close its side.
+#: client to close its side before closing it.
 CLOSE_LINGER_S = 1.0
 #: How long a TLS client has to finish its handshake.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -95,6 +112,9 @@ TLS_SLICE_CHUNK = 1024 * 1024
 #: accept() errors that mean "out of a resource, try again soon" (trio's serve_listeners).
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 UNLIMITED = 2**31 - 1
+#: The budget of request bytes before the login, in requests of the largest size allowed
+#: then (``sasl.server.max.receive.size``): 16 MiB at its default.
+LOGIN_BUDGET_REQUESTS = 32
 #: The most buffers one ``writev`` takes (Linux: 1024).
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _BYTES = (bytes, bytearray, memoryview)
@@ -140,11 +160,14 @@ class Session:
     security protocol, the peer's address, the principal (``User:ANONYMOUS`` until TLS or
     SASL names it) and, on SASL listeners, the login in progress (``sasl``, owned by the
     request handler).  ``authenticated`` is false on a SASL listener until the login is
-    done; ``close_after_answer`` makes the network close the connection once the answer
-    being sent is out (a failed login)."""
+    done; ``close_after_answer`` makes the network hold the answer being sent for
+    ``connection.failed.authentication.delay.ms``, then close the connection once it is
+    out (a failed login); ``throttled_until`` (trio time, 0: not throttled) makes it read
+    nothing more from the connection until then (a quota's throttle, KIP-219: the answer
+    goes at once, then the connection is muted)."""
 
     __slots__ = ("peer", "host", "listener", "protocol", "principal", "authenticated",
-                 "sasl", "close_after_answer")
+                 "sasl", "close_after_answer", "throttled_until")
 
     def __init__(self, peer: str, listener: str = "PLAINTEXT", protocol: str = "PLAINTEXT",
                  principal: str = "User:ANONYMOUS") -> None:
@@ -156,6 +179,7 @@ class Session:
         self.authenticated = not protocol.startswith("SASL_")
         self.sasl: Any = None
         self.close_after_answer = False
+        self.throttled_until = 0.0
 
     def __repr__(self) -> str:
         return f"Session({self.peer} on {self.listener}, {self.principal})"
@@ -198,10 +222,13 @@ class ConnectionLimits:
     per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
     idle_ms: int = 600_000
     queued_request_bytes: int = -1
-    #: ``connection.failed.authentication.delay.ms``: how long a connection whose login
-    #: failed stays open after its answer (slows password guessing; lets the client read
-    #: the answer before the connection ends)
+    #: ``connection.failed.authentication.delay.ms``: how long the answer to a failed login
+    #: (and the close after it) waits (slows password guessing)
     failed_auth_delay_ms: int = 100
+    #: ``sasl.server.max.receive.size``: the largest request before the login
+    login_request_max_bytes: int = 512 * 1024
+    #: the request bytes that connections before their login may hold, all together
+    login_request_bytes: int = LOGIN_BUDGET_REQUESTS * 512 * 1024
 
     @classmethod
     def of(cls, config: Settings) -> ConnectionLimits:
@@ -211,7 +238,10 @@ class ConnectionLimits:
                    per_ip_overrides=config["max.connections.per.ip.overrides"],
                    idle_ms=config["connections.max.idle.ms"],
                    queued_request_bytes=config["queued.max.request.bytes"],
-                   failed_auth_delay_ms=config["connection.failed.authentication.delay.ms"])
+                   failed_auth_delay_ms=config["connection.failed.authentication.delay.ms"],
+                   login_request_max_bytes=config["sasl.server.max.receive.size"],
+                   login_request_bytes=LOGIN_BUDGET_REQUESTS
+                   * config["sasl.server.max.receive.size"])
 
 
 class ConnectionBudget(Protocol):
@@ -279,6 +309,18 @@ class RequestMemory:
         self.used -= n
         self._notify()
 
+    def hand_over(self, conn: object, n: int, other: RequestMemory) -> None:
+        """Move ``conn``'s ``n`` bytes, and its request in progress, to ``other`` (a login
+        done: the connection now draws on the broker-wide budget)."""
+        lacking, partial = self._unfinished.pop(conn, (None, 0))
+        self._partial -= partial
+        self.give_back(n)
+        other.used += n
+        if lacking is not None:
+            other._unfinished[conn] = (lacking, partial)
+            other._partial += partial
+        other._notify()
+
     def forget(self, conn: object) -> None:
         """``conn`` closed (give its bytes back too)."""
         _lacking, partial = self._unfinished.pop(conn, (None, 0))
@@ -295,10 +337,10 @@ class _Connection:
     """One client connection's state, shared by its reader and responder tasks."""
 
     __slots__ = ("stream", "tcp", "sock", "tls", "listener", "session", "peer", "ip",
-                 "last_active", "queued", "charged", "reading", "closed")
+                 "last_active", "queued", "charged", "memory", "reading", "closed")
 
     def __init__(self, stream: trio.SocketStream, peer: str, ip: str,
-                 listener: BoundListener) -> None:
+                 listener: BoundListener, memory: RequestMemory) -> None:
         #: what requests are read from and answers written to (TLS: an ``SSLStream``)
         self.stream: trio.SocketStream | trio.SSLStream = stream
         self.tcp = stream  # the TCP stream under it
@@ -310,7 +352,9 @@ class _Connection:
         self.ip = ip
         self.last_active = trio.current_time()
         self.queued = 0  # answers queued for the writer or being sent by it
-        self.charged = 0  # request bytes charged to the RequestMemory, not yet given back
+        self.charged = 0  # request bytes charged to ``memory``, not yet given back
+        #: the budget its requests draw on: the login budget until the login is done
+        self.memory = memory
         self.reading = False  # parked waiting for bytes to read
         self.closed = False  # closed by the network (idle, or a drain) while parked
 
@@ -352,6 +396,7 @@ class Network:
         self.limits = limits or ConnectionLimits()
         self._descriptors = descriptors
         self.memory = RequestMemory(self.limits.queued_request_bytes)
+        self.login_memory = RequestMemory(self.limits.login_request_bytes)
         self._scratch = memoryview(bytearray(SCRATCH_BYTES))
         self._accept_scope = trio.CancelScope()
         self._budget_scopes: set[trio.CancelScope] = set()
@@ -411,7 +456,9 @@ class Network:
             self._by_ip[ip] = self._by_ip.get(ip, 0) + 1
             self.connection_count += 1
             self._tune(stream)
-            conn = _Connection(stream, f"{ip}:{port}", ip, listener)
+            conn = _Connection(stream, f"{ip}:{port}", ip, listener, self.memory)
+            if not conn.session.authenticated:
+                conn.memory = self.login_memory
             self._connections.add(conn)
             connections.start_soon(self._connection, conn)
 
@@ -488,6 +535,7 @@ class Network:
             "connections_refused": self.connections_refused,
             "connections_idled_out": self.connections_idled_out,
             "queued_request_bytes": self.memory.used,
+            "login_request_bytes": self.login_memory.used,
         }
 
     # -- one connection ---------------------------------------------------------------------
@@ -512,13 +560,16 @@ class Network:
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass  # the peer went away
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
+            if conn.session.authenticated:
+                log.warning("closing connection from %s: %s", peer, exc)
+            else:  # anyone can cause this line: one a second at most
+                self._quiet.warning("before-login", "closing connection from %s: %s", peer, exc)
         except Exception:
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
             self._connections.discard(conn)
-            self.memory.forget(conn)
-            self.memory.give_back(conn.charged)  # partial and unanswered requests
+            conn.memory.forget(conn)
+            conn.memory.give_back(conn.charged)  # partial and unanswered requests
             conn.charged = 0
             self._open -= 1
             if self._descriptors is not None:
@@ -544,6 +595,8 @@ class Network:
             except trio.BrokenResourceError as exc:
                 self._quiet.info("tls", "TLS handshake with %s on %s failed: %s",
                                  conn.peer, listener.name, exc.__cause__ or exc)
+                if await _send_tls_alert(conn.tcp, stream):
+                    await self._close_gently(conn)
                 return False
         if scope.cancelled_caught:
             self._quiet.info("tls", "TLS handshake with %s on %s took over %.0f s",
@@ -570,10 +623,14 @@ class Network:
         error of a request the handler refused (nothing after it is read), or None once
         the peer closed, the connection idled out or the network stopped reading.
         """
-        decoder = FrameDecoder(max_frame_size=self._max_request_bytes)
+        decoder = FrameDecoder(max_frame_size=self._max_request_bytes
+                               if conn.memory is self.memory
+                               else self.limits.login_request_max_bytes)
         frames: deque[bytes | bytearray] = deque()
         waited = True  # the task went through the scheduler since its last request
         while True:
+            if conn.session.throttled_until:
+                await self._wait_throttled(conn)
             if not frames:
                 got = await self._read_frames(conn, decoder)
                 if got is None:
@@ -591,9 +648,15 @@ class Network:
             except BaseException as exc:
                 self._answered(conn, size)
                 if isinstance(exc, ProtocolError):
+                    if not conn.session.authenticated:  # out of turn before the login
+                        await self._failed_login_pause()
                     return exc  # (the frames after it give their bytes back on closing)
                 raise
             del frame
+            if conn.memory is not self.memory and conn.session.authenticated:
+                self._logged_in(conn, decoder)
+            elif conn.session.close_after_answer:
+                await self._failed_login_pause()
             if conn.queued or isinstance(answer, Later):
                 conn.queued += 1
                 await answers.send((answer, size))
@@ -617,7 +680,7 @@ class Network:
         if conn.tls:
             return await self._read_tls_frames(conn, decoder)
         fd = conn.sock.fileno()
-        memory = self.memory
+        memory = conn.memory
         waited = False
         while True:
             if self._stopped_reading:
@@ -657,7 +720,7 @@ class Network:
                 frames = decoder.advance(received)
             except ProtocolError as exc:
                 memory.received(conn, received, None, 0)
-                log.warning("closing connection from %s: %s", conn.peer, exc)
+                self._log_malformed(conn, exc)
                 await conn.tcp.aclose()
                 return None
             memory.received(conn, received, decoder.frame_remaining, decoder.buffered)
@@ -670,7 +733,7 @@ class Network:
                                ) -> tuple[list[bytes | bytearray], bool] | None:
         """``_read_frames`` of a TLS connection: the bytes come decrypted from its stream
         (every read is a trip through the scheduler)."""
-        memory = self.memory
+        memory = conn.memory
         while True:
             if self._stopped_reading:
                 return None
@@ -691,22 +754,41 @@ class Network:
                 frames = decoder.feed(data)
             except ProtocolError as exc:
                 memory.received(conn, len(data), None, 0)
-                log.warning("closing connection from %s: %s", conn.peer, exc)
+                self._log_malformed(conn, exc)
                 return None
             memory.received(conn, len(data), decoder.frame_remaining, decoder.buffered)
             if frames:
                 return frames, True
 
-    async def _close_gently(self, conn: _Connection) -> None:
-        """End a connection whose last answer must reach the client (a failed login):
-        after ``failed_auth_delay_ms``, send FIN, then read and drop what the client still
-        sends, for at most ``CLOSE_LINGER_S``.  (Closing with unread bytes would send a
-        reset, and the client could lose the answer.)"""
+    def _logged_in(self, conn: _Connection, decoder: FrameDecoder) -> None:
+        """The connection's login is done: its requests may be as large as anyone's, and
+        what it holds moves from the login budget to the broker-wide one."""
+        decoder.max_frame_size = self._max_request_bytes
+        conn.memory.hand_over(conn, conn.charged, self.memory)
+        conn.memory = self.memory
+
+    async def _failed_login_pause(self) -> None:
+        """Hold a connection whose login failed (its answer not yet sent) for
+        ``connection.failed.authentication.delay.ms``; other connections go on."""
         await trio.sleep(self.limits.failed_auth_delay_ms / 1000)
-        try:
-            conn.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            return
+
+    def _log_malformed(self, conn: _Connection, exc: ProtocolError) -> None:
+        """The line for a connection closed over its framing (rate-limited before the
+        login, where anyone may cause one)."""
+        if conn.session.authenticated:
+            log.warning("closing connection from %s: %s", conn.peer, exc)
+        else:
+            self._quiet.warning(
+                "before-login", "closing connection from %s on %s before its login: %s "
+                "(sasl.server.max.receive.size=%d)", conn.peer, conn.listener.name, exc,
+                self.limits.login_request_max_bytes)
+
+    async def _close_gently(self, conn: _Connection) -> None:
+        """End a connection whose last answer must reach the client (a failed login, a
+        TLS alert): wait for the client to close its side, reading and dropping what it
+        still sends, for at most ``CLOSE_LINGER_S``; the caller then closes.  (A FIN that
+        arrives with the answer makes some clients drop it (kafka-python reads the end of
+        the stream first); closing with unread bytes would send a reset.)"""
         with trio.move_on_after(CLOSE_LINGER_S):
             try:
                 while await conn.tcp.receive_some(65536):
@@ -714,12 +796,26 @@ class Network:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
+    async def _wait_throttled(self, conn: _Connection) -> None:
+        """A quota throttled the last answer: handle nothing more from the connection until
+        its throttle time is over (``stop_reading`` ends the wait early)."""
+        until, conn.session.throttled_until = conn.session.throttled_until, 0.0
+        if self._stopped_reading:
+            return  # nothing more is read anyway
+        with trio.CancelScope(deadline=until) as scope:
+            self._budget_scopes.add(scope)
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._budget_scopes.discard(scope)
+        conn.last_active = trio.current_time()
+
     async def _wait_for_budget(self, conn: _Connection) -> bool:
         """Wait for room in the request budget; False if the network stopped reading."""
         with trio.CancelScope() as scope:
             self._budget_scopes.add(scope)
             try:
-                await self.memory.wait_to_read(conn)
+                await conn.memory.wait_to_read(conn)
                 return True
             finally:
                 self._budget_scopes.discard(scope)
@@ -743,7 +839,7 @@ class Network:
 
     def _answered(self, conn: _Connection, size: int) -> None:
         conn.charged -= size
-        self.memory.give_back(size)
+        conn.memory.give_back(size)
 
     async def _send(self, conn: _Connection, parts: ResponseParts) -> None:
         """Write ``parts`` to the socket: byte parts with ``writev``, straight from the event
@@ -826,6 +922,23 @@ class Network:
             offset += sent
             remaining -= sent
         await trio.lowlevel.checkpoint()
+
+
+async def _send_tls_alert(tcp: trio.SocketStream, stream: trio.SSLStream) -> bool:
+    """Send the alert OpenSSL wrote as it failed a handshake (a client certificate missing
+    or refused: certificate_required, handshake_failure, unknown_ca, ...), which trio's
+    ``SSLStream`` leaves unsent when it raises: without it a client sees only "connection
+    closed by peer" instead of what was wrong.  Whether there was one to send."""
+    outgoing = getattr(stream, "_outgoing", None)  # trio's outgoing MemoryBIO
+    data = outgoing.read() if isinstance(outgoing, ssl.MemoryBIO) else b""
+    if not data:
+        return False
+    with trio.move_on_after(CLOSE_LINGER_S):
+        try:
+            await tcp.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return False
+    return True
 
 
 def _read_slice(part: FileSlice) -> bytes:

@@ -263,12 +263,19 @@ class AclManager:
     def _allowed(self, operation: AclOperation) -> bool:
         return Access(self.authorizer)(operation, ResourceType.CLUSTER)
 
+    @staticmethod
+    def _refusal(what: str, operation: AclOperation) -> str:
+        """The message of a refused ACL request: who asked, and what it takes."""
+        return (f"{current_session.get().principal} is not authorized to {what} "
+                f"({operation.title} on the cluster is required)")
+
     async def create_acls(self, request, header):
         R = CreateAclsResponse
         if not self._allowed(AclOperation.ALTER):
             await trio.lowlevel.checkpoint()
+            message = self._refusal("create ACLs", AclOperation.ALTER)
             return R(throttle_time_ms=0, results=[R.AclCreationResult(
-                error_code=ClusterAuthorizationFailedError.code, error_message=None)
+                error_code=ClusterAuthorizationFailedError.code, error_message=message)
                 for _ in request.creations])
         results = []
         async with self._lock:
@@ -307,7 +314,8 @@ class AclManager:
         await trio.lowlevel.checkpoint()
         if not self._allowed(AclOperation.DESCRIBE):
             return R(throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code,
-                     error_message=None, resources=[])
+                     error_message=self._refusal("describe ACLs", AclOperation.DESCRIBE),
+                     resources=[])
         try:
             selected = self._filter(request)
             problem = selected.problem()
@@ -334,8 +342,9 @@ class AclManager:
         FR = R.DeleteAclsFilterResult
         if not self._allowed(AclOperation.ALTER):
             await trio.lowlevel.checkpoint()
+            message = self._refusal("delete ACLs", AclOperation.ALTER)
             return R(throttle_time_ms=0, filter_results=[FR(
-                error_code=ClusterAuthorizationFailedError.code, error_message=None,
+                error_code=ClusterAuthorizationFailedError.code, error_message=message,
                 matching_acls=[]) for _ in request.filters])
         results = []
         async with self._lock:

@@ -17,16 +17,26 @@ PLAIN checks the password against the user's SCRAM credential (``sasl.enabled.me
 ``_users.py``); SCRAM runs RFC 5802 with the stored keys, so no password is stored.  A
 SaslHandshake or SaslAuthenticate out of turn (on a listener without SASL, twice, after the
 login) answers ILLEGAL_SASL_STATE (34) and closes.
+
+The network holds every failed answer for ``connection.failed.authentication.delay.ms``.
+Failures are logged at most once a second (with the count of those held back): anyone who
+reaches a SASL listener can cause one.  A PLAIN login checked once is remembered
+(``VerifiedLogins``), so a client that logs in again, as clients do on each connection,
+costs an HMAC instead of PBKDF2's ~8 ms of CPU.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
 
+from trilog.broker._limits import RateLimitedLog
 from trilog.broker.network._network import Session, current_session
 from trilog.broker.security._users import UserStore, scram_credential
 from trilog.errors import (
@@ -50,6 +60,49 @@ log = logging.getLogger("trilog.broker.sasl")
 
 #: What a connection may send before its login is done.
 BEFORE_LOGIN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+#: At most one line per this many seconds about failed logins (and their kind).
+FAILED_LOGIN_LOG_S = 1.0
+#: PLAIN logins remembered as verified.
+VERIFIED_LOGINS = 1024
+
+
+class VerifiedLogins:
+    """PLAIN logins whose password PBKDF2 found right, remembered so that the next login
+    with the same password costs an HMAC.
+
+    An entry is the user, the credential's text it was checked against (a changed or
+    deleted credential never matches again: a user's new password or removal needs no
+    notice) and an HMAC-SHA256 of the password under a key made at start (never the
+    password, nor a digest that a table made elsewhere could look up).  Wrong passwords are
+    not remembered: each guess still pays PBKDF2.  At most ``size`` entries, the least
+    recently used going first.  Runs in the trio thread.
+    """
+
+    def __init__(self, size: int = VERIFIED_LOGINS) -> None:
+        self.size = size
+        self._key = secrets.token_bytes(32)
+        self._entries: OrderedDict[tuple[str, str, bytes], None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _entry(self, user: str, credential: str, password: str) -> tuple[str, str, bytes]:
+        return user, credential, hmac.new(self._key, password.encode("utf-8"),
+                                          "sha256").digest()
+
+    def known(self, user: str, credential: str, password: str) -> bool:
+        entry = self._entry(user, credential, password)
+        if entry not in self._entries:
+            return False
+        self._entries.move_to_end(entry)
+        return True
+
+    def remember(self, user: str, credential: str, password: str) -> None:
+        entry = self._entry(user, credential, password)
+        self._entries[entry] = None
+        self._entries.move_to_end(entry)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
 
 
 class _Login:
@@ -75,6 +128,8 @@ class SaslAuthenticator:
     def __init__(self, mechanisms: list[str], users: UserStore) -> None:
         self.mechanisms = list(mechanisms)
         self.users = users
+        self.verified = VerifiedLogins()
+        self._quiet = RateLimitedLog(log, FAILED_LOGIN_LOG_S)
 
     def apis(self) -> Mapping[int, Callable[[Any, Any], Awaitable[Any]]]:
         return {ApiKey.SASL_HANDSHAKE: self.handshake,
@@ -89,8 +144,8 @@ class SaslAuthenticator:
             return R(error_code=IllegalSaslStateError.code, mechanisms=self.mechanisms)
         mechanism = request.mechanism
         if mechanism not in self.mechanisms:
-            log.info("%s asked for SASL mechanism %r; enabled: %s", session.peer, mechanism,
-                     ", ".join(self.mechanisms))
+            self._quiet.info("mechanism", "%s asked for SASL mechanism %r; enabled: %s",
+                             session.peer, mechanism, ", ".join(self.mechanisms))
             session.close_after_answer = True
             await trio.lowlevel.checkpoint()
             return R(error_code=UnsupportedSaslMechanismError.code, mechanisms=self.mechanisms)
@@ -112,7 +167,7 @@ class SaslAuthenticator:
             answer = await self._step(session, login, bytes(request.auth_bytes))
         except SaslError as exc:
             session.close_after_answer = True
-            log.info("SASL %s login from %s failed: %s", login.mechanism, session.peer, exc)
+            self._log_failure(login, session, exc)
             return R(error_code=SaslAuthenticationFailedError.code,
                      error_message="Authentication failed during authentication due to "
                                    f"invalid credentials with SASL mechanism {login.mechanism}",
@@ -126,8 +181,12 @@ class SaslAuthenticator:
         try:
             return [frame(await self._step(session, login, token))]
         except SaslError as exc:
-            log.info("SASL %s login from %s failed: %s", login.mechanism, session.peer, exc)
+            self._log_failure(login, session, exc)
             raise RemoteProtocolError(f"SASL {login.mechanism} login failed") from None
+
+    def _log_failure(self, login: _Login, session: Session, exc: SaslError) -> None:
+        self._quiet.info("failed", "SASL %s login from %s failed: %s", login.mechanism,
+                         session.peer, exc)
 
     async def _step(self, session: Session, login: _Login, token: bytes) -> bytes:
         if login.mechanism == "PLAIN":
@@ -149,8 +208,15 @@ class SaslAuthenticator:
             text = credentials.get(mechanism)
             if text is None:
                 continue
-            credential = ScramCredential.from_text(text)
-            ok = await trio.to_thread.run_sync(credential.matches, mechanism, password)
+            seen = f"{mechanism}:{text}"
+            if self.verified.known(username, seen, password):
+                await trio.lowlevel.checkpoint()
+                ok = True
+            else:
+                credential = ScramCredential.from_text(text)
+                ok = await trio.to_thread.run_sync(credential.matches, mechanism, password)
+                if ok:
+                    self.verified.remember(username, seen, password)
             if ok:
                 login.username, login.complete = username, True
                 return b""

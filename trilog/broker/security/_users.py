@@ -9,6 +9,9 @@
   replaced atomically on every change (a ``JsonFileStore``: the broker reads it at start,
   and a file it cannot read stops it, naming the file).
 
+The ZooKeeper node also holds the user's client quotas (``broker/quotas/``, as Kafka's):
+each store keeps the other's keys when it writes.
+
 The broker reads a user's credentials at each login (a login is rare; a change applies at
 the next one, with no notification to follow); ``trilog users`` writes them.
 """
@@ -25,6 +28,7 @@ from trilog.protocol import SASL_MECHANISMS, SaslError, ScramCredential
 from trilog.zk import (
     CONFIG_USERS,
     NoNodeError,
+    NotEmptyError,
     ZooKeeper,
     decode_entity_config,
     encode_entity_config,
@@ -109,12 +113,16 @@ class ZooKeeperUserStore:
     async def check(self) -> None:
         await trio.lowlevel.checkpoint()  # read at each login; ZooKeeper has no file to fail
 
-    async def credentials(self, user: str) -> dict[str, str]:
+    async def _config(self, user: str) -> dict[str, str]:
         try:
             data = await self.zk.get(user_config_path(user))
         except NoNodeError:
             return {}
         return decode_entity_config(f"user {user}", data)
+
+    async def credentials(self, user: str) -> dict[str, str]:
+        # The node may also hold the user's client quotas (broker/quotas/), as in Kafka.
+        return {k: v for k, v in (await self._config(user)).items() if k in SCRAM_MECHANISMS}
 
     async def users(self) -> Users:
         try:
@@ -130,13 +138,18 @@ class ZooKeeperUserStore:
 
     async def set(self, user: str, credentials: dict[str, str]) -> None:
         path = user_config_path(user)
-        if not credentials:
+        # What is not a credential (the user's client quotas) stays.
+        others = {k: v for k, v in (await self._config(user)).items()
+                  if k not in SCRAM_MECHANISMS}
+        if not credentials and not others:
             try:
                 await self.zk.delete(path)
             except NoNodeError:
                 pass
+            except NotEmptyError:  # the quotas of the user's client ids are below it
+                await self.zk.put(path, encode_entity_config({}))
             return
-        await self.zk.put(path, encode_entity_config(credentials))
+        await self.zk.put(path, encode_entity_config({**others, **credentials}))
 
 
 def standalone_user_store(log_dirs: list[str], path: str | None = None) -> FileUserStore:

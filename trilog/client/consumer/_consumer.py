@@ -49,6 +49,7 @@ from trilog.client._simple_consumer import (
     offset_for_time,
 )
 from trilog.client._coordinator import Coordinator
+from trilog.client._isolation import READ_COMMITTED
 from trilog.client._offsets import BrokerOffsetStore
 from trilog.client.consumer._config import ConsumerConfig
 from trilog.client.consumer._coordinator import ConsumerCoordinator, tell_listener
@@ -87,7 +88,8 @@ class Consumer:
         # never wait behind a JoinGroup parked for a whole rebalance: answers come back in
         # order per connection); group requests on a connection of their own, held in
         # ``holder``, which outlives the consumer's tasks: closing still leaves through it.
-        self._store = (BrokerOffsetStore(client, group, coordinator=Coordinator(client, group))
+        self._store = (BrokerOffsetStore(client, group, coordinator=Coordinator(client, group),
+                                         require_stable=config.isolation == READ_COMMITTED)
                        if group else None)
         self._fetcher = Fetcher(
             client, sub, fetch_settings(config), deliver=self._buffer, fail=self._fail,
