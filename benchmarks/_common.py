@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _SIZE = struct.Struct(">i")
@@ -113,8 +114,10 @@ class BrokerProcess:
 
     def __init__(self, log_dir: str, overrides: dict[str, object] | None = None,
                  log_level: str = "WARNING", *, broker_id: int | None = None,
-                 zookeeper: str | None = None, log_path: str | None = None) -> None:
+                 zookeeper: str | None = None, log_path: str | None = None,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
         self.log_dir = log_dir
+        self.preexec_fn = preexec_fn  # e.g. a lower RLIMIT_NOFILE for the child
         self.overrides = dict(overrides or {})
         self.log_level = log_level
         self.broker_id = broker_id
@@ -156,7 +159,7 @@ class BrokerProcess:
         try:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         text=True, bufsize=1)
+                                         text=True, bufsize=1, preexec_fn=self.preexec_fn)
         finally:
             if log is not None:
                 log.close()  # the child has its own descriptor

@@ -278,6 +278,7 @@ class CleanerMachine(RuleBasedStateMachine):
             for segment in self.log.segments
             if base <= segment.base_offset < end
             for path in (segment.log_path, segment.offset_index.path, segment.time_index.path)
+            if os.path.exists(path)  # (an index without entries has no file)
         ]
         event(f"crash after unlinking {min(count, len(paths))} of {len(paths)} files")
         for path in paths[:count]:

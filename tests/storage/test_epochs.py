@@ -290,7 +290,7 @@ def test_a_malformed_file_reads_as_none(tmp_path, text):
 
 
 def test_a_failed_write_changes_nothing(three, monkeypatch):
-    def fail(*_args):
+    def fail(*_args, **_kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("trilog.storage._epochs.write_atomically", fail)

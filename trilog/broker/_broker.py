@@ -48,6 +48,7 @@ from trilog.broker._limits import (
     RESERVED_FDS,
     DescriptorBudget,
     PartitionBudget,
+    log_capacity,
     raise_fd_limit,
 )
 from trilog.broker._log_tasks import (
@@ -126,7 +127,7 @@ from trilog.broker.security import (
 )
 from trilog.broker.transactions import ProducerIds, TransactionCoordinator
 from trilog.errors import TrilogError
-from trilog.storage import LogManager
+from trilog.storage import SEGMENT_FILES, LogManager
 
 log = logging.getLogger("trilog.broker")
 
@@ -438,6 +439,7 @@ async def serve_broker(config: BrokerConfig | Mapping[str, Any] | None = None, *
         config = BrokerConfig.from_dict(config or {})
     limiter = trio.CapacityLimiter(config["num.io.threads"])
     fd_limit = raise_fd_limit()
+    SEGMENT_FILES.set_capacity(log_capacity(fd_limit))  # before the logs open
     logs = await trio.to_thread.run_sync(_open_logs, config, fd_limit)
     descriptors = DescriptorBudget(fd_limit, logs.open_files)
     partitions = PartitionBudget(config["max.partitions.per.topic"],
@@ -493,14 +495,15 @@ def _open_logs(config: BrokerConfig, fd_limit: int) -> LogManager:
         # In a ZooKeeper cluster partitions are replicated: their high watermarks are set by
         # the replica manager (standalone, a log's high watermark is its log end offset).
         return LogManager(config.log_dirs, config.log_config(),
-                          replicated=config.zookeeper_connect is not None)
+                          replicated=config.zookeeper_connect is not None,
+                          load_threads=config["num.recovery.threads.per.data.dir"])
     except OSError as exc:
         if exc.errno not in (errno.EMFILE, errno.ENFILE):
             raise
         raise TrilogError(
             f"cannot open the log: the descriptor limit ({fd_limit}, `ulimit -n`) is too low "
-            f"for the segments in {', '.join(config.log_dirs)} plus {RESERVED_FDS} reserved; "
-            "raise the limit"
+            f"for the segment files it keeps open ({log_capacity(fd_limit)}) plus "
+            f"{RESERVED_FDS} reserved and the connections' floor; raise the limit"
         ) from None
 
 

@@ -1,16 +1,24 @@
 """What the broker can hold: file descriptors, connections, partitions, and quiet logging.
 
-A broker shares one descriptor table between its connections and its log (an open ``.log``
-file per segment, plus the short-lived files of checkpoints, rolls, fetches and new
-partitions).  Kafka leaves the balance to the operator; a flood of connections then makes
-the next checkpoint fail.  Here the log comes first:
+A broker shares one descriptor table between its connections and its log.  Kafka keeps a
+descriptor open per segment and leaves the balance to the operator: under ``ulimit -n``
+1024 a thousand partitions left no room for a connection, and a restart again served
+nobody.  Here neither side can starve the other:
 
 - at start the soft ``RLIMIT_NOFILE`` is raised to the hard limit (:func:`raise_fd_limit`);
-- :class:`DescriptorBudget` says how many connections fit beside the log's open files and
-  ``RESERVED_FDS`` more (the acceptor refuses the rest), and how many new partitions fit
-  beside the connections (CreateTopics refuses the rest).  Partitions may use half of the
-  reserve, so that a topic can still be created while connections are at their cap; the
-  other half is for short-lived work (checkpoints, rolls, fetches).
+- connections always have a floor, ``max(64, limit / 10)`` descriptors (:func:`connection_floor`);
+- ``RESERVED_FDS`` are for short-lived work: checkpoints, rolls, fetches' duplicates (at
+  most ``MAX_OPEN_SLICES`` a fetch response), ZooKeeper, worker threads, listeners;
+- the log gets the rest (:meth:`DescriptorBudget.log_capacity`) as the bound of its cache of
+  open segment files (``trilog.storage.SEGMENT_FILES``): a segment file is opened on use and
+  the least recently used ones are closed, so partitions cost memory, not descriptors, and
+  a broker holds any number of them (``max.broker.partitions`` is the limit that remains);
+- connections may use what the log does not hold now (``connection_room``), never less
+  than the floor.
+
+New partitions are refused (POLICY_VIOLATION naming ``ulimit -n``) only when the limit is so
+low that the log's share is below ``MIN_LOG_FILES``: a cache that small would reopen files
+on every request.
 
 :class:`RateLimitedLog` keeps a fault that repeats (a full disk, a connection flood) to one
 log line per key and interval.
@@ -27,11 +35,30 @@ from trilog.errors import InvalidPartitionsError, PolicyViolationError
 
 log = logging.getLogger("trilog.broker")
 
-#: Descriptors never given to connections nor to new partitions: checkpoints, segment rolls,
-#: fetches (one duplicate per partition being sent), ZooKeeper, worker threads, listeners.
+#: Descriptors never given to connections nor to the log: checkpoints, segment rolls,
+#: fetches (``MAX_OPEN_SLICES`` duplicates a response being sent), ZooKeeper, worker
+#: threads, listeners.
 RESERVED_FDS = 128
-#: How long the count of the log's open files may be reused (it walks every partition).
+#: A fetch response holds at most this many open slices (a descriptor each, for sendfile);
+#: the partitions past them are read into memory (a 1,000-partition fetch under a limit of
+#: 1024 would otherwise need 1,000 descriptors at once).
+MAX_OPEN_SLICES = 16
+#: Connections always have at least ``max(CONNECTION_FLOOR, limit // 10)`` descriptors.
+CONNECTION_FLOOR = 64
+#: Below this many open segment files for the log, new partitions are refused.
+MIN_LOG_FILES = 32
+#: How long the count of the log's open files may be reused.
 _LOG_FILES_TTL_S = 1.0
+
+
+def connection_floor(limit: int) -> int:
+    """The descriptors kept for connections whatever the log holds."""
+    return max(CONNECTION_FLOOR, limit // 10)
+
+
+def log_capacity(limit: int, reserved: int = RESERVED_FDS) -> int:
+    """How many segment files the log may keep open under ``limit`` descriptors."""
+    return max(0, limit - reserved - connection_floor(limit))
 
 
 def raise_fd_limit() -> int:
@@ -49,7 +76,8 @@ def raise_fd_limit() -> int:
 
 
 class DescriptorBudget:
-    """Shares ``limit`` descriptors between the log, connections and ``RESERVED_FDS``.
+    """Shares ``limit`` descriptors between the log, connections and ``RESERVED_FDS`` (see
+    the module docstring).
 
     ``log_files()`` counts the descriptors the log holds open now (``LogManager.open_files``);
     it is called at most once a second.  Runs in the trio thread.
@@ -59,10 +87,15 @@ class DescriptorBudget:
                  reserved: int = RESERVED_FDS) -> None:
         self.limit = limit
         self.reserved = reserved
+        self.floor = connection_floor(limit)
         self._log_files = log_files
         self._cached = (0, -_LOG_FILES_TTL_S)  # (count, when)
         #: the connections open now (the network keeps it current)
         self.open_connections = 0
+
+    def log_capacity(self) -> int:
+        """How many segment files the log may keep open (its cache's bound)."""
+        return log_capacity(self.limit, self.reserved)
 
     def log_files(self, *, fresh: bool = False) -> int:
         count, when = self._cached
@@ -73,22 +106,20 @@ class DescriptorBudget:
         return count
 
     def connection_room(self) -> int:
-        """How many connections may be open at once, beside the log and the reserve."""
-        return max(0, self.limit - self.reserved - self.log_files())
+        """How many connections may be open at once: what the log and the reserve leave,
+        never less than the floor."""
+        return max(self.floor, self.limit - self.reserved - self.log_files())
 
-    def partition_room(self, open_connections: int | None = None) -> int:
-        """How many more partitions (one open file each) fit beside the open connections
-        (``open_connections``, or those the network counts), into half of the reserve (see
-        the module docstring)."""
-        if open_connections is None:
-            open_connections = self.open_connections
-        held = self.log_files(fresh=True) + open_connections
-        return max(0, self.limit - self.reserved // 2 - held)
+    def partition_room(self) -> int | None:
+        """None: any number of new partitions fit (they cost no descriptor of their own);
+        0 when the log's share of the limit is below ``MIN_LOG_FILES``."""
+        return None if self.log_capacity() >= MIN_LOG_FILES else 0
 
     def describe(self) -> str:
-        return (f"descriptor limit {self.limit}: {self.log_files(fresh=True)} held by the log, "
-                f"{self.reserved} reserved for its work, room for {self.connection_room()} "
-                "connections")
+        return (f"descriptor limit {self.limit}: up to {self.log_capacity()} segment files "
+                f"open ({self.log_files(fresh=True)} now), {self.reserved} reserved for the "
+                f"log's work, at least {self.floor} for connections (room for "
+                f"{self.connection_room()} now)")
 
 
 class RateLimitedLog:
@@ -132,12 +163,12 @@ class PartitionBudget:
     """The partitions a CreateTopics (or an auto-creation) may add to this broker.
 
     ``held()`` counts the partitions this broker holds; ``descriptor_room()`` how many more
-    open files fit beside the connections (``DescriptorBudget.partition_room``).  ``check``
-    raises the error Kafka's clients understand before anything is created.
+    fit the descriptor budget (``DescriptorBudget.partition_room``: None, any number).
+    ``check`` raises the error Kafka's clients understand before anything is created.
     """
 
     def __init__(self, per_topic: int, per_broker: int, held: Callable[[], int],
-                 descriptor_room: Callable[[], int]) -> None:
+                 descriptor_room: Callable[[], int | None]) -> None:
         self.per_topic = per_topic
         self.per_broker = per_broker
         self._held = held
@@ -157,8 +188,9 @@ class PartitionBudget:
                 f"{held} of at most {self.per_broker} (max.broker.partitions)"
             )
         room = self._descriptor_room()
-        if here > room:
+        if room is not None and here > room:
             raise PolicyViolationError(
-                f"topic {topic!r} needs {here} file descriptors on this broker, and its budget "
-                f"has room for {room} beside the open connections (raise `ulimit -n`)"
+                f"topic {topic!r}: the descriptor limit leaves the log of this broker too few "
+                f"files beside the connections and the reserve (at least {MIN_LOG_FILES}): "
+                "raise `ulimit -n`"
             )

@@ -12,8 +12,9 @@ swap), ``_append`` (the append path's header and CRC checks, offset assignment, 
 unstable offset), ``_producer_snapshot`` (``<offset>.snapshot`` files), ``_producer_load``
 (the state from a snapshot and the headers after it), ``_txn_index`` (a segment's
 ``.txnindex`` of aborted transactions), ``_loader`` (opening and recovery), ``_segment``
-(``LogSegment``, the roll decision, header walks), ``_index``, ``_files`` (atomic writes,
-directory fsyncs, removal), ``_manager``, ``_checkpoint``, ``_retention`` (pure decisions),
+(``LogSegment``, the roll decision, header walks), ``_index``, ``_open_files``
+(``SegmentFiles``: the bounded cache of open segment files), ``_files`` (atomic writes,
+directory fsyncs, a file system's sync, removal), ``_manager``, ``_checkpoint``, ``_retention`` (pure decisions),
 ``_fetch`` (``FetchSlice``), ``_epochs`` (the leader-epoch cache a replicated log keeps).
 
 Blocking code (no trio): the broker calls it from worker threads.
@@ -42,6 +43,7 @@ from trilog.storage._files import fsync_dir, write_atomically
 from trilog.storage._index import OffsetIndex, TimeIndex
 from trilog.storage._log import CHEAP_APPEND_BYTES, INLINE_APPENDS, Log, LogAppendInfo
 from trilog.storage._producer_state import ProducerInfo
+from trilog.storage._open_files import SEGMENT_FILES, SegmentFiles
 from trilog.storage._manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -72,6 +74,7 @@ __all__ = [
     "LOG_START_OFFSET_CHECKPOINT_FILE",
     "RECOVERY_POINT_CHECKPOINT_FILE",
     "REPLICATION_OFFSET_CHECKPOINT_FILE",
+    "SEGMENT_FILES",
     "UNDEFINED_EPOCH",
     "UNDEFINED_EPOCH_OFFSET",
     "AbortedTxn",
@@ -88,6 +91,7 @@ __all__ = [
     "LogSegment",
     "OffsetCheckpoint",
     "OffsetIndex",
+    "SegmentFiles",
     "ProducerInfo",
     "TimeIndex",
     "TimestampOffset",

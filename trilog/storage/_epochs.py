@@ -197,15 +197,16 @@ class LeaderEpochCache:
             if self._entries:
                 self._replace([])
 
-    def write(self) -> None:
-        """Write the checkpoint with the current entries (e.g. after rebuilding them)."""
+    def write(self, *, sync: bool = True) -> None:
+        """Write the checkpoint with the current entries (e.g. after rebuilding them);
+        ``sync=False``: not fsynced (entries the next opening would rebuild the same)."""
         with self._lock:
-            self._replace(list(self._entries))
+            self._replace(list(self._entries), sync=sync)
 
-    def _replace(self, kept: list[EpochEntry]) -> None:
+    def _replace(self, kept: list[EpochEntry], *, sync: bool = True) -> None:
         """Under the lock: write the checkpoint, then publish ``kept``."""
         if self.path is not None:
-            write_atomically(self.path, format_checkpoint(kept))
+            write_atomically(self.path, format_checkpoint(kept), sync=sync)
         self._entries = tuple(kept)
 
 
@@ -307,32 +308,39 @@ def load_leader_epochs(
     *,
     empty: bool,
     discard: bool = False,
+    none_if_missing: bool = False,
 ) -> LeaderEpochCache:
     """The leader-epoch cache of the log in ``directory`` when it opens: the checkpoint, cut
     to the log's offsets (a crash may leave entries past the log end or before the log
     start, as Kafka's loader expects), or, when the file is missing or unreadable, rebuilt
     from ``batch_epochs`` (``(partition_leader_epoch, base_offset)`` of every batch, oldest
     first: a walk of the segments, taken only then and once, as the result is written).
-    ``empty``: the log holds no batch; ``discard``: it restarted empty, its epochs go."""
+    ``empty``: the log holds no batch; ``discard``: it restarted empty, its epochs go;
+    ``none_if_missing`` (a standalone log after a clean shutdown, whose directory listing
+    has no checkpoint: an entry is written to the file, fsynced, when it is made, so a
+    missing file, not a corrupt one, means none): no walk of every header, and no file
+    written for an empty cache."""
     path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE)
-    stored = read_checkpoint(path)
+    found = None if none_if_missing else read_checkpoint(path)
+    stored: list[EpochEntry] = [] if found is None else found
+    write = False
     if discard:
         stored, write = [], True
-    elif stored is None:
+    elif found is None and not none_if_missing:
         stored = [] if empty else epochs_from_batches(batch_epochs)
         write = not empty
         if write:
             logger.info("%s: rebuilt the leader-epoch cache from the batch headers: %s",
                         directory, [tuple(e) for e in stored])
-    else:
-        write = False
     cut = LeaderEpochCache(None, stored)
     cut.truncate_from_end(log_end_offset)
     cut.truncate_from_start(log_start_offset)
     cache = LeaderEpochCache(path, cut.entries)
     if write or list(cut.entries) != stored:
         try:
-            cache.write()
+            # Not fsynced (one fsync a log would slow the start of 50,000 logs): a lost or
+            # torn file is rebuilt or cut the same way at the next opening.
+            cache.write(sync=False)
         except OSError as exc:  # a full disk must not stop a start
             logger.warning("%s: cannot write %s: %s", directory, LEADER_EPOCH_CHECKPOINT_FILE,
                            exc)

@@ -1,4 +1,5 @@
-"""File safety in one place: atomic replacement, durable directory entries, removal.
+"""File safety in one place: atomic replacement, durable directory entries, removal, and
+syncing a whole file system (``sync_filesystem``).
 
 ``write_atomically`` is the only way trilog replaces a small metadata file (checkpoints,
 markers): a crash leaves either the old content or the new, never a mix, and a failure
@@ -9,9 +10,12 @@ first, so that a crash halfway leaves a name the next start removes (with ``remo
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import uuid
+
+_syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
 
 
 def fsync_dir(path: str) -> None:
@@ -26,10 +30,27 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
+def sync_filesystem(path: str) -> None:
+    """Make everything written to the file system holding ``path`` durable: ``syncfs(2)``,
+    one call instead of an fsync per file (a broker's shutdown of 50,000 logs), or ``sync``
+    where there is no ``syncfs``.  ``OSError`` if it reports a write-back error."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _syncfs is None:
+            os.sync()
+        elif _syncfs(fd) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno), path)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: str, data: bytes, mode: int | None = None, *,
+                     sync: bool = True) -> None:
     """Replace ``path`` with ``data``: a temporary file written and fsynced, renamed over the
     old one, and the directory fsynced.  On failure the temporary file is removed and the old
-    file stays as it was.  ``mode``: the file's permissions (else 0644 less the umask)."""
+    file stays as it was.  ``mode``: the file's permissions (else 0644 less the umask).
+    ``sync=False`` (a file rebuilt when lost or torn): no fsync, the rename is still atomic."""
     tmp = path + ".tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
@@ -39,7 +60,8 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -49,7 +71,8 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
         except OSError:
             pass
         raise
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    if sync:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def remove(path: str) -> None:

@@ -9,7 +9,10 @@ Both files hold exactly their entries (no preallocation), so a size that is not 
 of the entry size means a torn write.  In memory an index is a pair of ``array``s searched
 with ``bisect`` (C-speed binary search); entries reach the file lazily, on ``flush`` (or when
 the segment is rolled or closed): an index is rebuildable from its log, and recovery
-rebuilds the indexes of everything after the recovery point.
+rebuilds the indexes of everything after the recovery point.  An index without entries has
+no file (a partition of one record costs no index file): loading a missing index rebuilds it
+from its segment, which then holds only a few batches (less than ``index_interval_bytes``
+before its last one).
 """
 
 from __future__ import annotations
@@ -93,6 +96,17 @@ class _SparseIndex:
     def __len__(self) -> int:
         return len(self._offsets)
 
+    def absent(self) -> None:
+        """The file is known not to exist (a directory listing said so): a flush without
+        entries need not look."""
+        if not len(self._offsets):
+            self._file_entries, self._synced = 0, True
+
+    @property
+    def written(self) -> bool:
+        """Whether the file holds entries (so it must exist)."""
+        return self._file_entries > 0
+
     @property
     def is_full(self) -> bool:
         return len(self._offsets) >= self.max_entries
@@ -105,10 +119,17 @@ class _SparseIndex:
     def _encode(self, start: int, n: int) -> bytes:
         raise NotImplementedError
 
-    def flush(self, fsync: bool = True) -> None:
-        """Write the entries the file lacks, then fsync it (unless ``fsync`` is false)."""
+    def flush(self, fsync: bool = True, *, empty_file: bool = False) -> None:
+        """Write the entries the file lacks, then fsync it (unless ``fsync`` is false).
+        Without entries no file is made, unless ``empty_file``."""
         n = len(self._offsets)
         if n == self._file_entries and (self._synced or not fsync):
+            return
+        if (n == 0 and not empty_file and self._file_entries <= 0
+                and not os.path.exists(self.path)):
+            # No file for an empty index (a new partition's): loading a missing one rebuilds
+            # it from the few batches such a segment holds.
+            self._file_entries, self._synced = 0, True
             return
         start = max(self._file_entries, 0)
         _write_tail(self.path, start * self.ENTRY_SIZE, self._encode(start, n), fsync)

@@ -29,6 +29,7 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from trilog.storage._config import LogConfig
+from trilog.storage._epochs import LEADER_EPOCH_CHECKPOINT_FILE
 from trilog.storage._files import fsync_dir, remove
 from trilog.storage._producer_snapshot import SUFFIX as SNAPSHOT_SUFFIX
 from trilog.storage._segment import LogSegment, segment_file_name, walk_batches
@@ -52,6 +53,8 @@ class LoadedLog(NamedTuple):
     first_recovered: int | None
     #: the offsets of the producer snapshots in the directory, ascending
     snapshot_offsets: list[int]
+    #: the directory holds a ``leader-epoch-checkpoint``
+    epoch_checkpoint: bool
 
 
 def load_segments(
@@ -63,8 +66,10 @@ def load_segments(
     files disagree.  After a recovery whose rebuilt indexes were all written, the recovery
     point is the new log end offset; otherwise it stays where it was.
     """
-    _finish_swaps(directory)
-    listing = _list_directory(directory)
+    names = os.listdir(directory)  # (once: a broker opens 50,000 logs)
+    if _finish_swaps(directory, names):
+        names = os.listdir(directory)
+    listing = _list_directory(directory, names)
     bases = listing.bases
     segments: list[LogSegment] = []
     try:
@@ -75,7 +80,8 @@ def load_segments(
         if needs_recovery and segments:
             # The segment holding the recovery point and all later ones are re-validated.
             first_unverified = max(0, bisect_right(bases, recovery_point) - 1)
-        indexes_written, recovered = _load_or_recover(directory, segments, first_unverified)
+        indexes_written, recovered = _load_or_recover(directory, segments, first_unverified,
+                                                      listing.index_files)
         if needs_recovery and segments and indexes_written:
             recovery_point = segments[-1].next_offset
         first_recovered = segments[recovered].base_offset if recovered < len(segments) else None
@@ -89,17 +95,18 @@ def load_segments(
     for segment in segments[:-1]:
         segment.on_become_inactive()
     return LoadedLog(tuple(segments), recovery_point, created, first_recovered,
-                     listing.snapshots)
+                     listing.snapshots, LEADER_EPOCH_CHECKPOINT_FILE in names)
 
 
-def _finish_swaps(directory: str) -> None:
-    """Complete every committed swap of the log cleaner (``<base>.log.swap``): remove the
-    segments it replaces, then give it its final name."""
-    swaps = sorted(n for n in os.listdir(directory)
+def _finish_swaps(directory: str, names: list[str]) -> bool:
+    """Complete every committed swap of the log cleaner (``<base>.log.swap``) among the
+    directory's ``names``: remove the segments it replaces, then give it its final name.
+    Whether there was one."""
+    swaps = sorted(n for n in names
                    if n.endswith(".log" + SWAP_SUFFIX) and n[:20].isdigit() and len(n) == 29)
     if not swaps:
-        return
-    logs = [int(n[:20]) for n in os.listdir(directory)
+        return False
+    logs = [int(n[:20]) for n in names
             if n.endswith(".log") and len(n) == 24 and n[:20].isdigit()]
     for name in swaps:
         base = int(name[:20])
@@ -117,6 +124,7 @@ def _finish_swaps(directory: str) -> None:
         logger.warning("%s: finished the interrupted swap of cleaned segment %d (replacing "
                        "offsets %d..%d)", directory, base, base, end - 1)
     fsync_dir(directory)
+    return True
 
 
 def _next_offset(path: str, base_offset: int) -> int:
@@ -134,16 +142,17 @@ def _next_offset(path: str, base_offset: int) -> int:
 class _Listing(NamedTuple):
     bases: list[int]  # of the .log files, ascending
     txn_indexes: set[int]  # the bases with a .txnindex file
+    index_files: dict[int, int]  # how many of .index and .timeindex each base has
     snapshots: list[int]  # the offsets of the producer snapshots, ascending
 
 
-def _list_directory(directory: str) -> _Listing:
+def _list_directory(directory: str, names: list[str]) -> _Listing:
     """What the directory holds (one listing: a broker opens thousands of logs); leftovers
     of interrupted work and indexes whose log is gone are removed on the way."""
     bases: list[int] = []
     index_files: list[tuple[int, str]] = []
     snapshots: list[int] = []
-    for name in os.listdir(directory):
+    for name in names:
         path = os.path.join(directory, name)
         if name.endswith(_LEFTOVERS):
             remove(path)
@@ -159,16 +168,19 @@ def _list_directory(directory: str) -> _Listing:
             index_files.append((int(stem), path))
     known = set(bases)
     txn_indexes = set()
+    counts: dict[int, int] = {}
     for base, path in index_files:
         if base not in known:
             remove(path)
         elif path.endswith(".txnindex"):
             txn_indexes.add(base)
-    return _Listing(sorted(bases), txn_indexes, sorted(snapshots))
+        else:
+            counts[base] = counts.get(base, 0) + 1
+    return _Listing(sorted(bases), txn_indexes, counts, sorted(snapshots))
 
 
-def _load_or_recover(directory: str, segments: list[LogSegment], first_unverified: int
-                     ) -> tuple[bool, int]:
+def _load_or_recover(directory: str, segments: list[LogSegment], first_unverified: int,
+                     index_files: dict[int, int]) -> tuple[bool, int]:
     """Trust the segments before ``first_unverified`` (until one's files disagree), recover
     the rest, and drop everything after the first invalid stretch (in place).  Return
     whether every rebuilt index reached the disk, and the index of the first segment
@@ -178,7 +190,8 @@ def _load_or_recover(directory: str, segments: list[LogSegment], first_unverifie
     while i < len(segments):
         segment = segments[i]
         if i < first_unverified:
-            if segment.load_indexes():
+            if segment.load_indexes(index_files.get(segment.base_offset, 0)):
+                segment.release_fd()
                 i += 1
                 continue
             logger.warning("%s: segment %d does not end on a batch boundary; recovering",
@@ -197,6 +210,7 @@ def _load_or_recover(directory: str, segments: list[LogSegment], first_unverifie
                                directory, dead.base_offset)
                 dead.delete()
             del segments[i + 1 :]
+        segment.release_fd()  # (opening leaves no file open: 50,000 logs open at start)
         i += 1
     return indexes_written, min(first_unverified, len(segments))
 
@@ -207,8 +221,7 @@ def _recover_segment(directory: str, segment: LogSegment, min_offset: int) -> tu
     truncated = segment.recover(min_offset)
     os.fsync(segment.fd)  # recovered bytes may only be in the page cache
     try:
-        segment.offset_index.flush()
-        segment.time_index.flush()
+        segment.flush_indexes()
     except OSError as exc:
         # A full disk must not stop a start: the rebuilt indexes serve from memory, and the
         # next flush writes them.  Until one does, the recovery point stays where it was,

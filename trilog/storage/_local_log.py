@@ -10,6 +10,7 @@ Opening and recovery are ``_loader``'s.
 from __future__ import annotations
 
 import logging
+import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 
@@ -40,10 +41,13 @@ class LocalLog:
     """
 
     def __init__(
-        self, directory: str, config: LogConfig, recovery_point: int, needs_recovery: bool
+        self, directory: str, config: LogConfig, recovery_point: int, needs_recovery: bool,
+        *, guard: threading.Lock | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
+        #: The append lock, every segment's ``guard`` (the file cache's rule).
+        self.guard = guard
         loaded = load_segments(directory, config, recovery_point, needs_recovery)
         self._set_segments(loaded.segments)
         self.log_end_offset = self.active.next_offset
@@ -56,18 +60,26 @@ class LocalLog:
         self.first_recovered = loaded.first_recovered
         #: The producer snapshots the opening found (``ProducerSnapshots`` takes them).
         self.snapshot_offsets = loaded.snapshot_offsets
+        #: Whether the directory held a leader-epoch checkpoint.
+        self.epoch_checkpoint = loaded.epoch_checkpoint
 
     def _set_segments(self, segments: tuple[LogSegment, ...]) -> None:
         self.segments = segments
         self.base_offsets = tuple(s.base_offset for s in segments)
         self.active = segments[-1]
+        guard = self.guard
+        for segment in segments:
+            segment.guard = guard
 
     def batch_epochs(self) -> Iterator[tuple[int, int]]:
         """``(partition_leader_epoch, base_offset)`` of every batch, oldest first (a walk of
         every header; while opening)."""
         for segment in self.segments:
+            if not segment.size:
+                continue
             for _pos, _size, header in walk_batches(segment.fd, 0, segment.size, chunk=1 << 20):
                 yield header.partition_leader_epoch, header.base_offset
+            segment.release_fd()  # (opening leaves no file open)
 
     def count_below(self, offset: int) -> int:
         """Under the append lock: how many of the oldest segments hold only offsets below
@@ -162,15 +174,14 @@ class LocalLog:
 
     # -- closing -------------------------------------------------------------------------
 
-    def close(self) -> OSError | None:
-        """Under every lock, the log closed: write the indexes out and close every file.
-        Every file is closed even when an index write fails; the first such error is
-        returned."""
+    def close(self, sync: bool = True) -> OSError | None:
+        """Under every lock, the log closed: write the indexes out (fsynced if ``sync``) and
+        close every file.  Every file is closed even when an index write fails; the first
+        such error is returned."""
         error: OSError | None = None
         for segment in self.segments:
             try:
-                segment.offset_index.flush()
-                segment.time_index.flush()
+                segment.flush_indexes(fsync=sync)
             except OSError as exc:
                 error = error or exc
             segment.close()

@@ -219,6 +219,7 @@ class Log(LogReader, SegmentRemovals):
         log_start_offset: int = 0,
         replicated: bool = False,
         high_watermark: int | None = None,
+        clean_shutdown: bool = False,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
         if topic is None or partition is None:
@@ -233,14 +234,25 @@ class Log(LogReader, SegmentRemovals):
         self._flush_lock = threading.Lock()
         self._delete_lock = threading.Lock()  # before _flush_lock and _lock (see above)
         self._closed = False
-        os.makedirs(self.directory, exist_ok=True)
+        if not clean_shutdown:  # (a log dir's listing found it: no syscall)
+            os.makedirs(self.directory, exist_ok=True)
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
         self._replicated = replicated
         self._epochs = LeaderEpochCache(None)  # until the segments are loaded
         self._producer_state = ProducerStateManager()
+        # Held while opening: the segment file cache closes no file of this log meanwhile.
+        with self._lock:
+            self._open(recovery_point, needs_recovery, log_start_offset, high_watermark,
+                       clean_shutdown and not needs_recovery)
+
+    def _open(self, recovery_point: int, needs_recovery: bool, log_start_offset: int,
+              high_watermark: int | None, clean_shutdown: bool) -> None:
+        """While opening, under the append lock: the segments, the producer state, the
+        leader epochs.  ``clean_shutdown``: the log was closed cleanly, so no producer
+        snapshot means no producer (``close`` writes one whenever there is one)."""
         self._local = local = LocalLog(self.directory, self.config, recovery_point,
-                                       needs_recovery)
+                                       needs_recovery, guard=self._lock)
         self._snapshots = ProducerSnapshots(self.directory, local.snapshot_offsets)
         self._log_start_offset = max(log_start_offset, local.base_offsets[0])
         restarted = self._log_start_offset > local.log_end_offset
@@ -253,11 +265,17 @@ class Log(LogReader, SegmentRemovals):
         # Standalone the high watermark follows the log end offset; replicated it starts
         # from the checkpointed one (or the log start offset) and _publish clamps it.
         self._high_watermark = self._log_start_offset if high_watermark is None else high_watermark
-        self._producer_load = self._load_producers(local.first_recovered)
+        if clean_shutdown and self._snapshots.latest is None:
+            self._producer_state.reset()  # (no replay of every header: see close)
+            self._producer_load = ProducerStateLoad(None, local.log_end_offset, 0, 0)
+        else:
+            self._producer_load = self._load_producers(local.first_recovered)
         self._publish()
         self._epochs = load_leader_epochs(
             self.directory, self._log_start_offset, local.log_end_offset, local.batch_epochs(),
-            empty=local.log_end_offset == local.base_offsets[0], discard=restarted)
+            empty=local.log_end_offset == local.base_offsets[0], discard=restarted,
+            none_if_missing=(clean_shutdown and not self._replicated
+                             and not local.epoch_checkpoint))
 
     def _load_producers(self, rebuild_from: int | None) -> ProducerStateLoad:
         """Under every lock (or while opening): build the producer state from the newest
@@ -662,20 +680,21 @@ class Log(LogReader, SegmentRemovals):
 
     # -- closing -------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
         """Flush everything, write the final index entries and a producer state snapshot at
-        the log end offset, close every file.
+        the log end offset, close every file.  ``sync=False``: nothing is fsynced (the
+        caller syncs the whole file system, then calls ``synced``).
 
         Every file is closed even when the flush fails (a full or failing disk); the first
         such error is raised afterwards, so the caller knows this log needs recovery."""
         with self._delete_lock, self._flush_lock, self._lock:
             if self._closed:
                 return
-            active = self._local.active
-            active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
+            self._local.active.seal_time_index()
         error: OSError | None = None
         try:
-            self.flush()
+            if sync:
+                self.flush()
         except OSError as exc:
             error = exc
         with self._delete_lock, self._flush_lock, self._lock:
@@ -685,12 +704,36 @@ class Log(LogReader, SegmentRemovals):
             # The producer state at the log end: the next opening replays nothing.  Not
             # fsynced (two fsyncs a log would slow a broker's shutdown): one a power loss
             # tears fails its CRC, and the opening replays from the roll's snapshot.
-            self._snapshots.write(self._local.log_end_offset,
-                                  self._producer_state.snapshot_entries())
-            closing_error = self._local.close()  # closes every file whatever happened
+            error = error or self._snapshot_at_close()
+            closing_error = self._local.close(sync)  # closes every file whatever happened
             error = error or closing_error
         if error is not None:
             raise error
+
+    def synced(self) -> None:
+        """After ``close(sync=False)``: the caller synced the file system, so everything
+        written is durable (the recovery point moves to the log end offset)."""
+        with self._lock:
+            local = self._local
+            local.recovery_point = max(local.recovery_point, local.log_end_offset)
+
+    def _snapshot_at_close(self) -> OSError | None:
+        """Under every lock, closing: the producer state at the log end, unless a snapshot
+        there is already written (nothing was appended since) or there is no producer and
+        no snapshot at all (an opening after a clean shutdown then knows there is none:
+        Kafka's rule too).  An error if it cannot be written: the opening after a clean
+        shutdown trusts it, so the caller must not call this shutdown clean."""
+        snapshots = self._snapshots
+        leo = self._local.log_end_offset
+        if leo in snapshots.offsets:
+            return None
+        entries = list(self._producer_state.snapshot_entries())
+        if not entries and snapshots.latest is None:
+            return None
+        snapshots.write(leo, entries)
+        if leo not in snapshots.offsets:
+            return OSError(f"{self.directory}: cannot write the producer snapshot at {leo}")
+        return None
 
     def _close_handles(self) -> None:
         """Close every descriptor without flushing anything: what a crash leaves behind

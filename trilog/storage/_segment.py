@@ -25,6 +25,7 @@ from trilog.records import (
 from trilog.storage._config import LogConfig
 from trilog.storage._files import remove
 from trilog.storage._index import IndexCorruptError, OffsetIndex, TimeIndex
+from trilog.storage._open_files import SEGMENT_FILES
 from trilog.storage._txn_index import TransactionIndex
 
 if TYPE_CHECKING:
@@ -94,6 +95,10 @@ class LogSegment:
     under its lock.  Readers never use ``fd`` directly: they take their own descriptor with
     ``dup_fd`` (``None`` once the segment is closed), so closing or deleting a segment can
     never make a reader read another file that reused the descriptor number.
+
+    The log file is opened lazily: ``fd`` opens it on first use, and the process's
+    ``SEGMENT_FILES`` cache may close it again (``evict``) while nobody holds ``guard`` (the
+    owning ``Log``'s append lock, which every user of ``fd`` holds); ``close`` is final.
     """
 
     def __init__(
@@ -119,7 +124,14 @@ class LogSegment:
             load=load_txn_index,
         )
         self.index_interval_bytes = config.index_interval_bytes
-        self.fd = fd
+        self._fd = fd
+        #: Who must be held to use ``fd`` (None: the cache never closes the file).
+        self.guard: threading.Lock | None = None
+        #: Used since the cache's clock last passed (see ``_open_files``).
+        self.used = True
+        self._pinned = False  # never evicted (unlinked files still read)
+        self._opened_mtime_ms: int | None = None  # the log file's mtime when opened
+        self._closed = False
         self._fd_lock = threading.Lock()
         self._io_lock = threading.Lock()  # a flush's index writes vs. delete's unlinks
         self._deleted = False
@@ -150,12 +162,16 @@ class LogSegment:
         path = os.path.join(directory, segment_file_name(base_offset, ".log" + suffix))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         segment = cls(directory, base_offset, fd, 0, config, suffix, load_txn_index=False)
+        SEGMENT_FILES.opened(segment)
         try:
             segment.txn_index.reset()  # (a stale file of that name)
             segment.offset_index.reset()
             segment.time_index.reset()
-            segment.offset_index.flush(fsync=False)
-            segment.time_index.flush(fsync=False)
+            # The empty index files are written by the first flush (or roll, or close), as
+            # every index entry is: two file creations fewer for each new partition.
+            for index in (segment.offset_index, segment.time_index):
+                if os.path.exists(index.path):  # a stale one
+                    index.flush(fsync=False)
         except BaseException:
             segment.delete()
             raise
@@ -164,20 +180,76 @@ class LogSegment:
     @classmethod
     def open(cls, directory: str, base_offset: int, config: LogConfig, *,
              load_txn_index: bool = True) -> LogSegment:
-        """Open an existing segment's log file; indexes are loaded by the caller's choice of
+        """An existing segment, its log file opened on first use; indexes are loaded by the
+        caller's choice of
         ``load_indexes`` (trusting) or ``recover`` (validating), and the ``.txnindex`` now
         (``load_txn_index=False``: the caller knows there is none)."""
         path = os.path.join(directory, segment_file_name(base_offset, ".log"))
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
-        return cls(directory, base_offset, fd, os.fstat(fd).st_size, config,
-                   load_txn_index=load_txn_index)
+        stat = os.stat(path)
+        segment = cls(directory, base_offset, -1, stat.st_size, config,
+                      load_txn_index=load_txn_index)
+        segment._opened_mtime_ms = stat.st_mtime_ns // 1_000_000  # (one stat, not two)
+        return segment
 
-    def load_indexes(self) -> bool:
+    # -- the descriptor --------------------------------------------------------------------
+
+    @property
+    def fd(self) -> int:
+        """The log file's descriptor, opened if the cache closed it.  Hold ``guard``."""
+        fd = self._fd
+        self.used = True
+        if fd >= 0:
+            return fd
+        return self._reopen()
+
+    def _reopen(self) -> int:
+        with self._fd_lock:
+            fd = self._fd
+            if fd >= 0:
+                return fd
+            if self._closed:
+                raise ValueError(f"{self.log_path} is closed")
+            self._fd = fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+        SEGMENT_FILES.opened(self)
+        return fd
+
+    def evict(self) -> bool:
+        """The cache's: close the file (reopened on the next use) if its guard is free."""
+        guard = self.guard
+        if guard is None or self._pinned or not guard.acquire(blocking=False):
+            return False
+        try:
+            with self._fd_lock:
+                fd, self._fd = self._fd, -1
+            if fd >= 0:
+                os.close(fd)
+        finally:
+            guard.release()
+        return True
+
+    def release_fd(self) -> None:
+        """Close the file until its next use, by its only user (the loader)."""
+        if self._pinned:
+            return
+        with self._fd_lock:
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            SEGMENT_FILES.closed(self)
+            os.close(fd)
+
+    def load_indexes(self, files: int = 2) -> bool:
         """Load (or, if missing or corrupt, rebuild) the indexes of a trusted segment, then
         find ``next_offset`` and the max timestamp by walking the few batches after the last
         index entry.  Return False if the data does not end on a batch boundary or the
-        indexes point past it (the caller then runs ``recover``).
+        indexes point past it (the caller then runs ``recover``).  ``files``: how many of the
+        two index files the directory holds (0: a small segment's, rebuilt at once).
         """
+        if not files:
+            rebuilt = self.rebuild_indexes()
+            if not len(self.offset_index):  # (else flush_indexes writes both files)
+                self.offset_index.absent()
+                self.time_index.absent()
+            return rebuilt
         try:
             self.offset_index.load(self.size)
             self.time_index.load()
@@ -199,7 +271,8 @@ class LogSegment:
         self.next_offset = self.base_offset
         self.bytes_since_last_index_entry = 0
         end = position
-        for pos, size, header in walk_batches(self.fd, position, self.size):
+        batches = walk_batches(self.fd, position, self.size) if position < self.size else ()
+        for pos, size, header in batches:
             end = pos + size
             self.next_offset = header.last_offset + 1
             if header.max_timestamp > self.max_timestamp:
@@ -213,7 +286,10 @@ class LogSegment:
         """A reopened segment's age for rolling.  When its first batch was appended is not
         recorded, so count from the file's mtime (the last append): a reopened segment may
         roll late, never early, and client clocks play no part."""
-        self.rolling_ms = None if self.size == 0 else min(self.last_modified_ms, now_ms())
+        mtime, self._opened_mtime_ms = self._opened_mtime_ms, None
+        if mtime is None:
+            mtime = self.last_modified_ms
+        self.rolling_ms = None if self.size == 0 else min(mtime, now_ms())
 
     def rebuild_indexes(self) -> bool:
         """Rebuild both indexes from a (trusted) walk of the batches; False if the data does
@@ -365,11 +441,17 @@ class LogSegment:
     # -- reading -------------------------------------------------------------------------
 
     def dup_fd(self) -> int | None:
-        """A private descriptor of the log file for a reader, or None if closed."""
+        """A private descriptor of the log file for a reader, or None if closed (or, while
+        the cache has it closed, deleted).  Not counted by the cache: the reader closes it."""
         with self._fd_lock:
-            if self.fd < 0:
+            if self._closed:
                 return None
-            return os.dup(self.fd)
+            if self._fd >= 0:
+                return os.dup(self._fd)
+            try:
+                return os.open(self.log_path, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
 
     def translate_offset(
         self, fd: int, offset: int, max_position: int
@@ -454,12 +536,27 @@ class LogSegment:
             self.rolling_ms = None
         return dropped
 
+    def seal_time_index(self) -> None:
+        """Record the final max timestamp in the time index (Kafka does the same at a roll
+        and a close): the next opening walks only the batches after the last offset index
+        entry.  Without such an entry it walks them all and finds the max itself, so no
+        entry (and no file) is written for a segment of a few batches."""
+        if len(self.offset_index):
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def flush_indexes(self, fsync: bool = True) -> None:
+        """Write both indexes' new entries (fsynced if ``fsync``).  An offset index without
+        entries gets no file; a time index gets one whenever the offset index has entries
+        (a missing one is then rebuilt at opening: its last entry may hold the segment's max
+        timestamp, which time-based retention reads)."""
+        self.offset_index.flush(fsync)
+        self.time_index.flush(fsync, empty_file=len(self.offset_index) > 0)
+
     def on_become_inactive(self) -> None:
-        """When rolled: record the final max timestamp (Kafka does the same) and hand the
-        index entries to the page cache."""
-        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.offset_index.flush(fsync=False)
-        self.time_index.flush(fsync=False)
+        """When rolled: record the final max timestamp and hand the index entries to the
+        page cache."""
+        self.seal_time_index()
+        self.flush_indexes(fsync=False)
 
     def flush(self) -> None:
         """fsync the log file and write + fsync both indexes.  Safe against a concurrent
@@ -474,15 +571,16 @@ class LogSegment:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            self.offset_index.flush()
-            self.time_index.flush()
+            self.flush_indexes()
             self.txn_index.flush()
 
     def close(self) -> None:
         """Close the log file's descriptor (readers' dups stay valid)."""
         with self._fd_lock:
-            fd, self.fd = self.fd, -1
+            fd, self._fd = self._fd, -1
+            self._closed = True
         if fd >= 0:
+            SEGMENT_FILES.closed(self)
             os.close(fd)
 
     def delete(self) -> None:
@@ -501,15 +599,29 @@ class LogSegment:
         list; ``close`` comes after.  A flush of this segment does nothing from now on."""
         with self._io_lock:
             self._deleted = True
+            self.pin()
             for path in self._paths():
                 remove(path)
+
+    def pin(self) -> None:
+        """Keep the file open until ``close`` (opening it now if the cache had closed it)."""
+        with self._fd_lock:
+            self._pinned = True
+        if not self._closed:
+            self._reopen()
 
     def change_suffix(self, old: str, new: str) -> None:
         """Rename its files from ``<name><old>`` to ``<name><new>`` (Kafka's
         ``changeFileSuffixes``): the indexes first, the log file last, so that the log's
         name says how far a rename got."""
         for index in (self.offset_index, self.time_index):
-            index.path = _renamed(index.path, old, new)
+            target = _with_suffix(index.path, old, new)
+            try:
+                os.rename(index.path, target)
+            except FileNotFoundError:
+                if index.written:
+                    raise
+            index.path = target  # (an index never written has no file yet)
         self.txn_index.rename(_with_suffix(self.txn_index.path, old, new))
         self.log_path = _renamed(self.log_path, old, new)
 

@@ -6,7 +6,9 @@ log end, and its fetch offsets tell the leader its progress (``ReplicaManager.
 follower_fetched``).  Each partition must be led here, at the leader epoch the request
 names (Fetch v9+).
 
-Reads take one hop to a worker thread for all partitions (none when every read starts in
+A response holds at most ``MAX_OPEN_SLICES`` open slices (a descriptor each); the partitions
+past them are answered from memory, so that a fetch of a thousand partitions does not take
+a thousand descriptors.  Reads take one hop to a worker thread for all partitions (none when every read starts in
 its log's active segment, whose pages were just written).  Fetch v0-v3 predate RecordBatch
 v2: their answers are down-converted in that thread, to magic 0 for v0-v1 and magic 1 for
 v2-v3.  With fewer than ``min_bytes`` the request parks in the fetch purgatory until enough
@@ -31,6 +33,7 @@ from typing import Any, NamedTuple
 import trio
 
 from trilog._topic import PartitionKey
+from trilog.broker._limits import MAX_OPEN_SLICES
 from trilog.broker._metrics import RequestMetrics
 from trilog.broker.network import ApiHandler, current_session
 from trilog.broker.quotas import CONSUMER_BYTE_RATE, QuotaManager, parked, user_of
@@ -212,6 +215,7 @@ class FetchApi:
         ``committed`` (read_committed) reads below the last stable offset."""
         out = []
         budget = max_bytes
+        slices = 0  # open FetchSlices in ``out`` (MAX_OPEN_SLICES)
         for w, error in zip(wanted, checked):
             if error is not None:
                 out.append(_Read(error))
@@ -240,6 +244,10 @@ class FetchApi:
             except Exception as exc:
                 out.append(_Read(partition_error(exc, "read", w.topic, w.partition)))
                 continue
+            if isinstance(read, FetchSlice) and read.length:
+                slices += 1
+                if slices > MAX_OPEN_SLICES:
+                    read = _in_memory(read)
             out.append(_Read(0, read, None, lso, aborted))
             budget -= read.length
         return out
@@ -288,6 +296,12 @@ def _read_partition(lg: Log, offset: int, max_bytes: int, convert_max_bytes: int
             data = v2_to_legacy(slc.read(), convert, max_bytes=convert_max_bytes)
         return _Converted(data, slc.high_watermark, slc.log_start_offset)
     return slc
+
+
+def _in_memory(slc: FetchSlice) -> _Converted:
+    """Blocking: the slice's bytes, its descriptor closed (past ``MAX_OPEN_SLICES``)."""
+    with slc:
+        return _Converted(slc.read(), slc.high_watermark, slc.log_start_offset)
 
 
 def _close(results: list[_Read]) -> None:

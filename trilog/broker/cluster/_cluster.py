@@ -141,6 +141,10 @@ class Cluster:
     #: The topics' configurations (overrides over the broker's defaults), kept where this
     #: kind of cluster keeps them.
     topic_configs: TopicConfigs
+    #: ``partitions(topic)`` is never changed in place, only replaced, and says everything
+    #: Metadata answers of the topic: an answer built for that dict object stays right as
+    #: long as it is the topic's (Metadata's cache of answers).
+    immutable_partitions = False
 
     def brokers(self) -> list[BrokerInfo]:
         raise NotImplementedError
@@ -198,7 +202,10 @@ class Cluster:
 
 
 class StandaloneCluster(Cluster):
-    """One broker and its log dirs.  Runs in the trio thread; logs are created in threads."""
+    """One broker and its log dirs.  Runs in the trio thread; logs are created in threads.
+    A topic's partition map is replaced, never changed in place (``immutable_partitions``)."""
+
+    immutable_partitions = True
 
     def __init__(self, broker: BrokerInfo, log_manager: LogManager, cluster_id: str,
                  default_partitions: int, limiter: trio.CapacityLimiter,

@@ -269,12 +269,16 @@ PROPERTIES: tuple[Property, ...] = (
              "serves every connection.", low=1),
     Property("num.io.threads", _int, 8,
              "Worker threads for blocking work (fsync, sendfile, ZooKeeper calls).", low=1),
+    Property("num.recovery.threads.per.data.dir", _int, 8,
+             "Threads opening (and after a crash recovering) the logs of each log dir at start "
+             "(Kafka's default is 1: opening a log here waits on the disk more than it "
+             "computes).", low=1),
     Property("socket.request.max.bytes", _int, 100 * _MB,
              "Largest request frame; a larger one closes its connection.", low=1024),
     Property("max.connections", _int, _INT_MAX,
              "Connections open at once; a new one above it is closed as soon as it is accepted. "
-             "The descriptor budget (`ulimit -n` less the log's files and a reserve) may cap it "
-             "lower.", low=0),
+             "The descriptor budget (`ulimit -n` less the log's open files and a reserve, "
+             "never less than max(64, 10 %)) may cap it lower.", low=0),
     Property("max.connections.per.ip", _int, _INT_MAX,
              "Connections open at once from one address; more are closed at once.", low=0),
     Property("max.connections.per.ip.overrides", _host_counts, {},
@@ -311,8 +315,10 @@ PROPERTIES: tuple[Property, ...] = (
     Property("max.partitions.per.topic", _int, 10_000,
              "Most partitions one topic may have (INVALID_PARTITIONS above it).", low=1),
     Property("max.broker.partitions", _int, 10_000,
-             "Most partitions this broker may hold (POLICY_VIOLATION above it); the descriptor "
-             "budget may cap it lower.", low=1),
+             "Most partitions this broker may hold (POLICY_VIOLATION above it).  Partitions "
+             "cost memory (about 6 KB each), not descriptors: segment files are opened "
+             "lazily, at most what `ulimit -n` leaves beside the connections' floor and a "
+             "reserve.", low=1),
     Property("log.retention.hours", _int, 168, "Delete segments older than this (hours).", low=-1),
     Property("log.retention.minutes", _int, None, "Like log.retention.hours, in minutes (wins over hours)."),
     Property("log.retention.ms", _int, None, "Like log.retention.hours, in ms (wins over minutes and hours; -1: forever)."),
