@@ -37,3 +37,20 @@ async def test_list_offsets_by_leader_for_start_end_and_time(broker):
         by_time = await groups.list_offsets(tps, later)
         assert by_time == {("listed", 0): -1, ("listed", 1): 0, ("listed", 2): -1}
         assert await groups.list_offsets([]) == {}
+
+
+async def test_an_admin_outlives_its_brokers_restart(broker_process):
+    from trilog.errors import NetworkError
+
+    broker = broker_process()
+    async with open_admin(broker.bootstrap) as admin:
+        await admin.create_topic("before", num_partitions=1)
+        broker.stop()
+        broker = broker_process(broker.log_dir, port=broker.port)
+        # The request that finds the old connection closed fails (retriable); the admin
+        # then reaches the cluster again through its bootstrap servers.
+        try:
+            await admin.describe_cluster()
+        except NetworkError:
+            pass
+        assert "before" in await admin.list_topics()

@@ -24,7 +24,7 @@ controller: brokers only); partition reassignments are plans written to ZooKeepe
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
@@ -393,10 +393,20 @@ def _needs_zookeeper(what: str) -> TrilogError:
 
 
 class _BrokerAdmin(Admin):
-    def __init__(self, conn: BrokerConnection, stack: AsyncExitStack | None = None) -> None:
+    def __init__(self, conn: BrokerConnection, stack: AsyncExitStack | None = None,
+                 reopen: Callable[[], Awaitable[BrokerConnection]] | None = None) -> None:
         self.conn = conn
         self._stack = stack  # where connections to the other brokers live (closed on exit)
         self._conns: dict[tuple[str, int], BrokerConnection] = {(conn.host, conn.port): conn}
+        self._reopen = reopen  # reaches the cluster again (the bootstrap servers)
+
+    async def _bootstrap(self) -> BrokerConnection:
+        """The connection most requests go to: reopened through the bootstrap servers once
+        it has closed (its broker restarted or went away), so a long-lived admin outlives
+        a broker's restart (the request that found it closed has failed)."""
+        if self.conn.closed and self._reopen is not None:
+            self.conn = await self._reopen()
+        return self.conn
 
     async def _connection(self, node: BrokerAddress) -> BrokerConnection:
         """A connection to ``node``, opened on first use and kept until the admin closes."""
@@ -413,7 +423,7 @@ class _BrokerAdmin(Admin):
     async def _metadata(self, names: list[str] | None) -> Any:
         topics = None if names is None else [MetadataRequest.MetadataRequestTopic(name=n)
                                              for n in names]
-        return await self.conn.request(MetadataRequest(topics=topics,
+        return await (await self._bootstrap()).request(MetadataRequest(topics=topics,
                                                        allow_auto_topic_creation=False))
 
     async def brokers(self) -> list[BrokerAddress]:
@@ -445,7 +455,7 @@ class _BrokerAdmin(Admin):
                            configs: Mapping[str, str] | None = None) -> None:
         R = CreateTopicsRequest
         T = R.CreatableTopic
-        response = await self.conn.request(R(topics=[T(
+        response = await (await self._bootstrap()).request(R(topics=[T(
             name=name, num_partitions=num_partitions, replication_factor=replication_factor,
             assignments=[], configs=[T.CreatableTopicConfig(name=k, value=v)
                                      for k, v in (configs or {}).items()])],
@@ -455,7 +465,7 @@ class _BrokerAdmin(Admin):
                        getattr(result, "error_message", None))
 
     async def delete_topic(self, name: str) -> None:
-        response = await self.conn.request(DeleteTopicsRequest(topic_names=[name],
+        response = await (await self._bootstrap()).request(DeleteTopicsRequest(topic_names=[name],
                                                                timeout_ms=30_000))
         for result in response.responses:
             if result.error_code == UnknownTopicOrPartitionError.code:
@@ -467,7 +477,7 @@ class _BrokerAdmin(Admin):
     async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
         R = CreateAclsRequest
         bindings = list(bindings)
-        response = await self.conn.request(R(creations=[R.AclCreation(
+        response = await (await self._bootstrap()).request(R(creations=[R.AclCreation(
             resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
             resource_pattern_type=b.pattern.pattern_type, principal=b.entry.principal,
             host=b.entry.host, operation=b.entry.operation,
@@ -479,7 +489,7 @@ class _BrokerAdmin(Admin):
     async def describe_acls(self, selected: AclBindingFilter | None = None
                             ) -> list[AclBinding]:
         f = selected or AclBindingFilter()
-        response = await self.conn.request(DescribeAclsRequest(
+        response = await (await self._bootstrap()).request(DescribeAclsRequest(
             resource_type_filter=f.resource_type, resource_name_filter=f.name,
             pattern_type_filter=f.pattern_type, principal_filter=f.principal,
             host_filter=f.host, operation=f.operation, permission_type=f.permission_type))
@@ -493,7 +503,7 @@ class _BrokerAdmin(Admin):
 
     async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
         R = DeleteAclsRequest
-        response = await self.conn.request(R(filters=[R.DeleteAclsFilter(
+        response = await (await self._bootstrap()).request(R(filters=[R.DeleteAclsFilter(
             resource_type_filter=f.resource_type, resource_name_filter=f.name,
             pattern_type_filter=f.pattern_type, principal_filter=f.principal,
             host_filter=f.host, operation=f.operation, permission_type=f.permission_type)
@@ -516,7 +526,7 @@ class _BrokerAdmin(Admin):
         T = R.CreatePartitionsTopic
         assignments = None if assignment is None else [
             T.CreatePartitionsAssignment(broker_ids=list(replicas)) for replicas in assignment]
-        response = await self.conn.request(R(
+        response = await (await self._bootstrap()).request(R(
             topics=[T(name=name, count=count, assignments=assignments)], timeout_ms=30_000,
             validate_only=validate_only))
         for result in response.results:
@@ -633,7 +643,7 @@ class _BrokerAdmin(Admin):
         routes: list[tuple[BrokerConnection, list[tuple[str, str]]]] = []
         topics = [k for k in wanted if k[0] == "topic"]
         if topics:
-            routes.append((self.conn, topics))
+            routes.append((await self._bootstrap(), topics))
         names = [k for k in wanted if k[0] == "broker"]
         if names:
             nodes = {str(b.node_id): b for b in await self.brokers()}
@@ -656,7 +666,7 @@ class _BrokerAdmin(Admin):
         R = IncrementalAlterConfigsRequest
         A = R.AlterConfigsResource
         kind, name = ("topic", topic) if topic is not None else ("broker", str(broker))
-        conn = self.conn
+        conn = await self._bootstrap()
         if kind == "broker":
             nodes = {str(b.node_id): b for b in await self.brokers()}
             if name not in nodes:
@@ -741,7 +751,8 @@ class _BrokerAdmin(Admin):
         tries = REQUEST_RETRY.attempts()
         async for _ in tries:
             try:
-                node = await find_coordinator(self.conn, transactional_id, TRANSACTION)
+                node = await find_coordinator(await self._bootstrap(), transactional_id,
+                                              TRANSACTION)
                 return BrokerAddress(node.node_id, node.host, node.port)
             except ApiError as exc:
                 if tries.last or not exc.retriable:
@@ -751,12 +762,12 @@ class _BrokerAdmin(Admin):
     async def describe_client_quotas(self, filters: Iterable[QuotaFilter] = (), *,
                                      strict: bool = False
                                      ) -> dict[QuotaEntity, dict[str, float]]:
-        return await describe_client_quotas(self.conn, filters, strict)
+        return await describe_client_quotas(await self._bootstrap(), filters, strict)
 
     async def alter_client_quotas(self, entity: QuotaEntity,
                                   changes: Mapping[str, float | None], *,
                                   validate_only: bool = False) -> None:
-        await alter_client_quotas(self.conn, entity, changes, validate_only)
+        await alter_client_quotas(await self._bootstrap(), entity, changes, validate_only)
 
     async def elect_leaders(self, partitions: Iterable[PartitionKey] | None = None,
                             election: str = "preferred") -> dict[PartitionKey, str | None]:
@@ -1070,7 +1081,10 @@ async def _running_admin(bootstrap_servers: str | list[str] | None,
                 *server, client_id=config.client_id, connect_timeout_s=min(left, 10.0),
                 request_timeout_s=config.request_timeout_s, security=config.security))
 
-        conn = await reach_cluster(parse_bootstrap(bootstrap_servers), connect,
-                                   timeout_ms=config.bootstrap_timeout_ms,
-                                   security=config.security)
-        yield _BrokerAdmin(conn, stack)
+        servers = parse_bootstrap(bootstrap_servers)
+
+        async def reach() -> BrokerConnection:
+            return await reach_cluster(servers, connect, timeout_ms=config.bootstrap_timeout_ms,
+                                       security=config.security)
+
+        yield _BrokerAdmin(await reach(), stack, reopen=reach)
