@@ -181,15 +181,29 @@ class BrokerProcess:
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) each test
     module runs whole on one worker, so its module-scoped brokers start once; the Spark
-    modules share one group, so one worker starts the one Spark session of the run.  That
-    group is the longest: it goes first (a worker takes it while the other starts on the
-    rest), else the run would end with one worker on Spark and the other idle."""
+    modules share one group, so one worker starts the one Spark session of the run.  The
+    longest groups go first (the Spark group, then the modules of ``_LONG_MODULES``): a
+    run that ended on one of them would leave the other worker idle meanwhile."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         group = "spark" if module.startswith("tests/spark/") else module
         item.add_marker(pytest.mark.xdist_group(group))
     if getattr(config.option, "numprocesses", None):
-        items.sort(key=lambda item: not item.nodeid.startswith("tests/spark/"))
+        def rank(item) -> int:
+            module = item.nodeid.split("::", 1)[0]
+            if module.startswith("tests/spark/"):
+                return 0
+            return 1 if module in _LONG_MODULES else 2
+
+        items.sort(key=rank)  # stable: each module's tests keep their order
+
+
+#: The modules that take longest after the Spark ones (minutes under load), run first.
+_LONG_MODULES = frozenset({
+    "tests/docs/test_doc_examples.py", "tests/records/test_speedups.py",
+    "tests/broker/test_replication_load.py", "tests/broker/test_kafka_python_e2e.py",
+    "tests/cli/test_groups_cli.py", "tests/broker/test_transactions_faults.py",
+})
 
 
 @pytest.hookimpl(hookwrapper=True)
