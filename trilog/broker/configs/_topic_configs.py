@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import aclosing
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol, TypeVar
 
 import trio
 
@@ -50,6 +51,7 @@ from trilog.zk import (
 )
 
 log = logging.getLogger("trilog.broker.configs")
+_T = TypeVar("_T")
 
 STANDALONE_FILE = "topic-configs.json"
 #: Change notifications a writer leaves behind its own (Kafka purges by age instead).
@@ -258,21 +260,37 @@ class TopicConfigs:
         store = self.store
         if not isinstance(store, ZooKeeperConfigStore):
             return
-        while True:
-            try:
-                value = await store.zk.watch_children(CONFIG_CHANGES)
-                async with aclosing(value.eventual_values(lambda v: v is not None)) as values:
-                    async for children in values:
-                        topics = await store.changed_topics(children)
-                        if topics is None:
-                            log.warning("config notifications were missed; re-reading all")
-                            await self.load_all()
-                            continue
-                        for topic in sorted(topics):
-                            await self.refresh(topic)
-            except ZooKeeperError as exc:
-                log.warning("watching %s failed (%s); retrying", CONFIG_CHANGES, exc)
-                await trio.sleep(RETRY_S)
+
+        async def changed(children: list[str]) -> list[str] | None:
+            topics = await store.changed_topics(children)
+            return None if topics is None else sorted(topics)
+
+        await follow_config_changes(store.zk, changed, self.refresh, self.load_all, "topics")
+
+
+async def follow_config_changes(zk: ZooKeeper,
+                                changed: Callable[[list[str]], Awaitable[Iterable[_T] | None]],
+                                apply: Callable[[_T], Awaitable[None]],
+                                reload: Callable[[], Awaitable[None]], what: str) -> None:
+    """Answer ``/config/changes``' notifications until cancelled (topic configs and client
+    quotas share them, as in Kafka): ``changed(children)`` names what changed since it was
+    last asked, each of which is ``apply``-ed; None (notifications were missed) ``reload``s
+    all of ``what``.  A ZooKeeper error is retried after ``RETRY_S``."""
+    while True:
+        try:
+            value = await zk.watch_children(CONFIG_CHANGES)
+            async with aclosing(value.eventual_values(lambda v: v is not None)) as values:
+                async for children in values:
+                    items = await changed(children)
+                    if items is None:
+                        log.warning("config notifications were missed; re-reading %s", what)
+                        await reload()
+                        continue
+                    for item in items:
+                        await apply(item)
+        except ZooKeeperError as exc:
+            log.warning("watching %s failed (%s); retrying", CONFIG_CHANGES, exc)
+            await trio.sleep(RETRY_S)
 
 
 def standalone_store(log_dirs: list[str]) -> FileConfigStore:

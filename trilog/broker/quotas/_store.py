@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import aclosing
 from typing import Protocol
 
 import trio
 
 from trilog.broker._json_store import JsonFileStore
-from trilog.broker.configs._topic_configs import KEEP_NOTIFICATIONS
+from trilog.broker.configs._topic_configs import KEEP_NOTIFICATIONS, follow_config_changes
 from trilog.broker.quotas._entity import (
     QUOTA_KEYS,
     Entity,
@@ -54,7 +53,6 @@ from trilog.zk import (
 log = logging.getLogger("trilog.broker.quotas")
 
 STANDALONE_FILE = "quotas.json"
-RETRY_S = 1.0
 
 
 class QuotaStore(Protocol):
@@ -215,21 +213,11 @@ class ClientQuotas:
         store = self.store
         if not isinstance(store, ZooKeeperQuotaStore):
             return
-        while True:
-            try:
-                value = await store.zk.watch_children(CONFIG_CHANGES)
-                async with aclosing(value.eventual_values(lambda v: v is not None)) as values:
-                    async for children in values:
-                        changed = await store.changed(children)
-                        if changed is None:
-                            log.warning("config notifications were missed; re-reading quotas")
-                            await self.load_all()
-                            continue
-                        for e in changed:
-                            self.manager.set(e, await store.load(e))
-            except ZooKeeperError as exc:
-                log.warning("watching %s failed (%s); retrying", CONFIG_CHANGES, exc)
-                await trio.sleep(RETRY_S)
+
+        async def apply(e: Entity) -> None:
+            self.manager.set(e, await store.load(e))
+
+        await follow_config_changes(store.zk, store.changed, apply, self.load_all, "quotas")
 
 
 def standalone_quota_store(log_dirs: list[str]) -> FileQuotaStore:
