@@ -80,6 +80,15 @@ class FakeBroker:
         got = self.requests(ApiKey.UPDATE_METADATA)
         return got[-1] if got else None
 
+    def metadata_states(self):
+        """The partition states of the last UpdateMetadata, none before the first."""
+        last = self.last_metadata()
+        return last.ungrouped_partition_states if last is not None else []
+
+    def metadata_broker_ids(self):
+        last = self.last_metadata()
+        return sorted(b.id for b in last.live_brokers) if last is not None else []
+
     async def handle(self, stream) -> None:
         try:
             await serve_kafka(stream, self.answer, versions=SERVED)
@@ -268,8 +277,7 @@ async def test_a_dead_broker_loses_its_leaderships_and_isr_places(zookeeper):
         told = {(s.topic_name, s.partition_index): s for s in broker3.leader_and_isr()[seen:]}
         assert told[("t", 1)].leader == 3 and told[("t", 1)].leader_epoch == 1
         assert told[("t", 1)].partition_epoch == 1
-        await wait_until(lambda: sorted(b.id for b in broker3.last_metadata().live_brokers)
-                         == [1, 3])
+        await wait_until(lambda: broker3.metadata_broker_ids() == [1, 3])
         by_tp = {(s.topic_name, s.partition_index): s
                  for s in broker3.last_metadata().ungrouped_partition_states}
         assert by_tp[("solo", 0)].leader == -1
@@ -324,7 +332,7 @@ async def test_new_topics_and_partitions_get_states(zookeeper):
         last = broker2.leader_and_isr()[-1]
         assert (last.topic_name, last.partition_index, last.leader, last.is_new) == \
             ("fresh", 2, 1, True)
-        await wait_until(lambda: len(broker2.last_metadata().ungrouped_partition_states) == 3)
+        await wait_until(lambda: len(broker2.metadata_states()) == 3)
 
         # Deleted: its replicas stop and delete it.
         await h.zk.delete(topic_path("fresh"), recursive=True)
@@ -333,7 +341,8 @@ async def test_new_topics_and_partitions_get_states(zookeeper):
         assert stop.delete_partitions
         assert sorted((p.topic_name, p.partition_index) for p in stop.ungrouped_partitions) \
             == [("fresh", 0), ("fresh", 1), ("fresh", 2)]
-        await wait_until(lambda: not broker2.last_metadata().ungrouped_partition_states)
+        await wait_until(lambda: broker2.last_metadata() is not None
+                         and not broker2.metadata_states())
         assert controller.states() == {}
 
 
@@ -464,7 +473,8 @@ async def test_failover_to_another_controller_with_a_higher_epoch(zookeeper):
         await second.active_epoch.wait_value(2)
         assert second.states() == first.states()  # read back from ZooKeeper
         for broker in h.brokers.values():
-            await wait_until(lambda broker=broker: broker.last_metadata().controller_id == 2)
+            await wait_until(lambda broker=broker: broker.last_metadata() is not None
+                             and broker.last_metadata().controller_id == 2)
             assert broker.last_metadata().controller_epoch == 2
             assert broker.requests(ApiKey.LEADER_AND_ISR)[-1].controller_epoch == 2
 
