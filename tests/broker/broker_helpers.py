@@ -14,6 +14,7 @@ import time
 
 import kafka_helpers
 import trio
+from wait_helpers import wait_for  # noqa: F401  (the tests of this folder import it from here)
 
 from trilog import protocol as p
 from trilog.records import MemoryRecords, build_batch
@@ -297,18 +298,6 @@ def kafka_consumer(bootstrap: str, **kw):
     settings = {"fetch_max_bytes": 32 << 20, "max_partition_fetch_bytes": 8 << 20}
     settings.update(kw)
     return kafka_helpers.kafka_consumer(bootstrap, **settings)
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    """Poll ``predicate`` every 0.1 s until it returns something true (returned), failing
-    the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 async def serve_kafka(stream, answer, versions=None) -> None:

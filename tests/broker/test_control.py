@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 import trio
 from broker_helpers import serve_kafka
+from wait_helpers import wait_until
 
 from trilog.broker.configs._broker_config import BrokerConfig
 from trilog.broker.controller._controller import Controller
@@ -48,12 +49,6 @@ SERVED = {ApiKey.API_VERSIONS: (0, 2), ApiKey.LEADER_AND_ISR: (0, 3),
 ANSWERS = {ApiKey.LEADER_AND_ISR: LeaderAndIsrResponse(error_code=0, partition_errors=[]),
            ApiKey.STOP_REPLICA: StopReplicaResponse(error_code=0, partition_errors=[]),
            ApiKey.UPDATE_METADATA: UpdateMetadataResponse(error_code=0)}
-
-
-async def wait_until(predicate, timeout=15.0):
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
 
 
 class FakeBroker:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import trio
 from broker_helpers import serve_kafka
+from wait_helpers import wait_until
 
 from trilog.broker.controller._channel import BrokerChannel, ChannelManager
 from trilog.broker.controller._errors import StaleController
@@ -211,12 +212,6 @@ async def channel_to(nursery, broker: StandIn) -> BrokerChannel:
     port = listeners[0].socket.getsockname()[1]
     return BrokerChannel(1, ("127.0.0.1", port), controller_id=1, security=None,
                          timeout_s=5.0)
-
-
-async def wait_until(predicate, timeout=10.0):
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 async def test_a_channel_sends_in_order_and_resends_on_a_new_connection():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from wait_helpers import wait_for
 from broker_helpers import (
     connect,
     create_topic,
@@ -78,14 +79,6 @@ def closed_by_peer(sock: socket.socket) -> bool:
 
 def lines_with(process, text: str) -> int:
     return sum(text in line for line in Path(process.stderr_path).read_text().splitlines())
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- descriptors and connections ----------------------------------------------------------------

@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from wait_helpers import wait_for  # noqa: F401  (the console tests import it from here)
+
 _MAIN = "import sys; from trilog.cli import main; sys.exit(main())"
 _READY = re.compile(r"trilog console on (\S+) ")
 
@@ -107,16 +109,6 @@ def get(url: str, *, user: str | None = None, password: str = "",
     except urllib.error.HTTPError as exc:
         return Answer(exc.code, {k.lower(): v for k, v in exc.headers.items()},
                       exc.read().decode())
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def seed(bootstrap: str) -> int:

@@ -9,12 +9,12 @@ import base64
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from console_helpers import GROUP, TOPIC, ConsoleProcess, seed
+from wait_helpers import wait_for
 
 pytest.importorskip("h11", reason="the console needs h11 (the console extra)")
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the test extra)")
@@ -88,16 +88,6 @@ def browser():
         driver.quit()
 
 
-def _wait(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def _chart_drawn(driver, points: int = 2) -> bool:
     """A chart of the page has a line of at least ``points`` points."""
     return driver.execute_script(
@@ -126,13 +116,13 @@ def test_the_overview_draws_its_chart(console, browser):
     assert "Overview" in browser.title
     labels = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".card .label")]
     assert "brokers" in labels and "under-replicated" in labels
-    _wait(lambda: _chart_drawn(browser, 8), what="the overview's chart")
+    wait_for(lambda: _chart_drawn(browser, 8), what="the overview's chart")
     legend = browser.find_element(By.CSS_SELECTOR, "figure.chart .legend").text
     assert "produced" in legend
     # The figures are kept current like the charts: one made stale is set again.
     browser.execute_script(
         "document.querySelector('[data-live=produce_rate]').textContent = 'stale';")
-    _wait(lambda: browser.find_element(By.CSS_SELECTOR, "[data-live=produce_rate]").text
+    wait_for(lambda: browser.find_element(By.CSS_SELECTOR, "[data-live=produce_rate]").text
           .endswith("/s"), what="the produced figure set again from /api/cluster")
     _screenshot(browser, "overview")
 
@@ -140,7 +130,7 @@ def test_the_overview_draws_its_chart(console, browser):
 def _follow(driver, element, url_part: str) -> None:
     """Click ``element`` and wait until the browser is on the page it leads to."""
     element.click()
-    _wait(lambda: url_part in driver.current_url
+    wait_for(lambda: url_part in driver.current_url
           and driver.execute_script("return document.readyState") == "complete",
           what=f"a page at ...{url_part}")
 
@@ -154,7 +144,7 @@ def test_from_the_topic_list_to_a_partitions_records(console, browser):
     assert browser.title.startswith(f"Topic {TOPIC}")
     rows = browser.find_elements(By.CSS_SELECTOR, "table.partitions tbody tr")
     assert len(rows) == 3
-    _wait(lambda: _chart_drawn(browser, 3), what="the topic's chart")
+    wait_for(lambda: _chart_drawn(browser, 3), what="the topic's chart")
     _screenshot(browser, "topic")
     _follow(browser, rows[0].find_element(By.LINK_TEXT, "browse"), "/records?partition=0")
     browser.find_element(By.NAME, "offset").send_keys("10")
@@ -176,11 +166,11 @@ def test_a_groups_lag_chart(console, browser):
     browser.get(console.url + "/groups")
     _follow(browser, browser.find_element(By.LINK_TEXT, GROUP), f"/groups/{GROUP}")
     assert browser.title.startswith(f"Group {GROUP}")
-    _wait(lambda: _chart_drawn(browser, 3), what="the group's lag chart")
+    wait_for(lambda: _chart_drawn(browser, 3), what="the group's lag chart")
     cells = browser.find_elements(By.CSS_SELECTOR, "table.lag tbody tr")
     assert len(cells) == 3
     # the member shows once the group has settled (the page is as of its loading)
-    _wait(lambda: browser.refresh() or "billing-worker" in browser.find_element(
+    wait_for(lambda: browser.refresh() or "billing-worker" in browser.find_element(
         By.CSS_SELECTOR, "table.members").text, what="the group's member")
-    _wait(lambda: _chart_drawn(browser, 3), what="the group's lag chart again")
+    wait_for(lambda: _chart_drawn(browser, 3), what="the group's lag chart again")
     _screenshot(browser, "group")

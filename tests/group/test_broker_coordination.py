@@ -17,6 +17,7 @@ from group_helpers import (
     script_processes,
 )
 from pacing_helpers import check_paced
+from wait_helpers import wait_until
 
 import trilog
 from trilog.broker import open_broker
@@ -100,12 +101,6 @@ def options(broker, **kw):
                 retry_backoff_ms=50)
     opts.update(kw)
     return opts
-
-
-async def wait_until(predicate, timeout=20, what="condition"):
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
 
 
 def split_exactly(consumers, topic, partitions):

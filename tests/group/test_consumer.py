@@ -8,6 +8,7 @@ import time
 import pytest
 import trio
 from group_helpers import produce
+from wait_helpers import wait_until
 
 import trilog
 from trilog import TopicPartition as TP
@@ -116,12 +117,6 @@ async def take(consumer, n, timeout=10):
             if len(out) == n:
                 return out
     return out
-
-
-async def wait_until(predicate, timeout=20):
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
 
 
 class Recorder(ConsumerRebalanceListener):
