@@ -343,23 +343,32 @@ def test_the_sasl_exchange_survives_fuzzing_and_never_logs_anyone_in(broker):
     """Random, truncated, oversized and out-of-order tokens: the broker answers or closes,
     never crashes, and a connection it did not log in cannot send anything else."""
     import random
+    from concurrent.futures import ThreadPoolExecutor
 
     rng = random.Random(20261124)
     address = broker.listener("SASL_PLAINTEXT")
     good_first = b"n,,n=alice,r=" + b"x" * 24
     tokens = [b"", b"\0", b"\0alice", b"\0alice\0", b"\0\0\0", b"n,,", good_first,
               b"c=biws,r=abc,p=AAAA", b"\xff" * 64, b"x" * 70_000]
-    for round_ in range(60):
+    rounds = []  # (mechanism or None: no handshake, [(token, version)]), drawn in order
+    for _ in range(60):
+        mechanism = rng.choice(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "plain", ""])
+        handshake = mechanism if rng.random() < 0.8 else None
+        sends = []
+        for _ in range(rng.randint(1, 3)):
+            token = rng.choice(tokens + [rng.randbytes(rng.randint(0, 300))])
+            if rng.random() < 0.3:
+                token = token[: rng.randint(0, len(token))]
+            sends.append((token, rng.choice([0, 1])))
+        rounds.append((handshake, sends))
+
+    def attempt(numbered) -> None:
+        round_, (handshake, sends) = numbered
         with _connect(address) as sock:
-            mechanism = rng.choice(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "plain", ""])
-            if rng.random() < 0.8:
-                send_request(sock, p.SaslHandshakeRequest(mechanism=mechanism), 1)
-            for _ in range(rng.randint(1, 3)):
-                token = rng.choice(tokens + [rng.randbytes(rng.randint(0, 300))])
-                if rng.random() < 0.3:
-                    token = token[: rng.randint(0, len(token))]
-                send_request(sock, p.SaslAuthenticateRequest(auth_bytes=token),
-                             rng.choice([0, 1]))
+            if handshake is not None:
+                send_request(sock, p.SaslHandshakeRequest(mechanism=handshake), 1)
+            for token, version in sends:
+                send_request(sock, p.SaslAuthenticateRequest(auth_bytes=token), version)
             send_request(sock, p.MetadataRequest(topics=None), 1)
             sock.settimeout(5)
             data = b""
@@ -371,6 +380,11 @@ def test_the_sasl_exchange_survives_fuzzing_and_never_logs_anyone_in(broker):
             # The Metadata answer would be the last frame: a logged-out connection never
             # gets one (it is closed first).  Find it by its correlation id's answer size.
             assert b"127.0.0.1" not in data, f"round {round_}: a Metadata answer came back"
+
+    # Ten at a time: the broker holds each failed login's close (its delay, then the
+    # client's FIN) for about a second.
+    with ThreadPoolExecutor(10) as pool:
+        list(pool.map(attempt, enumerate(rounds)))
     # Still alive, and still serving good logins.
     with _connect(address) as sock:
         assert roundtrip(sock, p.SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
