@@ -144,19 +144,31 @@ def _confluent_round(bootstrap: str, topic: str, count: int) -> None:
     assert sorted(got) == sorted(b"c%d" % i for i in range(count))
 
 
-def _kafka_python_round(bootstrap: str, topic: str, count: int) -> int:
-    from kafka import KafkaConsumer, KafkaProducer
+def _kafka_python_round(bootstrap: str, topic: str, count: int, expect: int) -> int:
+    """kafka-python writes ``count`` records, then a new group reads the topic: how many
+    it got, once ``expect`` came (and half a second more, for any surplus) or 60 s passed."""
+    from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     for i in range(count):
         producer.send(topic, b"k%d" % i)
     producer.flush(60)
     producer.close()
+    return _kafka_python_count(bootstrap, topic, expect)
+
+
+def _kafka_python_count(bootstrap: str, topic: str, expect: int) -> int:
+    from kafka import KafkaConsumer
+
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"g-{uuid.uuid4()}",
-                             auto_offset_reset="earliest", consumer_timeout_ms=10_000)
-    values = [m.value for m in consumer]
+                             auto_offset_reset="earliest")
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < expect and time.monotonic() < deadline:
+        got += sum(len(batch) for batch in consumer.poll(timeout_ms=500).values())
+    got += sum(len(batch) for batch in consumer.poll(timeout_ms=500).values())
     consumer.close()
-    return len(values)
+    return got
 
 
 async def _replicas(bootstrap: str, topic: str) -> list[tuple[int, ...]]:
@@ -176,7 +188,7 @@ def test_a_three_broker_cluster_for_kafka_clients_that_heals_and_stops_cleanly(c
     try:
         assert len(cluster.bootstrap.split(",")) == 3
         _confluent_round(cluster.bootstrap, "rf3", 50)
-        assert _kafka_python_round(cluster.bootstrap, "rf3", 50) == 100
+        assert _kafka_python_round(cluster.bootstrap, "rf3", 50, 100) == 100
         trio.run(_wait_in_sync, cluster.bootstrap, "rf3")
 
         victim = cluster.broker_pid(2)
@@ -185,7 +197,7 @@ def test_a_three_broker_cluster_for_kafka_clients_that_heals_and_stops_cleanly(c
         cluster.wait_for("broker 2 back on", 120)
         assert cluster.broker_pid(2) != victim
         trio.run(_wait_in_sync, cluster.bootstrap, "rf3")  # it rejoined every ISR
-        assert _kafka_python_round(cluster.bootstrap, "rf3", 10) == 110
+        assert _kafka_python_round(cluster.bootstrap, "rf3", 10, 110) == 110
 
         started = cluster.children()
         assert len(started) == 4  # ZooKeeper and three brokers
@@ -200,12 +212,7 @@ def test_a_three_broker_cluster_for_kafka_clients_that_heals_and_stops_cleanly(c
     again = Cluster(cluster_dir)
     try:
         trio.run(_wait_in_sync, again.bootstrap, "rf3")
-        from kafka import KafkaConsumer
-
-        consumer = KafkaConsumer("rf3", bootstrap_servers=again.bootstrap,
-                                 auto_offset_reset="earliest", consumer_timeout_ms=10_000)
-        assert len(list(consumer)) == 110
-        consumer.close()
+        assert _kafka_python_count(again.bootstrap, "rf3", 110) == 110
     finally:
         assert again.stop() == 0
     assert again.children() == {}
