@@ -201,7 +201,7 @@ def pytest_collection_modifyitems(config, items):
 #: The modules that take longest after the Spark ones (minutes under load), run first.
 _LONG_MODULES = frozenset({
     "tests/docs/test_doc_examples.py", "tests/records/test_speedups.py",
-    "tests/broker/test_replication_load.py", "tests/broker/test_kafka_python_e2e.py",
+    "tests/broker/test_replication_load.py",
     "tests/cli/test_groups_cli.py", "tests/broker/test_transactions_faults.py",
 })
 
