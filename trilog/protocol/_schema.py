@@ -308,9 +308,12 @@ class _StructCodec(Type):
 
     ``read`` and ``write`` are compiled from the fields into one Python function each
     (``_compile_read``, ``_compile_write``): runs of fixed-width fields become one
-    ``struct`` call, arrays of structs a loop over the item's compiled function.  They are
-    what every request and response goes through, so this is the protocol's hot path; a
-    non-flexible codec's functions have no line about flexible versions.
+    ``struct`` call, an array of fixed-width integers (``replica_nodes``) one ``struct`` call
+    for its count and all its items, arrays of structs a loop over the item's compiled
+    function; when writing, a run of both (a Metadata partition's ids and replica lists) is
+    one ``struct`` call, chosen by the arrays' lengths.  They are what every request and
+    response goes through, so this is the protocol's hot path; a non-flexible codec's
+    functions have no line about flexible versions.
     When the compiled function meets anything wrong it hands over to the field-by-field
     interpreter (``read_fields``, ``write_fields``), which raises the error with its path
     (``MetadataRequest.topics: null ...``).
@@ -406,7 +409,8 @@ class _StructCodec(Type):
     def _plan(self) -> list[tuple[str, Any]]:
         """The steps grouped: ``("fixed", [(name, Struct), ...])`` for each run of fixed-width
         integer fields, ``("array"|"carray", (name, item codec, nullable))`` for an array
-        (compact array) of structs, ``("string"|"records"|"cstring", (name, nullable, type))``,
+        (compact array) of structs, ``("ints"|"cints", (name, item type, nullable))`` for one
+        of fixed-width integers, ``("string"|"records"|"cstring", (name, nullable, type))``,
         and ``("other", (name, type))``."""
         plan: list[tuple[str, Any]] = []
         for name, t in self.steps:
@@ -417,6 +421,9 @@ class _StructCodec(Type):
                     plan.append(("fixed", [(name, t._st)]))
             elif isinstance(t, Array) and isinstance(t.item, _StructCodec):
                 kind = "carray" if isinstance(t, CompactArray) else "array"
+                plan.append((kind, (name, t.item, t.nullable)))
+            elif isinstance(t, Array) and isinstance(t.item, _Fixed):
+                kind = "cints" if isinstance(t, CompactArray) else "ints"
                 plan.append((kind, (name, t.item, t.nullable)))
             elif isinstance(t, _String):
                 plan.append(("string", (name, t.nullable, t)))
@@ -456,7 +463,7 @@ class _StructCodec(Type):
                                "I16": _INT16_STRUCT, "I32": _INT32_STRUCT,
                                "TAGW": self.write_tags}
         lines = ["def write(w, value):", "    try:", "        pass"]
-        for i, (kind, arg) in enumerate(self._plan()):
+        for i, (kind, arg) in enumerate(_packed_runs(self._plan())):
             lines += _WRITE_STEPS[kind](i, arg, env)
         if self.flexible:
             lines.append("        TAGW(w, value)" if self.tagged else "        w.buf.append(0)")
@@ -531,38 +538,38 @@ def _read_compact_string(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
             "            pos += n"]
 
 
-def _read_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
-    name, item, nullable = arg
-    env[f"R{i}"] = item.read
-    return ["        n = I32.unpack_from(view, pos)[0]",
-            "        pos += 4",
-            "        if n < 0:",
-            f"            if n != -1 or not {nullable}:",
-            "                raise ValueError",
-            f"            obj.{name} = None",
-            "        else:",
-            f"            if n > cap or pos + n * {item.min_size} > end:",
-            "                raise ValueError",
-            "            r.pos = pos",
-            f"            obj.{name} = [R{i}(r) for _ in range(n)]",
-            "            pos = r.pos"]
+def _read_count(name: str, nullable: bool, min_size: int, compact: bool) -> list[str]:
+    """An array's count into ``n``, then null, or the count checked against the cap and
+    the bytes left (at ``min_size`` bytes an item): the lines that open an array's read."""
+    if compact:
+        head = ["        n, pos = UV(view, pos)", "        if n == 0:",
+                f"            if not {nullable}:"]
+    else:
+        head = ["        n = I32.unpack_from(view, pos)[0]", "        pos += 4",
+                "        if n < 0:", f"            if n != -1 or not {nullable}:"]
+    return head + ["                raise ValueError",
+                   f"            obj.{name} = None",
+                   "        else:",
+                   *(["            n -= 1"] if compact else []),
+                   f"            if n > cap or pos + n * {min_size} > end:",
+                   "                raise ValueError"]
 
 
-def _read_compact_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+def _read_array(i: int, arg: Any, env: dict[str, Any], compact: bool = False) -> list[str]:
     name, item, nullable = arg
     env[f"R{i}"] = item.read
-    return ["        n, pos = UV(view, pos)",
-            "        if n == 0:",
-            f"            if not {nullable}:",
-            "                raise ValueError",
-            f"            obj.{name} = None",
-            "        else:",
-            "            n -= 1",
-            f"            if n > cap or pos + n * {item.min_size} > end:",
-            "                raise ValueError",
-            "            r.pos = pos",
-            f"            obj.{name} = [R{i}(r) for _ in range(n)]",
-            "            pos = r.pos"]
+    return _read_count(name, nullable, item.min_size, compact) + [
+        "            r.pos = pos",
+        f"            obj.{name} = [R{i}(r) for _ in range(n)]",
+        "            pos = r.pos"]
+
+
+def _read_ints(i: int, arg: Any, env: dict[str, Any], compact: bool = False) -> list[str]:
+    name, item, nullable = arg
+    env[f"A{i}"] = _IntArrayStructs(item, count=False)
+    return _read_count(name, nullable, item.min_size, compact) + [
+        f"            obj.{name} = list(A{i}[n].unpack_from(view, pos))",
+        f"            pos += n * {item.min_size}"]
 
 
 def _read_other(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
@@ -577,7 +584,9 @@ _READ_STEPS: dict[str, Callable[[int, Any, dict[str, Any]], list[str]]] = {
     "records": lambda i, arg, env: _read_sized(i, arg, env, "records"),
     "cstring": _read_compact_string,
     "array": _read_array,
-    "carray": _read_compact_array,
+    "carray": lambda i, arg, env: _read_array(i, arg, env, compact=True),
+    "ints": _read_ints,
+    "cints": lambda i, arg, env: _read_ints(i, arg, env, compact=True),
     "other": _read_other,
 }
 
@@ -590,6 +599,49 @@ def _write_fixed(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
     env[f"S{i}"] = _fused(arg)
     values = ", ".join(f"value.{name}" for name, _ in arg)
     return [f"        w.buf += S{i}.pack({values})"]
+
+
+def _packed_runs(plan: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``plan`` with each run of fixed-width fields and (classic, not nullable) arrays of
+    fixed-width integers that holds an array made one ``("packed", [(name, Struct of the
+    field or of an item, is an array), ...])`` step: written with one ``struct`` call."""
+    out: list[tuple[str, Any]] = []
+    run: list[tuple[str, struct.Struct, bool]] = []
+    for kind, arg in [*plan, ("end", None)]:
+        if kind == "fixed":
+            run += [(name, st, False) for name, st in arg]
+            continue
+        if kind == "ints" and not arg[2]:
+            run.append((arg[0], arg[1]._st, True))
+            continue
+        if any(is_array for _, _, is_array in run):
+            out.append(("packed", run))
+        elif run:
+            out.append(("fixed", [(name, st) for name, st, _ in run]))
+        run = []
+        if kind != "end":
+            out.append((kind, arg))
+    return out
+
+
+def _write_packed(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    values: list[str] = []
+    counts: list[str] = []
+    fmt = ">"
+    for name, st, is_array in arg:
+        code = st.format.lstrip(">!")
+        if is_array:
+            j = len(counts)
+            lines += [f"        a{j} = value.{name}", f"        n{j} = len(a{j})"]
+            values += [f"n{j}", f"*a{j}"]
+            counts.append(f"n{j}")
+            fmt += "i{}" + code
+        else:
+            values.append(f"value.{name}")
+            fmt += code
+    env[f"P{i}"] = _PackedStructs(fmt)
+    return lines + [f"        w.buf += P{i}[{', '.join(counts)}].pack({', '.join(values)})"]
 
 
 def _write_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
@@ -614,6 +666,29 @@ def _write_compact_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
             "            w.buf += UVB(len(items) + 1)",
             "            for item in items:",
             f"                W{i}(w, item)"]
+
+
+def _write_ints(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, item, nullable = arg
+    env[f"A{i}"] = _IntArrayStructs(item, count=True)
+    return [f"        items = value.{name}",
+            "        if items is None:",
+            _write_null(nullable, "I32.pack(-1)"),
+            "        else:",
+            "            n = len(items)",
+            f"            w.buf += A{i}[n].pack(n, *items)"]
+
+
+def _write_compact_ints(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+    name, item, nullable = arg
+    env[f"A{i}"] = _IntArrayStructs(item, count=False)
+    return [f"        items = value.{name}",
+            "        if items is None:",
+            _write_null(nullable, "b'\\0'"),
+            "        else:",
+            "            n = len(items)",
+            "            w.buf += UVB(n + 1)",
+            f"            w.buf += A{i}[n].pack(*items)"]
 
 
 def _write_string(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
@@ -653,6 +728,9 @@ _WRITE_STEPS: dict[str, Callable[[int, Any, dict[str, Any]], list[str]]] = {
     "records": _write_other,
     "array": _write_array,
     "carray": _write_compact_array,
+    "ints": _write_ints,
+    "cints": _write_compact_ints,
+    "packed": _write_packed,
     "other": _write_other,
 }
 
@@ -660,6 +738,44 @@ _WRITE_STEPS: dict[str, Callable[[int, Any, dict[str, Any]], list[str]]] = {
 def _fused(run: list[tuple[str, struct.Struct]]) -> struct.Struct:
     """One big-endian Struct for a run of fixed-width fields."""
     return struct.Struct(">" + "".join(st.format.lstrip(">!") for _, st in run))
+
+
+class _IntArrayStructs(dict[int, struct.Struct]):
+    """``n`` -> one big-endian Struct of ``n`` items of a fixed-width integer type (after
+    their int32 count when ``count``), made when first needed; kept for the short arrays
+    that make up nearly all of them (replicas, ISRs), made anew for longer ones."""
+
+    KEPT = 64
+
+    def __init__(self, item: _Fixed, *, count: bool) -> None:
+        super().__init__()
+        self._format = (">i" if count else ">") + "{}" + item._st.format.lstrip(">!")
+
+    def __missing__(self, n: int) -> struct.Struct:
+        st = struct.Struct(self._format.format(n))
+        if n <= self.KEPT:
+            self[n] = st
+        return st
+
+
+class _PackedStructs(dict[Any, struct.Struct]):
+    """The lengths of a packed run's arrays (an int, or a tuple of them) -> the run's Struct
+    for them (``format`` has a ``{}`` where each array's length goes), made when first
+    needed; kept for short arrays, a bounded number of them."""
+
+    KEPT = 64
+    MOST = 1024
+
+    def __init__(self, format: str) -> None:
+        super().__init__()
+        self._format = format
+
+    def __missing__(self, key: int | tuple[int, ...]) -> struct.Struct:
+        counts = key if isinstance(key, tuple) else (key,)
+        st = struct.Struct(self._format.format(*counts))
+        if max(counts) <= self.KEPT and len(self) < self.MOST:
+            self[key] = st
+        return st
 
 
 def _define(name: str, lines: list[str], env: dict[str, Any], qualname: str) -> Any:
