@@ -26,6 +26,7 @@ from trilog.storage import (
     parse_cleanup_policy,
 )
 from trilog.storage._epochs import read_checkpoint
+from trilog.storage._local_log import LocalLog
 
 CONFIG = LogConfig(segment_bytes=250, index_interval_bytes=64, retention_ms=-1)
 UNDEFINED = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
@@ -268,7 +269,10 @@ def test_epochs_survive_a_restart(log_dir):
 
 @pytest.mark.parametrize("damage", ["missing", "garbage", "wrong count", "not ascending"])
 def test_a_lost_or_corrupt_checkpoint_is_rebuilt_from_the_headers(log_dir, damage):
-    log = Log(log_dir, CONFIG)
+    # A lost one, of a replicated log (a standalone log's missing file means no epoch:
+    # test_a_standalone_log_without_a_checkpoint_walks_no_header).
+    replicated = damage == "missing"
+    log = Log(log_dir, CONFIG, replicated=replicated)
     log.append(make_batch(2))  # no epoch
     fill_epochs(log)
     log.append(follower_batch(20, 2, 4), assign_offsets=False)
@@ -281,21 +285,50 @@ def test_a_lost_or_corrupt_checkpoint_is_rebuilt_from_the_headers(log_dir, damag
                 "not ascending": "0\n2\n3 5\n2 9\n"}[damage]
         with open(path, "w", encoding="latin-1") as f:
             f.write(text)
-    log = Log(log_dir, CONFIG)
+    log = Log(log_dir, CONFIG, replicated=replicated)
     assert epochs(log) == [(1, 2), (2, 8), (4, 14)]
     assert checkpoint_of(log) == [(1, 2), (2, 8), (4, 14)]
     log.close()
 
 
-def test_a_standalone_log_gets_an_empty_checkpoint_once(log_dir):
-    log = Log(log_dir, CONFIG)
+def test_a_replicated_log_gets_an_empty_checkpoint_once(log_dir):
+    log = Log(log_dir, CONFIG, replicated=True)
     log.append(make_batch(2))
     log.close()
     assert checkpoint_of(log) is None
-    log = Log(log_dir, CONFIG)  # scans its headers once, finds no epoch, writes that
+    log = Log(log_dir, CONFIG, replicated=True)  # scans its headers once, finds no epoch
     assert epochs(log) == []
     log.close()
     assert checkpoint_of(log) == []
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_standalone_log_without_a_checkpoint_walks_no_header(tmp_path, monkeypatch, crash):
+    # Each entry reaches the file, fsynced, when it is made, and the file is only ever
+    # replaced by a rename: a missing one means none, after a crash too (no walk of every
+    # header of a large log at each start, no file for 50,000 logs without epochs).
+    manager = LogManager(tmp_path)
+    manager.get_or_create_log("topic", 0).append(make_batch(2))
+    if crash:
+        for log in manager.logs():
+            log._close_handles()
+        manager._unlock_dirs()
+    else:
+        manager.shutdown()
+    walked = []
+
+    def batch_epochs(self):
+        walked.append(self.directory)
+        yield from ()
+
+    monkeypatch.setattr(LocalLog, "batch_epochs", batch_epochs)
+    manager = LogManager(tmp_path)
+    log = manager.get_log("topic", 0)
+    assert log.log_end_offset == 2 and epochs(log) == [] and walked == []
+    assert checkpoint_of(log) is None
+    log.append(make_batch(1), leader_epoch=3)  # a first entry is written at once
+    assert checkpoint_of(log) == [(3, 2)]
+    manager.shutdown()
 
 
 def test_entries_past_the_log_end_or_before_its_start_are_cut_at_open(log_dir):

@@ -286,13 +286,22 @@ def read_checkpoint(path: str | os.PathLike[str]) -> list[EpochEntry] | None:
     """The entries of the checkpoint at ``path``, or None when it is missing or malformed
     (logged): the caller rebuilds them from the batches' headers."""
     try:
-        with open(path, encoding="ascii") as f:
-            text = f.read()
+        fd = os.open(path, os.O_RDONLY)  # (os calls: an opening reads thousands of these)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        logger.warning("cannot read %s (%s); rebuilding it from the log", path, exc)
+        return None
+    try:
+        parts = []
+        while chunk := os.read(fd, 1 << 16):
+            parts.append(chunk)
+        text = b"".join(parts).decode("ascii")
     except (OSError, UnicodeDecodeError) as exc:
         logger.warning("cannot read %s (%s); rebuilding it from the log", path, exc)
         return None
+    finally:
+        os.close(fd)
     try:
         return parse_checkpoint(text)
     except ValueError as exc:
@@ -316,11 +325,11 @@ def load_leader_epochs(
     from ``batch_epochs`` (``(partition_leader_epoch, base_offset)`` of every batch, oldest
     first: a walk of the segments, taken only then and once, as the result is written).
     ``empty``: the log holds no batch; ``discard``: it restarted empty, its epochs go;
-    ``none_if_missing`` (a standalone log after a clean shutdown, whose directory listing
-    has no checkpoint: an entry is written to the file, fsynced, when it is made, so a
-    missing file, not a corrupt one, means none): no walk of every header, and no file
-    written for an empty cache."""
-    path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE)
+    ``none_if_missing`` (a standalone log whose directory listing has no checkpoint: an
+    entry is written to the file, fsynced, when it is made, and from then on the file is
+    only ever replaced by a rename, so a missing file, not a corrupt one, means none, after
+    a crash too): no walk of every header, and no file written for an empty cache."""
+    path = f"{directory}/{LEADER_EPOCH_CHECKPOINT_FILE}"
     found = None if none_if_missing else read_checkpoint(path)
     stored: list[EpochEntry] = [] if found is None else found
     write = False
@@ -333,8 +342,9 @@ def load_leader_epochs(
             logger.info("%s: rebuilt the leader-epoch cache from the batch headers: %s",
                         directory, [tuple(e) for e in stored])
     cut = LeaderEpochCache(None, stored)
-    cut.truncate_from_end(log_end_offset)
-    cut.truncate_from_start(log_start_offset)
+    if stored:
+        cut.truncate_from_end(log_end_offset)
+        cut.truncate_from_start(log_start_offset)
     cache = LeaderEpochCache(path, cut.entries)
     if write or list(cut.entries) != stored:
         try:

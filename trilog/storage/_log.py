@@ -220,6 +220,7 @@ class Log(LogReader, SegmentRemovals):
         replicated: bool = False,
         high_watermark: int | None = None,
         clean_shutdown: bool = False,
+        listed: bool = False,
     ) -> None:
         self.directory = os.path.abspath(os.fspath(directory))
         if topic is None or partition is None:
@@ -234,7 +235,7 @@ class Log(LogReader, SegmentRemovals):
         self._flush_lock = threading.Lock()
         self._delete_lock = threading.Lock()  # before _flush_lock and _lock (see above)
         self._closed = False
-        if not clean_shutdown:  # (a log dir's listing found it: no syscall)
+        if not listed:  # (``listed``: a log dir's listing found it, no syscall)
             os.makedirs(self.directory, exist_ok=True)
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
@@ -274,8 +275,7 @@ class Log(LogReader, SegmentRemovals):
         self._epochs = load_leader_epochs(
             self.directory, self._log_start_offset, local.log_end_offset, local.batch_epochs(),
             empty=local.log_end_offset == local.base_offsets[0], discard=restarted,
-            none_if_missing=(clean_shutdown and not self._replicated
-                             and not local.epoch_checkpoint))
+            none_if_missing=not self._replicated and not local.epoch_checkpoint)
 
     def _load_producers(self, rebuild_from: int | None) -> ProducerStateLoad:
         """Under every lock (or while opening): build the producer state from the newest

@@ -147,11 +147,11 @@ class LogManager:
 
         def open_log(key: tuple[str, int]) -> Log:
             topic, partition = key
-            return Log(os.path.join(log_dir, f"{topic}-{partition}"), self.config_for(topic),
+            return Log(f"{log_dir}/{topic}-{partition}", self.config_for(topic),
                        recovery_point=recovery_points.get(key, 0), needs_recovery=not clean,
                        topic=topic, partition=partition, log_start_offset=log_starts.get(key, 0),
                        replicated=self.replicated, high_watermark=high_watermarks.get(key),
-                       clean_shutdown=clean)
+                       clean_shutdown=clean, listed=True)
 
         for key, log in zip(keys, self._in_parallel(open_log, keys)):
             self._add(key, log, log_dir)

@@ -59,7 +59,8 @@ def walk_batches(
     while end - pos >= HEADER_SIZE:
         rel = pos - buf_start
         if len(buf) - rel < HEADER_SIZE:
-            buf = os.pread(fd, max(chunk, HEADER_SIZE), pos)
+            # (No more than is left: a buffer of a MiB for a 78-byte segment is an mmap.)
+            buf = os.pread(fd, max(min(chunk, end - pos), HEADER_SIZE), pos)
             buf_start, rel = pos, 0
             if len(buf) < HEADER_SIZE:
                 return
@@ -72,7 +73,7 @@ def walk_batches(
             return
         if verify_crc:
             if len(buf) - rel < size:
-                buf = os.pread(fd, max(chunk, size), pos)
+                buf = os.pread(fd, max(min(chunk, end - pos), size), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < size:
                     return
@@ -107,22 +108,14 @@ class LogSegment:
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log" + suffix))
-        self.offset_index = OffsetIndex(
-            os.path.join(directory, segment_file_name(base_offset, ".index" + suffix)),
-            base_offset,
-            config.max_index_size,
-        )
-        self.time_index = TimeIndex(
-            os.path.join(directory, segment_file_name(base_offset, ".timeindex" + suffix)),
-            base_offset,
-            config.max_index_size,
-        )
+        stem = f"{directory}/{base_offset:020d}"  # (no os.path.join: 50,000 logs open at start)
+        self.log_path = f"{stem}.log{suffix}"
+        self.offset_index = OffsetIndex(f"{stem}.index{suffix}", base_offset,
+                                        config.max_index_size)
+        self.time_index = TimeIndex(f"{stem}.timeindex{suffix}", base_offset,
+                                    config.max_index_size)
         #: The transactions aborted by markers in this segment (its file made on the first).
-        self.txn_index = TransactionIndex(
-            os.path.join(directory, segment_file_name(base_offset, ".txnindex" + suffix)),
-            load=load_txn_index,
-        )
+        self.txn_index = TransactionIndex(f"{stem}.txnindex{suffix}", load=load_txn_index)
         self.index_interval_bytes = config.index_interval_bytes
         self._fd = fd
         #: Who must be held to use ``fd`` (None: the cache never closes the file).
@@ -184,10 +177,11 @@ class LogSegment:
         caller's choice of
         ``load_indexes`` (trusting) or ``recover`` (validating), and the ``.txnindex`` now
         (``load_txn_index=False``: the caller knows there is none)."""
-        path = os.path.join(directory, segment_file_name(base_offset, ".log"))
-        stat = os.stat(path)
+        stat = os.stat(f"{directory}/{base_offset:020d}.log")
         segment = cls(directory, base_offset, -1, stat.st_size, config,
                       load_txn_index=load_txn_index)
+        if not load_txn_index:
+            segment.txn_index.absent()
         segment._opened_mtime_ms = stat.st_mtime_ns // 1_000_000  # (one stat, not two)
         return segment
 

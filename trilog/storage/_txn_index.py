@@ -74,6 +74,7 @@ class TransactionIndex:
         self._slots = array("q")
         self._unsynced = False  # entries written since the last fsync
         self._stale = False  # a write failed: the file must be rewritten from memory
+        self._absent = False  # the file is known not to exist (``absent``)
         if load:
             self._load()
 
@@ -123,6 +124,7 @@ class TransactionIndex:
         self._slots.extend(entry)
         if self._stale:
             return
+        self._absent = False
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
@@ -146,11 +148,19 @@ class TransactionIndex:
         self._slots = slots[:keep]
         self._rewrite()
 
+    def absent(self) -> None:
+        """The file is known not to exist (a directory listing said so): a ``reset`` need
+        not remove it (recovery resets the index of every segment it replays)."""
+        if not len(self._slots):
+            self._absent = True
+
     def reset(self) -> None:
         """Drop every entry (recovery rebuilds them) and the file."""
         self._slots = array("q")
         self._stale = self._unsynced = False
-        remove(self.path)
+        if not self._absent:
+            remove(self.path)
+            self._absent = True
 
     def _rewrite(self) -> None:
         try:
@@ -163,9 +173,11 @@ class TransactionIndex:
     def _write_file(self) -> None:
         data = b"".join(ENTRY.pack(VERSION, *e) for e in self.entries())
         if data:
+            self._absent = False
             write_atomically(self.path, data)
         else:
             remove(self.path)
+            self._absent = True
         self._stale = self._unsynced = False
 
     def flush(self) -> None:
@@ -189,6 +201,7 @@ class TransactionIndex:
         if os.path.exists(self.path):
             os.rename(self.path, path)
         self.path = path
+        self._absent = False  # (a stale file may have that name)
 
     # -- the read (no lock) --------------------------------------------------------------
 
