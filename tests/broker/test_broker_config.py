@@ -121,3 +121,9 @@ def test_docs_reference_matches_the_table():
 
     doc = (Path(__file__).parents[2] / "docs" / "broker-config.md").read_text()
     assert properties_markdown() in doc, "regenerate docs/broker-config.md from PROPERTIES"
+
+
+def test_logs_open_on_one_thread_by_default():
+    # Opening 50,000 logs from the page cache is CPU work under the GIL: more threads only
+    # contend for it (the property's doc says when to raise it).
+    assert BrokerConfig.from_sources()["num.recovery.threads.per.data.dir"] == 1

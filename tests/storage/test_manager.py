@@ -303,3 +303,25 @@ def test_recovery_fsyncs_only_a_segment_reaching_past_the_recovery_point(
     # ends at it was fsynced whole before the crash, one with bytes past it is fsynced now.
     assert len(synced) == (1 if appended_after_flush else 0)
 
+
+def test_the_collector_is_paused_while_the_logs_open(tmp_path, manager_factory, monkeypatch):
+    import gc
+
+    import trilog.storage._manager as manager_module
+
+    manager = manager_factory()
+    manager.get_or_create_log("t", 0).append(make_batch(1))
+    manager.get_or_create_log("t", 1).append(make_batch(1))
+    manager.shutdown()
+    seen = []
+    real_log = manager_module.Log
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real_log(*args, **kwargs)
+
+    monkeypatch.setattr(manager_module, "Log", spy)
+    assert gc.isenabled()
+    again = manager_factory()
+    assert len(again) == 2 and seen == [False, False]
+    assert gc.isenabled()  # and on again afterwards

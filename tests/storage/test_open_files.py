@@ -238,3 +238,13 @@ def test_an_index_has_a_file_once_it_has_entries(tmp_path, capacity):
         assert len(reopened.get_log("t", 1).active_segment.offset_index) > 0
     finally:
         reopened.shutdown()
+
+
+def test_logs_open_on_one_thread_by_default(tmp_path):
+    # Kafka's default: opening from the page cache is CPU work under the GIL, and more
+    # threads only contend for it (num.recovery.threads.per.data.dir documents why).
+    manager = LogManager(tmp_path / "logs")
+    try:
+        assert manager.load_threads == 1
+    finally:
+        manager.shutdown()
