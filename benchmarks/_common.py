@@ -115,9 +115,11 @@ class BrokerProcess:
     def __init__(self, log_dir: str, overrides: dict[str, object] | None = None,
                  log_level: str = "WARNING", *, broker_id: int | None = None,
                  zookeeper: str | None = None, log_path: str | None = None,
-                 preexec_fn: Callable[[], None] | None = None) -> None:
+                 preexec_fn: Callable[[], None] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.log_dir = log_dir
         self.preexec_fn = preexec_fn  # e.g. a lower RLIMIT_NOFILE for the child
+        self.env = env  # the child's environment (None: this process's)
         self.overrides = dict(overrides or {})
         self.log_level = log_level
         self.broker_id = broker_id
@@ -159,7 +161,8 @@ class BrokerProcess:
         try:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         text=True, bufsize=1, preexec_fn=self.preexec_fn)
+                                         text=True, bufsize=1, preexec_fn=self.preexec_fn,
+                                         env=self.env)
         finally:
             if log is not None:
                 log.close()  # the child has its own descriptor
