@@ -319,13 +319,22 @@ def test_a_change_through_one_broker_reaches_every_broker(broker_process, zookee
         assert create_with_configs(sock, "spread", {"max.message.bytes": "300"},
                                    partitions=4).error_code == 0
     big = batch([b"x" * 400])
-    for b in brokers:  # every broker applies the creation's config to its own partitions
-        with connect(b.bootstrap) as sock:
+
+    def led_by(sock, broker_id: int) -> list[int]:
+        """The partitions of "spread" ``broker_id`` leads, once the broker behind ``sock``
+        knows a leader for each of the four (its metadata follows the controller's)."""
+        def known():
             meta = roundtrip(sock, p.MetadataRequest(topics=[
                 p.MetadataRequest.MetadataRequestTopic(name="spread")]), 1)
-            mine = [x.partition_index for x in meta.topics[0].partitions
-                    if x.leader_id == b.broker_id]
-            assert mine
+            parts = meta.topics[0].partitions
+            if len(parts) == 4 and all(x.leader_id >= 0 for x in parts):
+                return [x.partition_index for x in parts if x.leader_id == broker_id] or None
+            return None
+        return wait_for(known, what=f"broker {broker_id} to lead some of spread's partitions")
+
+    for b in brokers:  # every broker applies the creation's config to its own partitions
+        with connect(b.bootstrap) as sock:
+            mine = led_by(sock, b.broker_id)
             assert only_partition(roundtrip(sock, produce_request("spread", mine[0], big), 3)
                                   ).error_code == MESSAGE_TOO_LARGE
     with connect(brokers[1].bootstrap) as sock:
@@ -335,9 +344,7 @@ def test_a_change_through_one_broker_reaches_every_broker(broker_process, zookee
         while values(describe(sock, TOPIC, "spread"))["max.message.bytes"] != "100000":
             assert time.monotonic() < deadline, "broker 1 never saw the change"
             time.sleep(0.1)
-        meta = roundtrip(sock, p.MetadataRequest(topics=[
-            p.MetadataRequest.MetadataRequestTopic(name="spread")]), 1)
-        mine = [x.partition_index for x in meta.topics[0].partitions if x.leader_id == 1]
+        mine = led_by(sock, 1)
         assert only_partition(roundtrip(sock, produce_request("spread", mine[0], big), 3)
                               ).error_code == 0
 
