@@ -68,8 +68,9 @@ cluster: install zookeeper
 	$(BIN)/trilog cluster --brokers 3
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist; each test module whole on one of
-# them): most tests wait on brokers and ZooKeeper, so two workers fit two cores.
-TEST_WORKERS ?= 2
+# them): most tests wait on brokers, ZooKeeper or Spark (on two workers the suite kept about
+# one core busy), so three workers fit two cores.
+TEST_WORKERS ?= 3
 test: install-all kcat chromium
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 

@@ -179,11 +179,11 @@ class BrokerProcess:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) each test
+    """Under pytest-xdist (``make test`` runs three workers, ``--dist loadgroup``) each test
     module runs whole on one worker, so its module-scoped brokers start once; the Spark
     modules share one group, so one worker starts the one Spark session of the run.  The
     longest groups go first (the Spark group, then the modules of ``_LONG_MODULES``): a
-    run that ended on one of them would leave the other worker idle meanwhile."""
+    run that ended on one of them would leave the other workers idle meanwhile."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         group = "spark" if module.startswith("tests/spark/") else module
