@@ -178,24 +178,44 @@ class BrokerProcess:
             self._stderr.close()
 
 
+def _work_unit(nodeid: str) -> str:
+    """The unit a test is scheduled with under pytest-xdist: its module, or "spark" for
+    every Spark module (one worker starts the one Spark session of the run)."""
+    module = nodeid.split("::", 1)[0]
+    return "spark" if module.startswith("tests/spark/") else module
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs three workers, ``--dist loadgroup``) each test
-    module runs whole on one worker, so its module-scoped brokers start once; the Spark
-    modules share one group, so one worker starts the one Spark session of the run.  The
-    longest groups go first (the Spark group, then the modules of ``_LONG_MODULES``): a
-    run that ended on one of them would leave the other workers idle meanwhile."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        group = "spark" if module.startswith("tests/spark/") else module
-        item.add_marker(pytest.mark.xdist_group(group))
+    """Under pytest-xdist the longest units go first (the Spark unit, then the modules of
+    ``_LONG_MODULES``): a run that ended on one of them would leave the other workers idle
+    meanwhile.  Each module's tests keep their order."""
     if getattr(config.option, "numprocesses", None):
         def rank(item) -> int:
-            module = item.nodeid.split("::", 1)[0]
-            if module.startswith("tests/spark/"):
-                return 0
-            return 1 if module in _LONG_MODULES else 2
+            unit = _work_unit(item.nodeid)
+            return 0 if unit == "spark" else 1 if unit in _LONG_MODULES else 2
 
-        items.sort(key=rank)  # stable: each module's tests keep their order
+        items.sort(key=rank)  # stable
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # (pytest-xdist is in the test extra; without it the suite runs serially)
+    pass
+else:
+    class _ModuleScheduling(LoadScopeScheduling):
+        """Each unit (``_work_unit``) whole on one worker, so a module's module-scoped
+        brokers start once, and the units handed out in the order of the collection.
+        (xdist's ``--dist loadgroup`` cannot do it under pytest 9: it marks groups on a
+        node id attribute pytest 9 no longer reads, so modules were split over workers
+        and each worker started a Spark session of its own.)"""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own choice from ``--dist``
+    def pytest_xdist_make_scheduler(config, log):
+        config.option.loadscopereorder = False  # (xdist would put the largest units first)
+        return _ModuleScheduling(config, log)
 
 
 #: The modules that take longest after the Spark ones (minutes under load), run first.
