@@ -68,8 +68,9 @@ cluster: install zookeeper
 	$(BIN)/trilog cluster --brokers 3
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist; tests/conftest.py schedules each
-# test module whole on one of them, the Spark modules together): most tests wait on brokers, ZooKeeper or Spark (on two workers the suite kept about
-# one core busy), so three workers fit two cores.
+# test module whole on one of them, the Spark modules together): most tests wait on brokers,
+# ZooKeeper or Spark (on two workers the suite kept about one core busy), so three workers
+# fit two cores.
 TEST_WORKERS ?= 3
 test: install-all kcat chromium
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)

@@ -39,15 +39,21 @@ def metadata(broker, topic: str):
     return {x.partition_index: x for x in t.partitions} if t.error_code == 0 else None
 
 
-def create(broker, topic: str, partitions: int, factor: int, configs=None) -> None:
+def create(broker, topic: str, partitions: int, factor: int, configs=None,
+           replicas: list[int] | None = None) -> None:
     """Create ``topic`` through ``broker`` once it knows ``factor`` live brokers (the
-    controller's word, which may come a moment after the brokers registered)."""
+    controller's word, which may come a moment after the brokers registered); with
+    ``replicas``, its one partition on those brokers, the first its preferred leader."""
     wait_for(lambda: len(live_brokers(broker)) >= factor, what=f"{factor} live brokers")
     R = p.CreateTopicsRequest
+    T = R.CreatableTopic
+    assignments = [] if replicas is None else [
+        T.CreatableReplicaAssignment(partition_index=0, broker_ids=replicas)]
     with connect(broker.bootstrap) as sock:
-        (result,) = roundtrip(sock, R(topics=[R.CreatableTopic(
-            name=topic, num_partitions=partitions, replication_factor=factor, assignments=[],
-            configs=[R.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+        (result,) = roundtrip(sock, R(topics=[T(
+            name=topic, num_partitions=-1 if replicas else partitions,
+            replication_factor=-1 if replicas else factor, assignments=assignments,
+            configs=[T.CreatableTopicConfig(name=k, value=v)
                      for k, v in (configs or {}).items()])], timeout_ms=15_000), 3).topics
     assert result.error_code == 0, result
 

@@ -147,19 +147,17 @@ def _leader_elsewhere(brokers, topic, old):
 def test_a_killed_leader_and_a_killed_controller_fail_over_before_their_sessions_end(
         three, zookeeper):
     brokers = three
-    controller = controller_id(brokers[1])
-    create(brokers[1], "f", 1, 3, {"min.insync.replicas": "2"})
-    # A partition led by a broker that is not the controller.
-    leader = wait_for(lambda: (m := fully_replicated(list(brokers.values()), "f", 1, 3))
-                      and m[0].leader_id, what="three in-sync replicas")
-    if leader == controller:
-        create(brokers[1], "g", 1, 3, {"min.insync.replicas": "2"})
-    topic = "f" if leader != controller else "g"
+    controller = wait_for(lambda: controller_id(brokers[1]) in brokers
+                          and controller_id(brokers[1]), what="a controller")
+    # A partition led by a broker that is not the controller (its preferred leader).
+    others = sorted(b for b in brokers if b != controller)
+    topic = "f"
+    create(brokers[1], topic, 1, 3, {"min.insync.replicas": "2"},
+           replicas=[others[0], controller, others[1]])
     meta = wait_for(lambda: fully_replicated(list(brokers.values()), topic, 1, 3),
                     what="three in-sync replicas")
     leader = meta[0].leader_id
-    if leader == controller:
-        pytest.skip("both new partitions were led by the controller")
+    assert leader == others[0]
 
     brokers[leader].kill()
     new = wait_for(lambda: _leader_elsewhere(brokers, topic, leader), what="a new leader")
