@@ -644,51 +644,35 @@ def _write_packed(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
     return lines + [f"        w.buf += P{i}[{', '.join(counts)}].pack({', '.join(values)})"]
 
 
-def _write_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+def _write_count(name: str, nullable: bool, compact: bool, count: bool = True) -> list[str]:
+    """The lines that open an array's write: ``items`` is the field; null, or its length
+    ``n`` and (with ``count``) the count written: the mirror of ``_read_count``."""
+    lines = [f"        items = value.{name}",
+             "        if items is None:",
+             _write_null(nullable, "b'\\0'" if compact else "I32.pack(-1)"),
+             "        else:",
+             "            n = len(items)"]
+    if count:
+        lines.append("            w.buf += UVB(n + 1)" if compact else
+                     "            w.buf += I32.pack(n)")
+    return lines
+
+
+def _write_array(i: int, arg: Any, env: dict[str, Any], compact: bool = False) -> list[str]:
     name, item, nullable = arg
     env[f"W{i}"] = item.write
-    return [f"        items = value.{name}",
-            "        if items is None:",
-            _write_null(nullable, "I32.pack(-1)"),
-            "        else:",
-            "            w.buf += I32.pack(len(items))",
-            "            for item in items:",
-            f"                W{i}(w, item)"]
+    return _write_count(name, nullable, compact) + [
+        "            for item in items:",
+        f"                W{i}(w, item)"]
 
 
-def _write_compact_array(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
+def _write_ints(i: int, arg: Any, env: dict[str, Any], compact: bool = False) -> list[str]:
     name, item, nullable = arg
-    env[f"W{i}"] = item.write
-    return [f"        items = value.{name}",
-            "        if items is None:",
-            _write_null(nullable, "b'\\0'"),
-            "        else:",
-            "            w.buf += UVB(len(items) + 1)",
-            "            for item in items:",
-            f"                W{i}(w, item)"]
-
-
-def _write_ints(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
-    name, item, nullable = arg
-    env[f"A{i}"] = _IntArrayStructs(item, count=True)
-    return [f"        items = value.{name}",
-            "        if items is None:",
-            _write_null(nullable, "I32.pack(-1)"),
-            "        else:",
-            "            n = len(items)",
-            f"            w.buf += A{i}[n].pack(n, *items)"]
-
-
-def _write_compact_ints(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
-    name, item, nullable = arg
-    env[f"A{i}"] = _IntArrayStructs(item, count=False)
-    return [f"        items = value.{name}",
-            "        if items is None:",
-            _write_null(nullable, "b'\\0'"),
-            "        else:",
-            "            n = len(items)",
-            "            w.buf += UVB(n + 1)",
-            f"            w.buf += A{i}[n].pack(*items)"]
+    # A classic array's int32 count goes in the same struct call as its items.
+    env[f"A{i}"] = _IntArrayStructs(item, count=not compact)
+    return _write_count(name, nullable, compact, count=compact) + [
+        f"            w.buf += A{i}[n].pack(*items)" if compact else
+        f"            w.buf += A{i}[n].pack(n, *items)"]
 
 
 def _write_string(i: int, arg: Any, env: dict[str, Any]) -> list[str]:
@@ -727,9 +711,9 @@ _WRITE_STEPS: dict[str, Callable[[int, Any, dict[str, Any]], list[str]]] = {
     "cstring": _write_compact_string,
     "records": _write_other,
     "array": _write_array,
-    "carray": _write_compact_array,
+    "carray": lambda i, arg, env: _write_array(i, arg, env, compact=True),
     "ints": _write_ints,
-    "cints": _write_compact_ints,
+    "cints": lambda i, arg, env: _write_ints(i, arg, env, compact=True),
     "packed": _write_packed,
     "other": _write_other,
 }
