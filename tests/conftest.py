@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from scheduling_helpers import work_unit as _work_unit
+
 from trilog.zk import ZooKeeperServer
 from trilog.zk._server import free_port
 
@@ -176,13 +178,6 @@ class BrokerProcess:
             self.proc.stdout.close()
         if not self._stderr.closed:
             self._stderr.close()
-
-
-def _work_unit(nodeid: str) -> str:
-    """The unit a test is scheduled with under pytest-xdist: its module, or "spark" for
-    every Spark module (one worker starts the one Spark session of the run)."""
-    module = nodeid.split("::", 1)[0]
-    return "spark" if module.startswith("tests/spark/") else module
 
 
 def pytest_collection_modifyitems(config, items):
