@@ -104,16 +104,20 @@ async def test_zookeeper_backends(zookeeper, tmp_path):
                 await admin.create_partitions("__consumer_offsets", 99)
             with pytest.raises(TrilogError, match="bootstrap_servers"):
                 await admin.delete_records({("zgrow", 0): 0})
-            # Both brokers follow the assignment znode and serve their new partitions.
+            # Both brokers follow the assignment znode and serve their new partitions:
+            # ZooKeeper names the leaders first, each broker opens its logs when its
+            # LeaderAndIsr comes.
+            def held() -> list[int]:
+                return sorted(lg.partition for b in (b1, b2) for lg in b.logs.logs()
+                              if lg.topic == "zgrow")
+
             with trio.fail_after(15):
                 while True:
                     (info,) = await admin.describe_topics(["zgrow"])
-                    if len(info.partitions) == 4 and all(p.leader > 0 for p in info.partitions):
+                    if (len(info.partitions) == 4 and all(p.leader > 0 for p in info.partitions)
+                            and held() == [0, 1, 2, 3]):
                         break
                     await trio.sleep(0.05)
-            held = sorted(lg.partition for b in (b1, b2) for lg in b.logs.logs()
-                          if lg.topic == "zgrow")
-            assert held == [0, 1, 2, 3]
 
         # The ZooKeeper connector's groups: /consumers/<group>.
         from trilog.zk import consumer_ids_path, consumer_offset_path, open_zookeeper
