@@ -40,6 +40,38 @@ async def test_a_probe_tells_refused_from_answered():
     assert await probe("127.0.0.1", port) is False
 
 
+async def test_a_probe_taken_by_a_dying_listener_connects_again():
+    # A process exiting closes its sockets one by one: its listener, closed a moment after
+    # the probe's connection got into its backlog, resets that connection.  The probe
+    # connects again and is refused (it used to count the first connection as an answer).
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+
+    async def exit_soon():
+        await trio.sleep(0.01)
+        await listener.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(exit_soon)
+        assert await probe("127.0.0.1", port) is False
+
+
+async def test_a_probe_of_a_listener_that_drops_every_connection_is_unknown():
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+
+    async def drop_all():
+        while True:
+            stream = await listener.accept()
+            await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drop_all)
+        assert await probe("127.0.0.1", port, timeout_s=0.5) is None
+        nursery.cancel_scope.cancel()
+    await listener.aclose()
+
+
 class Replay:
     """``stream`` with ``first`` (bytes already read from it) read again first."""
 

@@ -7,6 +7,13 @@ connection to it (the controller's channel, a broker watching the controller) se
 connection end within milliseconds, and a new connection to its listener is *refused*
 (nothing listens on that port any more).  ``probe`` asks that question.
 
+A dying process can still take a connection: its sockets are closed one after another as it
+exits, and its listener may be among the last, so a probe made in that window connects, then
+is reset as the listener closes (seen: a follower's fetch connection reset, a probe's
+connection accepted 1 ms later and reset at once).  A probe therefore waits ``QUIET_S`` on a
+connection it made: a live broker says nothing before a request, a dying one's connection is
+reset or ended within it, and the probe connects again.
+
 Only a refusal counts as "gone".  A process that is merely slow, paused (SIGSTOP: the
 kernel still accepts connections into its listener's backlog), or cut off by the network
 (no answer at all) is "alive or unknown", and is left to the session timeout, as before.
@@ -24,6 +31,10 @@ import trio
 
 #: how long a probe waits for its connection (a refusal comes back in a round trip)
 PROBE_TIMEOUT_S = 2.0
+#: how long a connection a probe made must stay quiet to count as answered (see the module)
+QUIET_S = 0.05
+#: the pause before a probe connects again after its connection ended
+RETRY_S = 0.005
 
 
 def refused(exc: BaseException) -> bool:
@@ -35,14 +46,26 @@ def refused(exc: BaseException) -> bool:
 
 
 async def probe(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool | None:
-    """True: something accepted a connection at ``host:port``; False: it was refused (no
-    process listens there: the broker is gone); None: no answer (unknown)."""
-    try:
-        with trio.fail_after(timeout_s):
-            stream = await trio.open_tcp_stream(host, port)
-    except trio.TooSlowError:
-        return None
-    except OSError as exc:
-        return False if refused(exc) else None
-    await stream.aclose()
-    return True
+    """True: something accepted a connection at ``host:port`` and held it ``QUIET_S``;
+    False: it was refused (no process listens there: the broker is gone); None: no answer
+    within ``timeout_s`` (unknown)."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError as exc:
+                return False if refused(exc) else None
+            data = b""
+            quiet = trio.move_on_after(QUIET_S)
+            try:
+                with quiet:
+                    data = await stream.receive_some(1)
+            except trio.BrokenResourceError:
+                pass  # reset
+            finally:
+                await stream.aclose()
+            if quiet.cancelled_caught or data:
+                return True  # held (a broker waits for a request), or something spoke
+            # Ended or reset: a dying listener took it (or a live one closed it): again.
+            await trio.sleep(RETRY_S)
+    return None
