@@ -14,7 +14,7 @@ import time
 
 import pytest
 import trio
-from broker_helpers import serve_kafka
+from broker_helpers import connect, roundtrip, serve_kafka
 from kazoo.client import KazooClient
 from replication_helpers import (
     controller_id,
@@ -26,6 +26,7 @@ from replication_helpers import (
     wait_for,
 )
 
+from trilog import protocol as p
 from trilog.broker.controller._channel import BrokerChannel
 from trilog.broker.controller._liveness import probe
 
@@ -166,6 +167,13 @@ def _state(zookeeper: str, topic: str, partition: int):
         client.close()
 
 
+def _answer(broker, topic):
+    """``broker``'s Metadata v7 answer (with leader epochs) for ``topic``."""
+    with connect(broker.bootstrap) as sock:
+        return roundtrip(sock, p.MetadataRequest(topics=[
+            p.MetadataRequest.MetadataRequestTopic(name=topic)]), 7)
+
+
 def _leader_elsewhere(brokers, topic, old):
     for b in brokers.values():
         if b.broker_id != old:
@@ -190,12 +198,24 @@ def test_a_killed_leader_and_a_killed_controller_fail_over_before_their_sessions
                     what="three in-sync replicas")
     leader = meta[0].leader_id
     assert leader == others[0]
+    epoch = _answer(brokers[leader], topic).topics[0].partitions[0].leader_epoch
+    assert epoch >= 0
 
     brokers[leader].kill()
     new = wait_for(lambda: _leader_elsewhere(brokers, topic, leader), what="a new leader")
     # Elected while the dead broker's ZooKeeper session (20 s) still holds its registration.
     assert leader in registered(zookeeper)
     assert leader not in new.isr_nodes
+    # Registered, it is still listed (as ZooKeeper lists it: a client then moves its
+    # partitions straight to the new leaders), offline and leading nothing; the new
+    # leader's epoch is newer (KIP-320: a client ignores an answer older than its own).
+    answer = wait_for(lambda: (a := _answer(brokers[new.leader_id], topic))
+                      and a.topics[0].partitions[0].leader_id != leader and a,
+                      what="the new leader's own answer")
+    (part,) = answer.topics[0].partitions
+    assert leader in {b.node_id for b in answer.brokers}
+    assert part.offline_replicas == [leader] and leader not in part.isr_nodes
+    assert part.leader_epoch > epoch
     assert produce_all(brokers[new.leader_id], topic, 0, [b"after the leader"]) == 0
 
     # The controller dies: another is elected while its registration is still there.
@@ -308,26 +328,31 @@ async def test_metadata_waits_for_the_controller_after_a_leader_is_found_gone():
     with trio.fail_after(0.1):
         await cluster.wait_settled()
 
-    # One whose listener refuses: answers wait until the controller no longer lists it.
-    await cluster.peer_lost(2, ("127.0.0.1", dead_port))
-    settled = trio.Event()
-
-    async def answer():
-        await cluster.wait_settled()
-        settled.set()
-
-    def live(*ids):
-        return SimpleNamespace(ungrouped_partition_states=[], topic_states=[], live_brokers=[
+    # One whose listener refuses: answers wait until the controller has moved its leadership
+    # (it still lists the broker while its registration lasts) or no longer lists it.
+    def update(leader, *ids):
+        return SimpleNamespace(ungrouped_partition_states=[SimpleNamespace(
+            topic_name="t", partition_index=0, leader=leader, leader_epoch=leader, isr=[leader],
+            replicas=[1, 2, 3], offline_replicas=[])], topic_states=[], live_brokers=[
             SimpleNamespace(id=i, endpoints=None, v0_host="127.0.0.1", v0_port=9000 + i)
             for i in ids])
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(answer)
-        await trio.sleep(0.05)
-        cluster.update_metadata(live(1, 2, 3))  # the controller has not handled it yet
-        await trio.sleep(0.05)
-        assert not settled.is_set()
-        cluster.update_metadata(live(1, 3))  # it has
-        with trio.fail_after(1):
-            await settled.wait()
+    for settling_update in (update(3, 1, 2, 3), update(2, 1, 3)):
+        cluster.update_metadata(update(2, 1, 2, 3))
+        await cluster.peer_lost(2, ("127.0.0.1", dead_port))
+        settled = trio.Event()
+
+        async def answer():
+            await cluster.wait_settled()
+            settled.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer)
+            await trio.sleep(0.05)
+            cluster.update_metadata(update(2, 1, 2, 3))  # the controller has not handled it
+            await trio.sleep(0.05)
+            assert not settled.is_set()
+            cluster.update_metadata(settling_update)  # it has (well before SETTLE_S)
+            with trio.fail_after(0.2):
+                await settled.wait()
     await alive[0].aclose()

@@ -242,18 +242,18 @@ class MetadataApi:
     def _partitions(self, name: str, partitions: dict[int, int],
                     live: frozenset[int]) -> Iterator[Any]:
         """The answer for each of a topic's partitions, in order, made when asked for."""
-        replica_info = self.cluster.replica_info
+        describe = self.cluster.describe_partition
         no_leader = LeaderNotAvailableError.code
         Partition = RTopic.MetadataResponsePartition
         for p in sorted(partitions):  # (not items(): a tuple each for the collector)
             leader = partitions[p]
-            replicas, isr = replica_info(name, p)
+            epoch, replicas, isr, offline = describe(name, p, live)
             yield Partition(
                 error_code=0 if leader >= 0 else no_leader,
                 partition_index=p,
                 leader_id=leader,
+                leader_epoch=epoch,
                 replica_nodes=replicas,
                 isr_nodes=isr,
-                offline_replicas=([] if live.issuperset(replicas)
-                                  else [r for r in replicas if r not in live]),
+                offline_replicas=offline,
             )

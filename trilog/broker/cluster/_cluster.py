@@ -19,7 +19,7 @@ import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 import trio
 
@@ -79,6 +79,18 @@ def broker_info(node_id: int, endpoints: Iterable[Listener], inter_broker: str |
         return None
     inter = next((e for e in endpoints if e.name == inter_broker), endpoints[0])
     return BrokerInfo(node_id, inter.host, inter.port, endpoints)
+
+
+class PartitionDescription(NamedTuple):
+    """What Metadata answers of a partition besides its leader."""
+
+    #: the leader's epoch (KIP-320: a client ignores an answer older than one it has); -1
+    #: where there are none (a standalone broker)
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    #: replicas on brokers not live (or found gone, though still registered)
+    offline: list[int]
 
 
 def new_cluster_id() -> str:
@@ -167,9 +179,17 @@ class Cluster:
         return self.topics().get(topic)
 
     def replica_info(self, topic: str, partition: int) -> tuple[list[int], list[int]]:
-        """``(replicas, in-sync replicas)`` of a partition, for Metadata."""
+        """``(replicas, in-sync replicas)`` of a partition."""
         leader = self.leader(topic, partition)
         return ([leader], [leader]) if leader is not None and leader >= 0 else ([], [])
+
+    def describe_partition(self, topic: str, partition: int,
+                           live: frozenset[int]) -> PartitionDescription:
+        """What Metadata answers of a partition besides its leader (``live``: the brokers
+        it lists)."""
+        replicas, isr = self.replica_info(topic, partition)
+        offline = [] if live.issuperset(replicas) else [r for r in replicas if r not in live]
+        return PartitionDescription(-1, replicas, isr, offline)
 
     def min_insync_replicas(self, topic: str) -> int:
         """The in-sync replicas an ``acks=all`` append to ``topic`` needs."""

@@ -32,6 +32,7 @@ from trilog.broker._limits import PartitionBudget
 from trilog.broker.cluster._cluster import (
     BrokerInfo,
     Cluster,
+    PartitionDescription,
     broker_info,
     check_new_topic,
     load_or_create_meta,
@@ -100,6 +101,8 @@ class PartitionMeta(NamedTuple):
     leader_epoch: int
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
+    #: replicas on brokers the controller does not count live (UpdateMetadata v4+)
+    offline: tuple[int, ...] = ()
 
 
 class BrokerIdInUseError(TrilogError):
@@ -164,6 +167,16 @@ class ZooKeeperCluster(Cluster):
             return list(meta.replicas), list(meta.isr)
         return list(self._assignments.get(topic, {}).get(partition, ())), []
 
+    def describe_partition(self, topic: str, partition: int,
+                           live: frozenset[int]) -> PartitionDescription:
+        """The controller's word: with its leader epoch, and offline replicas as it counts
+        them (a broker found gone is listed until its registration ends, but offline)."""
+        meta = self._states.get((topic, partition))
+        if meta is None:
+            return super().describe_partition(topic, partition, live)
+        return PartitionDescription(meta.leader_epoch, list(meta.replicas), list(meta.isr),
+                                    list(meta.offline))
+
     def _rebuild_view(self) -> None:
         live = self._brokers
         states = self._states
@@ -188,12 +201,14 @@ class ZooKeeperCluster(Cluster):
                    for st in t.partition_states]
         for topic, st in [(st.topic_name, st) for st in flat] + grouped:
             states[(topic, st.partition_index)] = PartitionMeta(
-                st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas))
+                st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas),
+                tuple(getattr(st, "offline_replicas", None) or ()))
         self._states = states
         # The controller's live brokers replace this broker's list, as in Kafka's metadata
         # cache: they carry current addresses (a broker restarted on another port quickly
         # enough may look unchanged in /brokers/ids' children), and a broker that left is
-        # gone from them (kept, it would look like a replica able to take leadership).
+        # gone from them (kept, it would look like a replica able to take leadership).  A
+        # broker found gone is among them while registered, leading nothing and offline.
         live = getattr(request, "live_brokers", None)
         if live:
             brokers = {}
@@ -211,9 +226,13 @@ class ZooKeeperCluster(Cluster):
                 elif getattr(b, "v0_host", None):
                     brokers[b.id] = BrokerInfo(b.id, b.v0_host, b.v0_port)
             self._brokers = brokers
-            # A broker found gone here is settled once the controller no longer lists it
-            # (it moved its leadership); until then Metadata waits (``wait_settled``).
-            self._gone = {b: t for b, t in self._gone.items() if b in brokers}
+        # A broker found gone here is settled once the controller names it the leader of
+        # nothing (it moved its leadership) or lists it no more; until then Metadata waits
+        # (``wait_settled``).
+        if self._gone:
+            leaders = {meta.leader for meta in states.values()}
+            self._gone = {b: t for b, t in self._gone.items()
+                          if b in self._brokers and b in leaders}
         self._rebuild_view()
 
     async def peer_lost(self, broker_id: int, address: tuple[str, int]) -> None:

@@ -91,10 +91,12 @@ class ControlledShutdown:
                                      for p in response.remaining_partitions]
 
     def _movable(self, remaining: list[PartitionKey]) -> bool:
-        """Could another live broker lead some of ``remaining``?"""
+        """Could another broker in the ISR of some of ``remaining`` lead it?  (The ISR,
+        not the replicas: the controller moves leadership within it, and a broker found
+        gone, still listed while registered, is in none.)"""
         live = {b.node_id for b in self.cluster.brokers()} - {self.broker_id}
         replicas: Callable[[str, int], tuple[list[int], list[int]]] = self.cluster.replica_info
-        return any(set(replicas(*tp)[0]) & live for tp in remaining)
+        return any(set(replicas(*tp)[1]) & live for tp in remaining)
 
     def step_down(self, keep: set[PartitionKey] | None = None) -> None:
         """Lead nothing here any more but ``keep`` (partitions no other live replica can
