@@ -51,16 +51,19 @@ class Writer:
     ``INTERVAL_S`` in a thread; ``acks[p]`` holds each partition's acknowledgement times and
     ``acked`` the values acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, debug: str = "") -> None:
         from confluent_kafka import Producer
 
         self.topic = topic
-        self.producer = Producer({
+        config = {
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 1, "message.timeout.ms": 120_000, "retry.backoff.ms": 50,
             "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200,
             "topic.metadata.refresh.fast.interval.ms": 50,
-            "log_level": 2})  # (its lines about refused connections are the point here)
+            "log_level": 2}  # (its lines about refused connections are the point here)
+        if debug:  # librdkafka's own lines, timestamped, on this process's stderr
+            config.update({"debug": debug, "log_level": 7})
+        self.producer = Producer(config)
         self.acks: dict[int, list[float]] = {p: [] for p in range(PARTITIONS)}
         self.acked: dict[int, set[bytes]] = {p: set() for p in range(PARTITIONS)}
         self.failed = 0
@@ -136,6 +139,7 @@ def kill_and_restart(cluster: Cluster, writer: Writer, topic: str, victim: int) 
     led = [p for p, (leader, _isr) in state["partitions"].items() if leader == victim]
     broker = cluster.brokers[victim]
     killed_at = time.monotonic()
+    print(f"  SIGKILL broker {victim} at {time.time():.3f}", file=sys.stderr, flush=True)
     broker.signal(signal.SIGKILL)
     broker.reap(10)
     time.sleep(RESTART_AFTER_S)
@@ -158,7 +162,7 @@ def run(args) -> int:
         cluster.start()
         state = create_topic(cluster, "failover", PARTITIONS, 3)
         topic = state["topic"]
-        writer = Writer(cluster.bootstrap, topic)
+        writer = Writer(cluster.bootstrap, topic, args.client_debug)
         writer.start()
         time.sleep(2.0)
         for kind in ("leader", "controller"):
@@ -223,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="zookeeper.session.timeout.ms (6000, the broker's default)")
     parser.add_argument("--keep", action="store_true", help="keep the data and broker logs")
     parser.add_argument("--log-level", default="WARNING", help="the brokers' (WARNING)")
+    parser.add_argument("--client-debug", default="", metavar="CONTEXTS",
+                        help="librdkafka's debug contexts for the producer (e.g. "
+                             "metadata,topic,broker), its lines and each kill's wall-clock "
+                             "time on stderr")
     return run(parser.parse_args(argv))
 
 
