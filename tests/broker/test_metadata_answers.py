@@ -93,13 +93,13 @@ async def test_topics_created_deleted_and_grown_are_answered_exactly(api):
     await check(api, {"a": 5, "b": 1})
     entry_b = api._answers["b"]
 
-    topics["c"] = {p: 3 for p in range(70)}  # created
-    await check(api, {"a": 5, "b": 1, "c": 70})
+    topics["c"] = {p: 3 for p in range(130)}  # created (a two-byte compact count)
+    await check(api, {"a": 5, "b": 1, "c": 130})
     assert api._answers["b"] is entry_b  # not built again
     assert entry_b.answer is None  # nor kept as objects: only encoded
 
     topics["a"] = {**topics["a"], 5: 2, 6: 3}  # grown: a new map
-    await check(api, {"a": 7, "b": 1, "c": 70})
+    await check(api, {"a": 7, "b": 1, "c": 130})
     assert api._answers["b"] is entry_b
 
     del topics["c"]  # deleted
@@ -134,3 +134,47 @@ async def test_a_topic_named_by_a_request_is_encoded_from_the_answer_built_for_i
         allow_auto_topic_creation=False), header)
     assert api._answers["named"].answer is named.topics[0]
     await check(api, {"named": 2, "other": 1})
+
+
+class _Allow:
+    """An authorizer that allows exactly ``allowed``: (operation, resource type, name)."""
+
+    def __init__(self, allowed) -> None:
+        self.allowed = allowed
+
+    def authorize(self, _principal, _host, operation, resource_type, name) -> bool:
+        return (operation, resource_type, name) in self.allowed
+
+
+async def test_authorized_operations_are_answered_when_asked(api):
+    from trilog.broker.security import CLUSTER_NAME, Access, AclOperation, ResourceType
+
+    api.cluster._topics["t"] = {0: 1}
+    header = p.RequestHeader(p.ApiKey.METADATA, 8, 1, "test")
+
+    def ask(**include):
+        return p.MetadataRequest(topics=None, allow_auto_topic_creation=False, **include)
+
+    # Not asked: Kafka's "omitted" (INT32_MIN), from the cached all-topics answer.
+    plain = R.decode((await api.metadata(ask(), header)).encode(8), 8)
+    assert plain.cluster_authorized_operations == p.AUTHORIZED_OPERATIONS_OMITTED
+    assert plain.topics[0].topic_authorized_operations == p.AUTHORIZED_OPERATIONS_OMITTED
+
+    # Without an authorizer, everything Kafka reports of a topic (8) and the cluster (7).
+    both = dict(include_cluster_authorized_operations=True,
+                include_topic_authorized_operations=True)
+    answer = R.decode((await api.metadata(ask(**both), header)).encode(8), 8)
+    assert bin(answer.topics[0].topic_authorized_operations).count("1") == 8
+    assert bin(answer.cluster_authorized_operations).count("1") == 7
+    # The cached answer was not changed for everyone.
+    plain = R.decode((await api.metadata(ask(), header)).encode(8), 8)
+    assert plain.topics[0].topic_authorized_operations == p.AUTHORIZED_OPERATIONS_OMITTED
+
+    # With one: what this principal may do, bit by bit (Kafka's AclOperation codes).
+    api.access = Access(_Allow({
+        (AclOperation.DESCRIBE, ResourceType.TOPIC, "t"),
+        (AclOperation.READ, ResourceType.TOPIC, "t"),
+        (AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)}))
+    answer = R.decode((await api.metadata(ask(**both), header)).encode(8), 8)
+    assert answer.topics[0].topic_authorized_operations == (1 << 3) | (1 << 8)
+    assert answer.cluster_authorized_operations == 1 << 8

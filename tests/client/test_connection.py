@@ -25,7 +25,7 @@ async def broker(tmp_path):
 
 async def test_negotiates_versions_and_pipelines(broker):
     async with open_connection("127.0.0.1", broker.port) as conn:
-        assert conn.api_versions[ApiKey.METADATA] == (0, 7)
+        assert conn.api_versions[ApiKey.METADATA] == (0, 9)
         assert conn.version_for(ApiKey.PRODUCE, (0, 99)) == 7
         results = []
 

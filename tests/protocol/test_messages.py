@@ -102,7 +102,7 @@ def test_truncated_bodies_raise_remote_protocol_error(cls, version):
 
 def test_registries_cover_the_brief():
     expected = {
-        0: (0, 7), 1: (0, 10), 2: (0, 4), 3: (0, 7), 8: (0, 7), 9: (0, 7), 10: (0, 3),
+        0: (0, 7), 1: (0, 10), 2: (0, 4), 3: (0, 9), 8: (0, 7), 9: (0, 7), 10: (0, 3),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 4), 16: (0, 2), 18: (0, 2),
         19: (0, 3), 20: (0, 3), 21: (0, 1), 22: (0, 4), 32: (0, 3), 33: (0, 1), 35: (0, 1),
         37: (0, 1), 42: (0, 1), 44: (0, 0), 47: (0, 0),
@@ -174,6 +174,10 @@ _KP_RENAMES = {
                  "topics": ("v3_and_below_topics", {})},
     (24, False): {"results": ("results_by_topic_v3_and_below", {
         "results": ("results_by_partition", {})})},
+    # Metadata v8+: kafka-python drops Kafka's "topic_" and "cluster_" prefixes.
+    (3, False): {"cluster_authorized_operations": ("authorized_operations", {}),
+                 "topics": ("topics", {"topic_authorized_operations":
+                                       ("authorized_operations", {})})},
 }
 
 
@@ -316,9 +320,18 @@ def _describe_groups_bits(values):
     return (throttle, [(*group[:-1], _bits_as_set(group[-1])) for group in groups])
 
 
+def _metadata_bits(values):
+    """kafka-python.old reads Metadata v8's topic and cluster ``authorized_operations`` as
+    sets (BitFields)."""
+    *head, topics, cluster = values
+    return (*head, [(*topic[:-1], _bits_as_set(topic[-1])) for topic in topics],
+            _bits_as_set(cluster))
+
+
 #: Old classes that group fields differently but write the same bytes: our values in theirs.
 _KP_OLD_SHAPE = {(37, True, v): _create_partitions_grouped for v in (0, 1)}
 _KP_OLD_SHAPE.update({(15, False, v): _describe_groups_bits for v in (3, 4)})
+_KP_OLD_SHAPE[(3, False, 8)] = _metadata_bits
 
 
 # -- Hand-built byte vectors (Kafka's JSON spec read field by field) -------------------------

@@ -294,17 +294,24 @@ ListOffsetsResponse = message(K.LIST_OFFSETS, "ListOffsetsResponse", (0, 4), [
     ]))),
 ], flexible="6+")
 
-# -- Metadata (3) -------------------------------------------------------------------------
-# v0: an empty topic list means all topics; v1+: null means all, empty means none.
+#: ``authorized_operations`` when the request did not ask for them (Kafka's INT32_MIN)
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
-MetadataRequest = message(K.METADATA, "MetadataRequest", (0, 7), [
+# -- Metadata (3) -------------------------------------------------------------------------
+# v0: an empty topic list means all topics; v1+: null means all, empty means none. v7:
+# leader epochs; v8: authorized operations on request; v9: flexible (librdkafka trusts the
+# leader epochs of a broker serving v9+, KIP-320).
+
+MetadataRequest = message(K.METADATA, "MetadataRequest", (0, 9), [
     F("topics", Array(Struct("MetadataRequestTopic", [
         F("name", STRING),
     ])), nullable="1+"),
     F("allow_auto_topic_creation", BOOLEAN, "4+", default=True),
+    F("include_cluster_authorized_operations", BOOLEAN, "8-10", default=False),
+    F("include_topic_authorized_operations", BOOLEAN, "8+", default=False),
 ], flexible="9+")
 
-MetadataResponse = message(K.METADATA, "MetadataResponse", (0, 7), [
+MetadataResponse = message(K.METADATA, "MetadataResponse", (0, 9), [
     F("throttle_time_ms", INT32, "3+"),
     F("brokers", Array(Struct("MetadataResponseBroker", [
         F("node_id", INT32),
@@ -327,7 +334,9 @@ MetadataResponse = message(K.METADATA, "MetadataResponse", (0, 7), [
             F("isr_nodes", Array(INT32)),
             F("offline_replicas", Array(INT32), "5+"),
         ]))),
+        F("topic_authorized_operations", INT32, "8+", default=AUTHORIZED_OPERATIONS_OMITTED),
     ]))),
+    F("cluster_authorized_operations", INT32, "8-10", default=AUTHORIZED_OPERATIONS_OMITTED),
 ], flexible="9+")
 
 # -- LeaderAndIsr (4) ---------------------------------------------------------------------
@@ -633,9 +642,6 @@ DescribeGroupsRequest = message(K.DESCRIBE_GROUPS, "DescribeGroupsRequest", (0, 
     F("groups", Array(STRING)),
     F("include_authorized_operations", BOOLEAN, "3+", default=False),
 ], flexible="5+")
-
-#: ``authorized_operations`` when the request did not ask for them (Kafka's INT32_MIN)
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 DescribeGroupsResponse = message(K.DESCRIBE_GROUPS, "DescribeGroupsResponse", (0, 4), [
     F("throttle_time_ms", INT32, "1+"),

@@ -13,6 +13,12 @@ all-topics answer (without ACLs) encoded, while no topic, broker or controller c
 new all-topics answer is the brokers' part and the topics' encodings joined, so 50,000
 partitions are not built and encoded again each time, only the topics that changed.  Each
 client sees the brokers' addresses on the listener it came in on.
+
+Versions 0-9: v7 carries each partition's leader epoch (the controller's; -1 on a standalone
+broker), v8 the principal's authorized operations on a topic and the cluster when asked
+(Kafka's bit fields), v9 is flexible.  librdkafka trusts leader epochs only from a broker
+serving v9+, and with them ignores an answer older than one it has (KIP-320): after a
+leader's death an answer asked before the brokers knew can no longer undo a newer one.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 from trilog._topic import validate_topic_name
 from trilog.broker.cluster import INTERNAL_TOPICS, Cluster
 from trilog.broker.network import ApiHandler, current_session
-from trilog.broker.security import Access, AclOperation, ResourceType
+from trilog.broker.security import CLUSTER_NAME, Access, AclOperation, ResourceType
 from trilog.errors import (
     ApiError,
     LeaderNotAvailableError,
@@ -31,10 +37,29 @@ from trilog.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
-from trilog.protocol import INT32, ApiKey, MetadataResponse, RequestHeader, Writer
+from trilog.protocol import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    INT32,
+    ApiKey,
+    MetadataResponse,
+    RequestHeader,
+    Writer,
+)
+from trilog.protocol._primitives import uvarint
 
 R = MetadataResponse
 RTopic = R.MetadataResponseTopic
+
+#: The operations Kafka reports of a resource when Metadata v8+ asks (its
+#: ``AclEntry.supportedOperations``), by resource type.
+_OPERATIONS = {
+    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
+                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE,
+                         AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE,
+                           AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE),
+}
 
 
 class _Encoded(MetadataResponse):  # type: ignore[misc,valid-type]
@@ -72,6 +97,18 @@ class _TopicAnswer:
         self.encoded: dict[int, bytes] = {}
 
 
+def _splice(empty: bytes, flexible: bool, count: int, items: list[bytes], *,
+            tail: int) -> bytes:
+    """``empty``, a struct encoded with an empty array followed by ``tail`` bytes of fixed
+    fields (and, when ``flexible``, its one-byte empty tag buffer), with ``count`` encoded
+    items in that array: its count (int32, or uvarint N + 1) replaced, the items inserted."""
+    tail += 1 if flexible else 0
+    end = len(empty) - tail
+    if flexible:
+        return b"".join([empty[:end - 1], uvarint(count + 1), *items, empty[end:]])
+    return b"".join([empty[:end - 4], INT32.encode(count), *items, empty[end:]])
+
+
 class MetadataApi:
     """Serves Metadata.  Runs in the trio thread."""
 
@@ -95,17 +132,20 @@ class MetadataApi:
         await cluster.wait_settled()
         topics_all = cluster.topics()
         access = self.access
-        everything = request.topics is None or (header.api_version == 0 and not request.topics)
-        if everything and not access.enabled and cluster.immutable_partitions:
-            return self._all_topics(header.api_version, current_session.get().listener)
+        version = header.api_version
+        everything = request.topics is None or (version == 0 and not request.topics)
+        topic_operations = version >= 8 and request.include_topic_authorized_operations
+        cluster_operations = 8 <= version <= 10 and request.include_cluster_authorized_operations
+        if (everything and not access.enabled and cluster.immutable_partitions
+                and not topic_operations and not cluster_operations):
+            return self._all_topics(version, current_session.get().listener)
         if everything:
             # All topics: those this principal may not describe are left out (Kafka).
             wanted = sorted(t for t in topics_all
                             if access(AclOperation.DESCRIBE, ResourceType.TOPIC, t))
         else:
             wanted = [t.name for t in request.topics]
-        auto_create = self.auto_create and (header.api_version < 4
-                                            or request.allow_auto_topic_creation)
+        auto_create = self.auto_create and (version < 4 or request.allow_auto_topic_creation)
         live = frozenset(b.node_id for b in cluster.brokers())
         if len(self._answers) > 2 * len(topics_all) + 100:  # (deleted topics' answers)
             self._answers = {t: a for t, a in self._answers.items() if t in topics_all}
@@ -123,9 +163,22 @@ class MetadataApi:
                     continue
             topics.append(self._cached_topic(name, live) if not error
                           else self._topic(name, error, live))
+        if topic_operations:  # (the cached answers are every principal's: copies)
+            topics = [t if t.error_code == TopicAuthorizationFailedError.code else RTopic(
+                error_code=t.error_code, name=t.name, is_internal=t.is_internal,
+                partitions=t.partitions,
+                topic_authorized_operations=self._operations(ResourceType.TOPIC, t.name))
+                for t in topics]
         return R(brokers=self._brokers(current_session.get().listener),
                  cluster_id=cluster.cluster_id, controller_id=cluster.controller_id,
-                 topics=topics)
+                 topics=topics, cluster_authorized_operations=(
+                     self._operations(ResourceType.CLUSTER) if cluster_operations
+                     else AUTHORIZED_OPERATIONS_OMITTED))
+
+    def _operations(self, resource: ResourceType, name: str = CLUSTER_NAME) -> int:
+        """What the principal may do to a topic or the cluster, as Kafka's bit field."""
+        return sum(1 << op.value for op in _OPERATIONS[resource]
+                   if self.access(op, resource, name))
 
     def _brokers(self, listener: str | None) -> list[Any]:
         return [R.MetadataResponseBroker(node_id=b.node_id, host=address[0], port=address[1])
@@ -152,16 +205,12 @@ class MetadataApi:
         self._answers = {name: a for name, a in zip(names, answers, strict=True)}
         fields = dict(brokers=brokers, cluster_id=cluster.cluster_id,
                       controller_id=cluster.controller_id)
-        if R.is_flexible(version):  # (not served) the topics would be followed by tags
-            answer = _Encoded(**fields, topics=[self._cached_topic(n, live) for n in names])
-            answer.body = R(**fields, topics=answer.topics).encode(version)
-        else:  # the topics are the last field: an answer without them ends with a 0 count
-            head = R(**fields, topics=[]).encode(version)
-            body = [head[:-4], INT32.encode(len(names)),
-                    *[self._encoded_topic(n, a, version)
-                      for n, a in zip(names, answers, strict=True)]]
-            answer = _Encoded(**fields, topics=[a.errors for a in answers])
-            answer.body = b"".join(body)
+        # The topics, spliced into the answer encoded without them (``_splice``).
+        encoded = [self._encoded_topic(n, a, version)
+                   for n, a in zip(names, answers, strict=True)]
+        answer = _Encoded(**fields, topics=[a.errors for a in answers])
+        answer.body = _splice(R(**fields, topics=[]).encode(version), R.is_flexible(version),
+                              len(names), encoded, tail=4 if 8 <= version <= 10 else 0)
         answer.version = version
         self._all = (key, [(name, topics_all[name]) for name in names], answer)
         return answer
@@ -203,7 +252,7 @@ class MetadataApi:
         return cached
 
     def _encoded_topic(self, name: str, cached: _TopicAnswer, version: int) -> bytes:
-        """A topic's answer encoded for ``version`` (not flexible), from its cache entry;
+        """A topic's answer encoded for ``version``, from its cache entry;
         unless a request named the topic (``cached.answer``), its partitions are made one
         at a time as they are written, and none kept: the garbage collector has nothing to
         count, so a first all-topics answer does not set off its full collection."""
@@ -213,23 +262,23 @@ class MetadataApi:
         built = cached.answer
         partitions = (built.partitions if built is not None
                       else self._partitions(name, cached.partitions, cached.live))
-        # The partitions are a topic's last field: written after the others (and their
-        # count, 0 here, made right afterwards).
+        flexible = R.is_flexible(version)
+        write = RTopic.MetadataResponsePartition._struct.codec_for(version, flexible).write
         w = Writer()
-        RTopic._struct.codec_for(version, False).write(w, RTopic(
-            error_code=0, name=name, is_internal=name in INTERNAL_TOPICS, partitions=[]))
-        at = len(w.buf) - 4
-        write = RTopic.MetadataResponsePartition._struct.codec_for(version, False).write
         errors, count = [], 0
         for partition in partitions:
             write(w, partition)
             count += 1
             if partition.error_code:
                 errors.append(partition)
-        w.buf[at:at + 4] = INT32.encode(count)
+        empty = Writer()
+        RTopic._struct.codec_for(version, flexible).write(empty, RTopic(
+            error_code=0, name=name, is_internal=name in INTERNAL_TOPICS, partitions=[]))
+        encoded = cached.encoded[version] = _splice(
+            empty.getvalue(), flexible, count, [w.getvalue()],
+            tail=4 if version >= 8 else 0)
         if cached.errors is None:
             cached.errors = RTopic(error_code=0, name=name, partitions=errors)
-        encoded = cached.encoded[version] = w.getvalue()
         return encoded
 
     def _topic(self, name: str, error: int, live: frozenset[int]) -> Any:
