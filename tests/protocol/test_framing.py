@@ -60,6 +60,24 @@ def test_request_header_v1_bytes():
     assert RequestHeader(3, 1, 12345, None).encode() == expected[:8] + b"\xff\xff"
 
 
+def test_librdkafka_all_topics_metadata_v9_request_is_read_as_meant():
+    # librdkafka 2.16's all-topics Metadata v9 request, as captured on the wire: header v2
+    # (api 3, v9, correlation 4, "rdkafka", no tags), then the topic array's reserved 4-byte
+    # count left at zero (a compact null is one 0 byte), allow_auto_topic_creation, the two
+    # include_*_authorized_operations and no tags.
+    payload = bytes.fromhex("0003000900000004000772646b61666b6100" "00000000" "01000000")
+    header, body = decode_request(payload)
+    assert (header.api_key, header.api_version, header.correlation_id) == (3, 9, 4)
+    assert body.topics is None and body.allow_auto_topic_creation is True
+    assert not body.include_cluster_authorized_operations
+    # A well-formed one still reads as it says; a malformed one of another kind still fails.
+    header, body = decode_request(encode_request(
+        MetadataRequest(topics=None, allow_auto_topic_creation=False), 9, 5, framed=False))
+    assert body.topics is None and body.allow_auto_topic_creation is False
+    with pytest.raises(RemoteProtocolError, match="trailing"):
+        decode_request(payload[:18] + b"\x01\x00\x00\x00\x00\x00")
+
+
 def test_produce_v0_request_bytes():
     # ProduceRequest => RequiredAcks Timeout [TopicName [Partition MessageSetSize MessageSet]]
     #   RequiredAcks => int16, Timeout => int32, Partition => int32, MessageSetSize => int32

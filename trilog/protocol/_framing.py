@@ -400,9 +400,29 @@ def decode_request(
         )
     if header.api_version >= cls.FIRST_FLEXIBLE:  # header v2: tagged fields after client_id
         r.skip_tagged_fields()
-    body = cls.decode(r, header.api_version)
-    r.expect_end(f"{cls.__name__} v{header.api_version}")
+    at = r.pos
+    try:
+        body = cls.decode(r, header.api_version)
+        r.expect_end(f"{cls.__name__} v{header.api_version}")
+    except RemoteProtocolError:
+        if not _librdkafka_all_topics(header, payload, at):
+            raise
+        # librdkafka 2.x writes the null topic array of an all-topics Metadata v9+ request
+        # as the 4-byte count it reserved and never finalized: one 0 byte (null), then 3
+        # too many.  Kafka reads those 3 as the request's booleans and ignores the bytes
+        # left over; what librdkafka meant is read here instead.
+        r = Reader(bytes(payload[:at + 1]) + bytes(payload[at + 4:]), max_length=max_length)
+        r.pos = at
+        body = cls.decode(r, header.api_version)
+        r.expect_end(f"{cls.__name__} v{header.api_version}")
     return header, body
+
+
+def _librdkafka_all_topics(header: RequestHeader, payload: Any, at: int) -> bool:
+    """Is this the all-topics Metadata request librdkafka 2.x sends at v9+ (see
+    ``decode_request``)?  Only tried on a request that does not decode otherwise."""
+    return (header.api_key == ApiKey.METADATA and header.api_version >= 9
+            and bytes(payload[at:at + 4]) == b"\0\0\0\0")
 
 
 def peek_request_header(payload: bytes | bytearray | memoryview) -> RequestHeader:
