@@ -10,8 +10,8 @@ import uuid
 import warnings
 
 import pytest
+from broker_helpers import connect, produce_request, roundtrip, wait_for
 
-from tests.broker.broker_helpers import connect, roundtrip, wait_for
 from trilog import protocol as p
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -272,7 +272,6 @@ def test_a_client_may_not_write_control_batches_or_the_transaction_log(broker):
     marker = build_end_txn_marker(producer_id=1, producer_epoch=0, coordinator_epoch=0,
                                   commit=True, timestamp_ms=0)
     with connect(broker.bootstrap) as sock:
-        from tests.broker.broker_helpers import produce_request
         response = roundtrip(sock, produce_request(topic, 0, marker), 3)
         code = response.responses[0].partition_responses[0].error_code
         assert code == 87  # INVALID_RECORD
