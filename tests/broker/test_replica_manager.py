@@ -41,9 +41,9 @@ async def _controller(stream: trio.SocketStream, left=(STUCK,)) -> None:
 
 @contextlib.asynccontextmanager
 async def _shutting_down(tmp_path, left, overrides=None):
-    """Broker 1's replica manager leading MOVED, STUCK (no other replica) and SLOW, a stand-in
-    controller answering its ControlledShutdown with ``left``, and an acks=all produce to
-    MOVED waiting for its in-sync replicas: ``(manager, answers, stepped_down)``."""
+    """Broker 1's replica manager leading MOVED, STUCK (no other in-sync replica) and SLOW,
+    a stand-in controller answering its ControlledShutdown with ``left``, and an acks=all
+    produce to MOVED waiting for its in-sync replicas: ``(manager, answers, stepped_down)``."""
     async with trio.open_nursery() as nursery:
         (listener,) = await nursery.start(functools.partial(
             trio.serve_tcp, functools.partial(_controller, left=left), 0, host="127.0.0.1"))
@@ -53,7 +53,9 @@ async def _shutting_down(tmp_path, left, overrides=None):
             controller_id=2,
             brokers=lambda: [types.SimpleNamespace(node_id=i, host="127.0.0.1", port=port)
                              for i in (1, 2, 3)],
-            replica_info=lambda t, p: ([1], [1]) if (t, p) == STUCK else ([1, 2, 3], [1, 2, 3]),
+            # STUCK's other replicas are live but out of sync: they may not lead it.
+            replica_info=lambda t, p: ([1, 2, 3], [1]) if (t, p) == STUCK
+            else ([1, 2, 3], [1, 2, 3]),
             step_down=stepped_down.append,
             leader=lambda t, p: 1,
             min_insync_replicas=lambda topic: 1)
