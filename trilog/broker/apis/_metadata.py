@@ -177,8 +177,7 @@ class MetadataApi:
 
     def _operations(self, resource: ResourceType, name: str = CLUSTER_NAME) -> int:
         """What the principal may do to a topic or the cluster, as Kafka's bit field."""
-        return sum(1 << op.value for op in _OPERATIONS[resource]
-                   if self.access(op, resource, name))
+        return self.access.operations(_OPERATIONS[resource], resource, name)
 
     def _brokers(self, listener: str | None) -> list[Any]:
         return [R.MetadataResponseBroker(node_id=b.node_id, host=address[0], port=address[1])

@@ -582,9 +582,8 @@ class GroupCoordinator:
             """What the principal may do to the group, as Kafka's bit field."""
             if not asked:
                 return AUTHORIZED_OPERATIONS_OMITTED
-            return sum(1 << op.value for op in (AclOperation.READ, AclOperation.DELETE,
-                                                AclOperation.DESCRIBE)
-                       if self.access(op, ResourceType.GROUP, gid))
+            return self.access.operations((AclOperation.READ, AclOperation.DELETE,
+                                           AclOperation.DESCRIBE), ResourceType.GROUP, gid)
 
         for gid in request.groups:
             code = self._error_for(gid)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import aclosing
 from typing import Any, Protocol
 
@@ -232,6 +232,12 @@ class Access:
         session = current_session.get()
         return self.authorizer.authorize(session.principal, session.host, operation,
                                          resource_type, name)
+
+    def operations(self, candidates: Iterable[AclOperation], resource_type: ResourceType,
+                   name: str = CLUSTER_NAME) -> int:
+        """Which of ``candidates`` the connection may do to the resource, as Kafka's
+        ``authorized_operations`` bit field (bit N: the operation with code N)."""
+        return sum(1 << op.value for op in candidates if self(op, resource_type, name))
 
 
 #: Access without an authorizer: everyone may do everything (Kafka without one).
