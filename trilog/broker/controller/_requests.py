@@ -111,12 +111,10 @@ class RequestBuilder:
                      for address in [inter_broker_address(view.live[b], self.listener)]])
 
     def update_metadata(self) -> Message:
-        """Every partition with a state and every registered broker with all its endpoints:
-        the live ones and those fenced (found gone while still registered, see
-        ``_term.py``), which lead nothing and are offline replicas.  Listing a fenced broker
-        until its registration ends, as ZooKeeper does, lets a client move its partitions
-        straight to their new leaders: librdkafka drops a broker missing from an answer,
-        and a partition it was producing to waits out a leader query (~1 s) first."""
+        """Every partition with a state and every live broker with all its endpoints (a
+        broker found gone is not: listing it while registered, as ZooKeeper does, let
+        librdkafka move its partitions straight to their new leaders, but kafka-python's
+        consumers then picked the listed dead broker and raised instead of trying another)."""
         R = UpdateMetadataRequest
         view = self.view
         states = []
@@ -139,7 +137,7 @@ class RequestBuilder:
                                  b.protocols.get(name, "PLAINTEXT")])
                          for name, host, port in (b.endpoints
                                                   or (("PLAINTEXT", b.host, b.port),))])
-                     for _id, b in sorted({**view.live, **view.fenced}.items())])
+                     for _id, b in sorted(view.live.items())])
 
     def stop_replica(self, tps: Collection[PartitionKey], delete: bool) -> Message:
         return StopReplicaRequest(
