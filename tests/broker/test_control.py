@@ -257,9 +257,9 @@ async def test_a_dead_broker_loses_its_leaderships_and_isr_places(zookeeper):
         states = await states_become(controller, {
             # t-1 ([2, 3, 1]): the next ISR member in assignment order leads.
             ("t", 1): PartitionState(3, 1, (3, 1), 1),
-            # Where 2 followed, it leaves the ISR with a new leader epoch.
-            ("t", 0): PartitionState(1, 1, (1, 3), 1),
-            ("t", 2): PartitionState(3, 1, (3, 1), 1),
+            # Where 2 followed, it leaves the ISR; the leader keeps its epoch.
+            ("t", 0): PartitionState(1, 0, (1, 3), 1),
+            ("t", 2): PartitionState(3, 0, (3, 1), 1),
             ("solo", 0): PartitionState(-1, 6, (2,), 1),
             ("dirty", 0): PartitionState(3, 6, (3,), 1)})
         for (topic, partition), state in states.items():
@@ -272,6 +272,9 @@ async def test_a_dead_broker_loses_its_leaderships_and_isr_places(zookeeper):
         told = {(s.topic_name, s.partition_index): s for s in broker3.leader_and_isr()[seen:]}
         assert told[("t", 1)].leader == 3 and told[("t", 1)].leader_epoch == 1
         assert told[("t", 1)].partition_epoch == 1
+        # Only an ISR change: the same leader epoch, a newer version of the state.
+        assert (told[("t", 2)].leader, told[("t", 2)].leader_epoch, told[("t", 2)].isr,
+                told[("t", 2)].partition_epoch) == (3, 0, [3, 1], 1)
         await wait_until(lambda: broker3.metadata_broker_ids() == [1, 3])
         by_tp = {(s.topic_name, s.partition_index): s
                  for s in broker3.last_metadata().ungrouped_partition_states}

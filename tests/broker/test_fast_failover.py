@@ -22,6 +22,7 @@ from replication_helpers import (
     fully_replicated,
     metadata,
     produce_all,
+    read_all,
     registered,
     wait_for,
 )
@@ -247,6 +248,44 @@ def test_a_paused_leader_keeps_its_leadership_and_its_isr(three, zookeeper):
     time.sleep(2.5)  # a lag check or two after the pause
     assert _state(zookeeper, "p", 0) == (state, version)
     assert "stood still" in brokers[leader].stderr()
+
+
+@pytest.mark.slow
+def test_a_killed_follower_leaves_the_isr_and_the_leader_keeps_its_epoch(broker_process,
+                                                                         zookeeper):
+    """A follower is SIGKILLed: the controller takes it out of the ISR at once (long before
+    replica.lag.time.max.ms, 30 s here, or its session); the leader adopts that ISR without
+    a new leader epoch (KAFKA-15021: a new epoch would send every consumer through
+    OffsetForLeaderEpoch), so its acks=all appends go on without the dead follower."""
+    settings = {**SETTINGS, "replica.lag.time.max.ms": 30_000}
+    brokers = {i: broker_process(broker_id=i, zookeeper=zookeeper, overrides=settings)
+               for i in (1, 2, 3)}
+    controller = wait_for(lambda: controller_id(brokers[1]) in brokers
+                          and controller_id(brokers[1]), what="a controller")
+    leader, follower = sorted(b for b in brokers if b != controller)
+    create(brokers[1], "k", 1, 3, {"min.insync.replicas": "2"},
+           replicas=[leader, controller, follower])
+    wait_for(lambda: fully_replicated(list(brokers.values()), "k", 1, 3),
+             what="three in-sync replicas")
+    (before,) = _answer(brokers[leader], "k").topics[0].partitions
+    assert produce_all(brokers[leader], "k", 0, [b"before"]) == 0
+    state, version = _state(zookeeper, "k", 0)
+
+    brokers[follower].kill()
+    answer = wait_for(lambda: (a := _answer(brokers[leader], "k"))
+                      and follower not in a.topics[0].partitions[0].isr_nodes and a,
+                      timeout=10, what="the dead follower out of the ISR")
+    assert follower in registered(zookeeper)  # (its session has not ended)
+    (after,) = answer.topics[0].partitions
+    assert (after.leader_id, after.leader_epoch) == (leader, before.leader_epoch)
+    assert sorted(after.isr_nodes) == sorted([leader, controller])
+    new_state, new_version = _state(zookeeper, "k", 0)
+    assert new_state["leader_epoch"] == state["leader_epoch"] and new_version > version
+    # The leader took the ISR: its acks=all append needs the controller's replica only.
+    started = time.monotonic()
+    assert produce_all(brokers[leader], "k", 0, [b"after"]) == 0
+    assert time.monotonic() - started < 10
+    assert read_all(brokers[leader], "k", 0) == [b"before", b"after"]
 
 
 @pytest.mark.slow

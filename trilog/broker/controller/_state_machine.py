@@ -6,7 +6,11 @@ Each method names the partitions it may change and returns those it wrote; the c
 tells the brokers about those.  A rule sees the view as it is at each write, so that a
 write that lost to another writer is decided again on the state that writer left, and
 eligibility is the view's: live brokers that are not shutting down.  Every state written
-carries this controller's epoch and a new leader epoch.
+carries this controller's epoch and a new leader epoch, except where dead replicas only
+leave an ISR whose leader lives (``remove_from_isr``): the leader and its epoch stay, as
+in Kafka's KRaft controller (KAFKA-15021), and the brokers take the newer ISR by the state's
+version; a new epoch would make every consumer of the partition check its position
+(OffsetForLeaderEpoch) for nothing.
 """
 
 from __future__ import annotations
@@ -62,8 +66,8 @@ class PartitionStateMachine:
 
     async def remove_from_isr(self, tps: Iterable[PartitionKey], dead: set[int]
                               ) -> list[PartitionKey]:
-        """``dead`` followers leave the ISR with a new leader epoch (Kafka's
-        removeReplicasFromIsr); a partition without a live leader keeps its last ISR."""
+        """``dead`` followers leave the ISR (Kafka's removeReplicasFromIsr), the leader
+        epoch unchanged; a partition without a live leader keeps its last ISR."""
 
         def decide(tp: PartitionKey, state: PartitionState | None) -> PartitionState | None:
             if state is None or state.leader == NO_LEADER or state.leader in dead:
@@ -71,7 +75,7 @@ class PartitionStateMachine:
             isr = tuple(r for r in state.isr if r not in dead)
             if len(isr) == len(state.isr):
                 return None
-            return PartitionState(state.leader, state.leader_epoch + 1, isr, self.epoch)
+            return PartitionState(state.leader, state.leader_epoch, isr, self.epoch)
 
         return await self.store.update(tps, decide)
 

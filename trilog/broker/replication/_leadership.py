@@ -69,6 +69,18 @@ def _partition_states(request: Any) -> Iterator[tuple[str, Any]]:
             yield topic.topic_name, state
 
 
+def _isr_only(part: Partition, st: Any) -> bool:
+    """Is LeaderAndIsr state ``st`` only a newer ISR for ``part``: the same leader and
+    leader epoch, a newer version of the partition's state?  The controller writes such a
+    state when dead replicas leave an ISR whose leader lives (it keeps the leader epoch, as
+    Kafka's KRaft controller does, KAFKA-15021: a new epoch would send every consumer of
+    the partition through an OffsetForLeaderEpoch check, and librdkafka 2.16's check loses
+    prefetched records when another Metadata answer arrives during it)."""
+    return (st.leader_epoch == part.leader_epoch and st.leader == part.leader
+            and st.partition_epoch > part.zk_version
+            and tuple(st.replicas) == part.replicas)
+
+
 class Leadership:
     """Applies the controller's requests to the replica manager and the fetchers."""
 
@@ -116,6 +128,7 @@ class Leadership:
                 for t, s in states])
         errors: list[tuple[str, int, int]] = []
         accepted: list[tuple[Partition, Any]] = []
+        isr_only: list[tuple[Partition, Any]] = []
         partitions = self.replicas.partitions
         for topic, st in states:
             tp = (topic, st.partition_index)
@@ -123,12 +136,18 @@ class Leadership:
                 errors.append((topic, st.partition_index, UnknownTopicOrPartitionError.code))
                 continue
             part = partitions.get(tp)
+            if part is not None and _isr_only(part, st):
+                isr_only.append((part, st))
+                errors.append((topic, st.partition_index, NO_ERROR))
+                continue
             if part is not None and st.leader_epoch <= part.leader_epoch:
-                # Kafka's rule: only a newer leader epoch changes a partition.
+                # Kafka's rule: only a newer leader epoch changes a partition's leadership.
                 errors.append((topic, st.partition_index, StaleControllerEpochError.code))
                 continue
             accepted.append((part or Partition(topic, st.partition_index), st))
             errors.append((topic, st.partition_index, NO_ERROR))
+        for part, st in isr_only:
+            self._adopt_isr(part, st)
         await self._create_missing_logs([p.tp for p, _ in accepted])
         for part, st in accepted:
             if self.logs.get_log(*part.tp) is None:
@@ -151,6 +170,19 @@ class Leadership:
             await self._become_leader(part)
         else:
             self._become_follower(part)
+        part.signal()
+
+    def _adopt_isr(self, part: Partition, st: Any) -> None:
+        """The controller took dead replicas out of ``part``'s ISR and kept its leader and
+        leader epoch: the new ISR and state version, nothing else (a leader keeps its
+        followers' progress and may move its high watermark at once)."""
+        log.info("%s-%d: ISR %s -> %s (the controller's, epoch %d)", part.topic,
+                 part.partition, list(part.isr), list(st.isr), part.leader_epoch)
+        part.isr = tuple(st.isr)
+        part.zk_version = st.partition_epoch
+        part.controller_epoch = st.controller_epoch
+        if part.leader == self.broker_id:
+            self.replicas.maybe_advance_high_watermark(part)
         part.signal()
 
     async def _create_missing_logs(self, tps: Iterable[PartitionKey]) -> None:

@@ -481,8 +481,9 @@ class ReplicaManager:
             version = await self.isr_channel.write(part, isr)
             if version is None:
                 return
-            if self.partitions.get(part.tp) is not part or part.leader != self.broker_id:
-                return
+            if self.partitions.get(part.tp) is not part or part.leader != self.broker_id \
+                    or version <= part.zk_version:
+                return  # (a newer state reached this broker while the write was under way)
             log.info("%s-%d: ISR %s -> %s", part.topic, part.partition, list(part.isr),
                      list(isr))
             part.isr, part.zk_version = isr, version
