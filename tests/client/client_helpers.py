@@ -70,6 +70,13 @@ async def assert_no_new_tasks(before: set, timeout: float = 1.0) -> None:
     assert not left, f"tasks outlived their nursery: {sorted(t.name for t in left)}"
 
 
+def drain_earlier_garbage() -> None:
+    """Collect what earlier tests in this process left behind (a kafka-python client's
+    sockets in a reference cycle, say), so that ``collect_resource_warnings`` at this
+    test's end reports this test's leaks only."""
+    collect_resource_warnings()
+
+
 def collect_resource_warnings() -> list:
     """Run the garbage collector and return the ResourceWarnings (and unraisable errors)
     it produced: unclosed sockets, never-awaited coroutines."""

@@ -10,7 +10,13 @@ from contextlib import aclosing
 import pytest
 import trio
 import trio.lowlevel
-from client_helpers import all_tasks, assert_no_new_tasks, collect_resource_warnings, create_topic
+from client_helpers import (
+    all_tasks,
+    assert_no_new_tasks,
+    collect_resource_warnings,
+    create_topic,
+    drain_earlier_garbage,
+)
 
 import trilog
 
@@ -22,6 +28,7 @@ def _prefetch_tasks(consumer) -> list:
 @pytest.mark.parametrize("broker_up", [True, False], ids=["broker-up", "broker-down"])
 async def test_cancelling_a_producer_with_pending_sends(broker, broker_up):
     await create_topic(broker.bootstrap, "pending", 2)
+    drain_earlier_garbage()
     before = all_tasks()
     deliveries: list[trilog.Delivery] = []
     waited: dict = {}
@@ -75,6 +82,7 @@ async def test_cancelling_a_producer_with_pending_sends(broker, broker_up):
 
 async def test_cancelling_a_producer_while_send_waits_for_room(broker):
     await create_topic(broker.bootstrap, "no-room", 1)
+    drain_earlier_garbage()
     before = all_tasks()
     with trio.move_on_after(1.0) as scope:
         async with trilog.open_producer(bootstrap_servers=broker.bootstrap,
@@ -94,6 +102,7 @@ async def test_cancelling_a_consumer_in_the_middle_of_iterate(broker):
     async with trilog.open_producer(bootstrap_servers=broker.bootstrap) as producer:
         for i in range(5):
             await producer.send("follow", value=b"%d" % i, partition=0)
+    drain_earlier_garbage()
     before = all_tasks()
     seen = []
     cancelled_at: list[float] = []

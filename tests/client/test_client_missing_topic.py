@@ -9,7 +9,13 @@ import threading
 
 import pytest
 import trio
-from client_helpers import all_tasks, assert_no_new_tasks, collect_resource_warnings, create_topic
+from client_helpers import (
+    all_tasks,
+    assert_no_new_tasks,
+    collect_resource_warnings,
+    create_topic,
+    drain_earlier_garbage,
+)
 
 import trilog
 import trilog.sync
@@ -73,6 +79,7 @@ async def test_iterate_waits_for_a_topic_someone_else_creates(broker_process):
 
 async def test_a_cancelled_wait_leaves_nothing_behind(broker_process):
     broker = broker_process(overrides=_NO_AUTO_CREATE)
+    drain_earlier_garbage()
     before = all_tasks()
     async with trilog.open_simple_consumer(bootstrap_servers=broker.bootstrap) as consumer:
         with trio.move_on_after(1) as waited:
