@@ -28,6 +28,11 @@ IN, OUT, PARTITIONS = "ctp-in", "ctp-out", 3
 #: when a broker dies.
 FEED_RATE = 150
 TID, GROUP = "ctp-loop", "ctp-group"
+#: ``TRILOG_TXN_FAULT_DEBUG=eos,protocol`` has the loop's producer explain itself on stderr.
+DEBUG = ({"debug": os.environ["TRILOG_TXN_FAULT_DEBUG"]}
+         if os.environ.get("TRILOG_TXN_FAULT_DEBUG") else {})
+CONSUMER_DEBUG = ({"debug": os.environ["TRILOG_TXN_FAULT_CONSUMER_DEBUG"]}
+                  if os.environ.get("TRILOG_TXN_FAULT_CONSUMER_DEBUG") else {})
 OVERRIDES = {**SETTINGS, "transaction.state.log.num.partitions": 3,
              "transaction.state.log.replication.factor": 3,
              "transaction.state.log.min.isr": 2, "offsets.topic.num.partitions": 3,
@@ -106,19 +111,31 @@ class TransformLoop:
         self.consumer = confluent_kafka.Consumer({
             "bootstrap.servers": bootstrap, "group.id": GROUP, "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "isolation.level": "read_committed",
-            "session.timeout.ms": 10000})
+            "session.timeout.ms": 10000, **CONSUMER_DEBUG})
         self.consumer.subscribe([IN])
         self.producer = self._producer()
         self.committed_txns = 0
         self.aborts = 0
+        self.step = "starting"  # what the loop does now (a failure names where it stuck)
+        #: Each input partition's next offset as the loop sees it (the input has no gaps),
+        #: and every jump past it: records the consumer skipped, or a position ahead of
+        #: what it handed over.
+        self.next_offset: dict[int, int] = {}
+        self.skips: list[str] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _producer(self):
+        # connections.max.idle.ms: librdkafka (2.16) can wait forever in
+        # send_offsets_to_transaction when the group coordinator's broker died and left
+        # the Metadata answers (librdkafka issue #5511: it waits for the decommissioned
+        # broker to come up, and only another broker's connection going up or down makes
+        # it look again); idle connections closing are such changes (docs/transactions.md).
         producer = confluent_kafka.Producer({
             "bootstrap.servers": self.bootstrap, "transactional.id": TID,
-            "transaction.timeout.ms": 20000, "message.timeout.ms": 20000})
+            "transaction.timeout.ms": 20000, "message.timeout.ms": 20000,
+            "connections.max.idle.ms": 3000, **DEBUG})
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -133,22 +150,38 @@ class TransformLoop:
         if not assignment:
             return
         for tp in self.consumer.committed(assignment, 30):
-            self.consumer.seek(confluent_kafka.TopicPartition(
-                tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+            offset = tp.offset if tp.offset >= 0 else 0
+            self.consumer.seek(confluent_kafka.TopicPartition(tp.topic, tp.partition, offset))
+            self.next_offset[tp.partition] = offset
 
     def _once(self) -> None:
+        self.step = "consume"
         msgs = [m for m in self.consumer.consume(50, 0.5) if m.error() is None]
         if not msgs:
             return
+        for m in msgs:
+            expected = self.next_offset.get(m.partition(), m.offset())
+            if m.offset() > expected:
+                self.skips.append(f"{time.time():.3f}: {IN}-{m.partition()} handed over "
+                                  f"{m.offset()} after {expected - 1}")
+            self.next_offset[m.partition()] = m.offset() + 1
         producer = self.producer
+        self.step = f"begin_transaction ({len(msgs)} records)"
         producer.begin_transaction()
         for m in msgs:
             producer.produce(OUT, f"{m.partition()}:{m.offset()}".encode(),
                              partition=m.partition())
         positions = self.consumer.position(self.consumer.assignment())
+        for tp in positions:
+            expected = self.next_offset.get(tp.partition)
+            if expected is not None and tp.offset > expected:
+                self.skips.append(f"{time.time():.3f}: {IN}-{tp.partition} position "
+                                  f"{tp.offset}, records handed over up to {expected - 1}")
+        self.step = "send_offsets_to_transaction"
         producer.send_offsets_to_transaction(positions,
                                              self.consumer.consumer_group_metadata(), 30)
         while True:
+            self.step = "commit_transaction"
             try:
                 producer.commit_transaction(30)
                 self.committed_txns += 1
@@ -156,6 +189,7 @@ class TransformLoop:
             except confluent_kafka.KafkaException as exc:
                 if not exc.args[0].retriable():
                     raise
+                self.errors.append(f"commit_transaction, retried: {exc.args[0]}")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -163,6 +197,7 @@ class TransformLoop:
                 self._once()
             except confluent_kafka.KafkaException as exc:
                 error = exc.args[0]
+                self.step = f"recovering from {error}"
                 try:
                     if error.txn_requires_abort():
                         self.aborts += 1
@@ -250,10 +285,21 @@ def test_exactly_once_through_coordinator_and_leader_kills(cluster, zookeeper):
                 admin.close()
             return sum(max(tp.offset, 0) for tp in got) >= records
 
-        wait_for(caught_up, timeout=120, what="the loop's offsets at the input's end")
+        try:
+            wait_for(caught_up, timeout=120, what="the loop's offsets at the input's end")
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}: {records} input records; {loop.committed_txns} transactions "
+                f"committed, {loop.aborts} aborted; errors {loop.errors[-5:]}; "
+                f"last step {loop.step!r}") from None
     print(f"{records} input records; {loop.committed_txns} transactions committed, "
           f"{loop.aborts} aborted; "
           f"recovered from: {loop.errors[:3]}")
+    # Input records the consumer never handed over would be missing from the output too;
+    # named apart, they are the consumer's doing (librdkafka 2.16 dropped prefetched records
+    # when its OffsetForLeaderEpoch check, after a leader epoch moved under a live leader,
+    # overlapped a fetch and another Metadata answer: the broker now keeps that epoch).
+    assert not loop.skips, loop.skips[:5]
     out = read_committed_out(bootstrap, records)
     counts = collections.Counter(out)
     expected = set(feeder.delivered)
