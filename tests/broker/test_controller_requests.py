@@ -99,6 +99,21 @@ def test_update_metadata_carries_every_partition_and_every_live_broker():
     assert endpoints == [("PLAINTEXT", "10.0.0.1", 9092, 0), ("REPLICATION", "10.1.0.1", 9093, 1)]
 
 
+def test_a_fenced_broker_is_listed_only_while_still_listed():
+    """A broker found gone is offline in its partitions at once, and listed a moment longer
+    (``still_listed``), so that the answer moving its partitions names it."""
+    view = cluster()
+    view.fenced = {3: registration(3)}
+    view.still_listed = {3}
+    request = RequestBuilder(view, 1, 9, "PLAINTEXT").update_metadata()
+    assert [b.id for b in request.live_brokers] == [1, 2, 3]
+    states = {(s.topic_name, s.partition_index): s for s in request.ungrouped_partition_states}
+    assert states[("t", 1)].offline_replicas == [3]
+    view.still_listed = set()
+    request = RequestBuilder(view, 1, 9, "PLAINTEXT").update_metadata()
+    assert [b.id for b in request.live_brokers] == [1, 2]
+
+
 def test_a_broker_registered_without_endpoints_is_plaintext_on_its_host_and_port():
     view = cluster()
     view.live = {5: BrokerRegistration(5, "h5", 5555)}

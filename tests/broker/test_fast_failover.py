@@ -216,6 +216,12 @@ def test_a_killed_leader_and_a_killed_controller_fail_over_before_their_sessions
     assert part.offline_replicas == [leader] and leader not in part.isr_nodes
     assert part.leader_epoch > epoch
     assert produce_all(brokers[new.leader_id], topic, 0, [b"after the leader"]) == 0
+    # Listed a moment (controller/_term.py's FENCED_LISTED_S), then no more, though still
+    # registered: clients do not pick it to ask.
+    wait_for(lambda: leader not in {b.node_id for b in
+                                    _answer(brokers[new.leader_id], topic).brokers},
+             timeout=10, what="the dead broker out of the broker list")
+    assert leader in registered(zookeeper)
 
     # The controller dies: another is elected while its registration is still there.
     brokers[controller].kill()

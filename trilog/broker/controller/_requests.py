@@ -111,10 +111,13 @@ class RequestBuilder:
                      for address in [inter_broker_address(view.live[b], self.listener)]])
 
     def update_metadata(self) -> Message:
-        """Every partition with a state and every live broker with all its endpoints (a
-        broker found gone is not: listing it while registered, as ZooKeeper does, let
-        librdkafka move its partitions straight to their new leaders, but kafka-python's
-        consumers then picked the listed dead broker and raised instead of trying another)."""
+        """Every partition with a state and every live broker with all its endpoints, and,
+        for a moment after their leadership moved, the brokers found gone (``_term.py``'s
+        ``FENCED_LISTED_S``: offline replicas leading nothing).  The answer that moves a
+        dead broker's partitions must still list it: librdkafka drops a broker missing from
+        an answer, and a partition it was producing to then waits out a leader query (~1 s)
+        before it goes to its new leader.  Not for longer: kafka-python picks a listed dead
+        broker to ask and raises when it refuses."""
         R = UpdateMetadataRequest
         view = self.view
         states = []
@@ -137,7 +140,8 @@ class RequestBuilder:
                                  b.protocols.get(name, "PLAINTEXT")])
                          for name, host, port in (b.endpoints
                                                   or (("PLAINTEXT", b.host, b.port),))])
-                     for _id, b in sorted(view.live.items())])
+                     for _id, b in sorted({**view.live, **{i: view.fenced[i] for i in
+                                                           view.still_listed}}.items())])
 
     def stop_replica(self, tps: Collection[PartitionKey], delete: bool) -> Message:
         return StopReplicaRequest(

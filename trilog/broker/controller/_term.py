@@ -71,6 +71,10 @@ Event = Callable[[], Awaitable[None]]
 SLOW_EVENT_S = 0.5
 #: how often a fenced broker (found gone) is probed, in case it was not
 FENCED_PROBE_S = 0.5
+#: how long Metadata answers still list a fenced broker after its leadership moved: long
+#: enough for the clients that lost their connection to it to ask and hear of the new
+#: leaders while it is listed (``_requests.RequestBuilder.update_metadata``)
+FENCED_LISTED_S = 1.0
 
 
 class Call:
@@ -297,6 +301,7 @@ class Term:
                     "moving its leadership now, before its ZooKeeper session expires",
                     broker_id)
         view.fenced[broker_id] = registration
+        view.still_listed.add(broker_id)
         self.channels.close(broker_id)
         view.remove_brokers({broker_id})
         batch = RequestBatch()
@@ -306,6 +311,20 @@ class Term:
         await self.reassignments.advance(set(self.reassignments.under_way))
         scope = self._fence_probes[broker_id] = trio.CancelScope()
         self.nursery.start_soon(self._probe_fenced, registration, scope)
+        self.nursery.start_soon(self._unlist_later, registration)
+
+    async def _unlist_later(self, registration: BrokerRegistration) -> None:
+        await trio.sleep(FENCED_LISTED_S)
+        self.post(functools.partial(self._unlist, registration))
+
+    async def _unlist(self, registration: BrokerRegistration) -> None:
+        """A fenced broker leaves the Metadata answers (``FENCED_LISTED_S`` after); every
+        broker is told, also when it was unfenced meanwhile (its session ended)."""
+        if self.view.fenced.get(registration.broker_id) == registration:
+            self.view.still_listed.discard(registration.broker_id)
+        batch = RequestBatch()
+        batch.update_metadata = True
+        self.channels.send(batch)
 
     async def _probe_fenced(self, registration: BrokerRegistration,
                             scope: trio.CancelScope) -> None:
@@ -324,6 +343,7 @@ class Term:
 
     def _unfence(self, broker_id: int) -> None:
         self.view.fenced.pop(broker_id, None)
+        self.view.still_listed.discard(broker_id)
         scope = self._fence_probes.pop(broker_id, None)
         if scope is not None:
             scope.cancel()

@@ -11,6 +11,8 @@ What it holds:
 - ``fenced``: registered brokers whose process was found gone (their listener refuses
   connections: ``_liveness.py``), by the registration of that dead life; they count as
   left until that registration is replaced or vanishes, or a probe reaches them again;
+- ``still_listed``: the fenced brokers Metadata answers still list (a moment after their
+  leadership moved: ``_term.py``'s ``FENCED_LISTED_S``);
 - ``shutting_down``: the live brokers in a controlled shutdown, which elections avoid until
   they leave;
 - ``assignments``: each topic's replicas by partition (``/brokers/topics/<topic>``), in
@@ -19,7 +21,8 @@ What it holds:
   ``versions``: the znode version it was read or written at (Kafka's zkVersion), which
   the next write of that state must name.
 
-Invariants: ``shutting_down`` is a subset of ``live``; ``live`` and ``fenced`` share no id; a partition has a state only while
+Invariants: ``shutting_down`` is a subset of ``live``; ``live`` and ``fenced`` share no id;
+``still_listed`` is a subset of ``fenced``; a partition has a state only while
 its topic is known; a version without a state is a node that exists but could not be read
 (it is overwritten conditionally); every query returns partitions in sorted order, so
 that the requests the term makes do not depend on dict order.
@@ -41,6 +44,8 @@ class ClusterView:
         self.live: dict[int, BrokerRegistration] = {}
         #: registered brokers found dead (by the registration of their dead life)
         self.fenced: dict[int, BrokerRegistration] = {}
+        #: fenced brokers still listed in Metadata answers (offline, leading nothing)
+        self.still_listed: set[int] = set()
         #: brokers in a controlled shutdown: elections avoid them until they leave
         self.shutting_down: set[int] = set()
         #: topic -> partition -> replicas, in preference order
