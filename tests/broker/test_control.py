@@ -372,7 +372,7 @@ async def test_controlled_shutdown_moves_leaderships_away(zookeeper):
             [("single", 0)]
         states = controller.states()
         assert states[("t", 1)] == PartitionState(3, 1, (3, 1), 1)
-        assert states[("t", 0)] == PartitionState(1, 1, (1, 3), 1)
+        assert states[("t", 0)] == PartitionState(1, 0, (1, 3), 1)  # (2 followed: epoch kept)
         assert states[("single", 0)] == PartitionState(2, 0, (2,), 1)
         assert await h.read_state("t", 1) == states[("t", 1)]
         broker2 = h.brokers[2]

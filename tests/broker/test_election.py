@@ -45,8 +45,8 @@ def test_without_a_live_isr_member_the_partition_stays_offline_unless_unclean():
 def test_controlled_shutdown_moves_leadership_and_isr_membership():
     state = S(1, 2, (1, 2, 3), 1)
     assert elect_for_shutdown([1, 2, 3], state, {1, 2, 3}, {1}, 3) == S(2, 3, (2, 3), 3)
-    # A follower stopping only leaves the ISR.
-    assert elect_for_shutdown([1, 2, 3], state, {1, 2, 3}, {3}, 3) == S(1, 3, (1, 2), 3)
+    # A follower stopping only leaves the ISR; the leader keeps its epoch.
+    assert elect_for_shutdown([1, 2, 3], state, {1, 2, 3}, {3}, 3) == S(1, 2, (1, 2), 3)
     # Not in the ISR at all: nothing changes.
     assert elect_for_shutdown([1, 2, 3], S(1, 2, (1, 2), 1), {1, 2, 3}, {3}, 3) == \
         S(1, 2, (1, 2), 1)

@@ -18,10 +18,13 @@ Rules:
 - **Preferred replica**: the first replica of the assignment leads, if live and in the ISR.
 - **Reassignment**: the first replica of the new assignment that is live and in the ISR.
 
-Every state the controller writes bumps the leader epoch (KIP-101: followers truncate by
-epochs; a broker refuses a LeaderAndIsr whose epoch is not newer than what it holds), as
-Kafka's controller does even when only the ISR changes.  The leader's own ISR changes
-(``shrink_isr``, ``expand_isr``) keep the epoch: ZooKeeper's version orders them.
+A state with a new leader bumps the leader epoch (KIP-101: followers truncate by epochs; a
+broker refuses a LeaderAndIsr with an older epoch).  Where only followers leave the ISR
+(stopping here, dead in ``PartitionStateMachine.remove_from_isr``) the leader keeps its epoch,
+as Kafka's KRaft controller does (KAFKA-15021; its ZooKeeper controller bumped it): the
+brokers take the newer state by ZooKeeper's version, as they order the leader's own ISR
+changes (``shrink_isr``, ``expand_isr``), and consumers are spared a position check
+(OffsetForLeaderEpoch) on every partition the broker followed.
 """
 
 from __future__ import annotations
@@ -73,12 +76,15 @@ def elect_for_shutdown(replicas: Sequence[int], state: PartitionState,
                        controller_epoch: int) -> PartitionState | None:
     """Move leadership and ISR membership away from ``shutting_down`` brokers (Kafka's
     ``ControlledShutdownLeaderElection``).  None: no other replica can lead now (the
-    shutdown goes ahead and the partition is offline until a replica returns, as Kafka)."""
+    shutdown goes ahead and the partition is offline until a replica returns, as Kafka).
+    Where only followers leave, the leader keeps its epoch (KAFKA-15021, as for dead
+    followers: ``PartitionStateMachine.remove_from_isr``); the stopping broker is told to
+    stop fetching (StopReplica), so it does not join the ISR again."""
     isr = [r for r in state.isr if r not in shutting_down]
     if state.leader not in shutting_down:
         if len(isr) == len(state.isr):
             return state
-        return _next(state, state.leader, isr, controller_epoch)
+        return PartitionState(state.leader, state.leader_epoch, tuple(isr), controller_epoch)
     leader = _first(replicas, [r for r in isr if r in live])
     if leader is None:
         return None
