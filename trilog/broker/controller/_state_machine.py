@@ -6,11 +6,12 @@ Each method names the partitions it may change and returns those it wrote; the c
 tells the brokers about those.  A rule sees the view as it is at each write, so that a
 write that lost to another writer is decided again on the state that writer left, and
 eligibility is the view's: live brokers that are not shutting down.  Every state written
-carries this controller's epoch and a new leader epoch, except where dead replicas only
-leave an ISR whose leader lives (``remove_from_isr``): the leader and its epoch stay, as
-in Kafka's KRaft controller (KAFKA-15021), and the brokers take the newer ISR by the state's
-version; a new epoch would make every consumer of the partition check its position
-(OffsetForLeaderEpoch) for nothing.
+carries this controller's epoch and a new leader epoch, except where dead or stopping
+followers only leave an ISR whose leader lives (``remove_from_isr``, and
+``_decisions.elect_for_shutdown``): the leader and its epoch stay, as in Kafka's KRaft
+controller (KAFKA-15021), and the brokers take the newer ISR by the state's version; a new
+epoch would make every consumer of the partition check its position (OffsetForLeaderEpoch)
+for nothing.
 """
 
 from __future__ import annotations

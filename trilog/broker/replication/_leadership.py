@@ -72,10 +72,10 @@ def _partition_states(request: Any) -> Iterator[tuple[str, Any]]:
 def _isr_only(part: Partition, st: Any) -> bool:
     """Is LeaderAndIsr state ``st`` only a newer ISR for ``part``: the same leader and
     leader epoch, a newer version of the partition's state?  The controller writes such a
-    state when dead replicas leave an ISR whose leader lives (it keeps the leader epoch, as
-    Kafka's KRaft controller does, KAFKA-15021: a new epoch would send every consumer of
-    the partition through an OffsetForLeaderEpoch check, and librdkafka 2.16's check loses
-    prefetched records when another Metadata answer arrives during it)."""
+    state when dead or stopping followers leave an ISR whose leader lives (it keeps the
+    leader epoch, as Kafka's KRaft controller does, KAFKA-15021: a new epoch would send
+    every consumer of the partition through an OffsetForLeaderEpoch check, and librdkafka
+    2.16's check loses prefetched records when another Metadata answer arrives during it)."""
     return (st.leader_epoch == part.leader_epoch and st.leader == part.leader
             and st.partition_epoch > part.zk_version
             and tuple(st.replicas) == part.replicas)
@@ -173,7 +173,7 @@ class Leadership:
         part.signal()
 
     def _adopt_isr(self, part: Partition, st: Any) -> None:
-        """The controller took dead replicas out of ``part``'s ISR and kept its leader and
+        """The controller took followers out of ``part``'s ISR and kept its leader and
         leader epoch: the new ISR and state version, nothing else (a leader keeps its
         followers' progress and may move its high watermark at once)."""
         log.info("%s-%d: ISR %s -> %s (the controller's, epoch %d)", part.topic,
