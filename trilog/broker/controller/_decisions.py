@@ -45,6 +45,13 @@ def _next(state: PartitionState, leader: int, isr: Iterable[int],
     return PartitionState(leader, state.leader_epoch + 1, tuple(isr), controller_epoch)
 
 
+def without_followers(state: PartitionState, leaving: Collection[int],
+                      controller_epoch: int) -> PartitionState:
+    """``leaving`` followers out of the ISR; the leader and its epoch stay (KAFKA-15021)."""
+    return PartitionState(state.leader, state.leader_epoch,
+                          tuple(r for r in state.isr if r not in leaving), controller_epoch)
+
+
 def elect_offline(replicas: Sequence[int], state: PartitionState | None,
                   live: Collection[int], controller_epoch: int,
                   unclean: bool = False) -> PartitionState:
@@ -84,7 +91,7 @@ def elect_for_shutdown(replicas: Sequence[int], state: PartitionState,
     if state.leader not in shutting_down:
         if len(isr) == len(state.isr):
             return state
-        return PartitionState(state.leader, state.leader_epoch, tuple(isr), controller_epoch)
+        return without_followers(state, shutting_down, controller_epoch)
     leader = _first(replicas, [r for r in isr if r in live])
     if leader is None:
         return None

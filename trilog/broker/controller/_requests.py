@@ -140,8 +140,7 @@ class RequestBuilder:
                                  b.protocols.get(name, "PLAINTEXT")])
                          for name, host, port in (b.endpoints
                                                   or (("PLAINTEXT", b.host, b.port),))])
-                     for _id, b in sorted({**view.live, **{i: view.fenced[i] for i in
-                                                           view.still_listed}}.items())])
+                     for _id, b in sorted(view.listed().items())])
 
     def stop_replica(self, tps: Collection[PartitionKey], delete: bool) -> Message:
         return StopReplicaRequest(

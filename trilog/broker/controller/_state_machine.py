@@ -25,6 +25,7 @@ from trilog.broker.controller._decisions import (
     elect_for_shutdown,
     elect_offline,
     elect_preferred,
+    without_followers,
 )
 from trilog.broker.controller._store import StateStore
 from trilog.broker.controller._view import ClusterView
@@ -73,10 +74,9 @@ class PartitionStateMachine:
         def decide(tp: PartitionKey, state: PartitionState | None) -> PartitionState | None:
             if state is None or state.leader == NO_LEADER or state.leader in dead:
                 return None
-            isr = tuple(r for r in state.isr if r not in dead)
-            if len(isr) == len(state.isr):
+            if not dead & set(state.isr):
                 return None
-            return PartitionState(state.leader, state.leader_epoch, isr, self.epoch)
+            return without_followers(state, dead, self.epoch)
 
         return await self.store.update(tps, decide)
 

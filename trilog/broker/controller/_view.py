@@ -73,6 +73,11 @@ class ClusterView:
         """The version of ``tp``'s state node, as brokers are told it (0 when unknown)."""
         return self.versions.get(tp, 0)
 
+    def listed(self) -> dict[int, BrokerRegistration]:
+        """The brokers Metadata answers list, by id: the live ones and the fenced ones
+        still listed."""
+        return {**self.live, **{b: self.fenced[b] for b in self.still_listed}}
+
     def eligible(self) -> set[int]:
         """The brokers that may lead or join an ISR now: live and not shutting down."""
         return set(self.live) - self.shutting_down
